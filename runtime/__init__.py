@@ -1,0 +1,25 @@
+"""localllm: a local LLM runtime. `from localllm import Tokenizer, GGUFFile`.
+
+Heavy modules (the native extension, the tokenizer) are imported on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "GGUFFile": ("localllm.gguf", "GGUFFile"),
+    "GGUFError": ("localllm.gguf", "GGUFError"),
+    "Tokenizer": ("localllm.tokenizer", "Tokenizer"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'localllm' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""CLI subcommands: each module has register(subparsers) -> None, setting `func(args) -> int`."""
