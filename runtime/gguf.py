@@ -134,8 +134,10 @@ class _Reader:
     def string_bounds(self, what: str, limit: int | None = None) -> tuple[int, int]:
         at = self.pos
         n = self.u64(f"length of {what}")
-        if n > self.end - self.pos or (limit is not None and n > limit):
+        if n > self.end or (limit is not None and n > limit):
             raise self.fail(f"absurd string length {n} for {what}", at)
+        if n > self.end - self.pos:
+            raise self.fail(f"truncated file: {what} needs {n} bytes, {self.end - self.pos} remain", at)
         s = self.pos
         self.pos += n
         return s, self.pos
@@ -173,6 +175,7 @@ class GGUFFile:
     # -- parsing -----------------------------------------------------------------------------------
     def _parse(self, buf: memoryview) -> None:
         r = _Reader(self.path, buf)
+        self._u8 = np.frombuffer(self._mmap, dtype=np.uint8)
         magic = bytes(buf[:4])
         if magic != GGUF_MAGIC:
             raise r.fail(f"bad magic {magic!r}, expected {GGUF_MAGIC!r}: not a GGUF file", 0)
@@ -234,7 +237,7 @@ class GGUFFile:
 
         self.data_offset = (r.pos + align - 1) // align * align
         self.tensors: dict[str, TensorInfo] = {}
-        u8 = np.frombuffer(self._mmap, dtype=np.uint8)
+        u8 = self._u8
         for name, dims, qt, offset, nbytes, at in infos:
             start = self.data_offset + offset
             if start + nbytes > self.file_size:
@@ -278,23 +281,15 @@ class GGUFFile:
         raise r.fail(f"unknown metadata value type {vtype} for {key!r}", r.pos - 4)
 
     def _string_array(self, r: _Reader, count: int, key: str) -> StringArray:
-        buf, pos, end = r.buf, r.pos, r.end
-        starts = np.empty(count, dtype=np.int64)
-        ends = np.empty(count, dtype=np.int64)
-        unpack = struct.Struct("<Q").unpack_from
-        for i in range(count):
-            if pos + 8 > end:
-                r.pos = pos
-                raise r.fail(f"truncated file: element {i} of {key!r}")
-            n = unpack(buf, pos)[0]
-            pos += 8
-            if n > end - pos:
-                r.pos = pos - 8
-                raise r.fail(f"absurd string length {n} in element {i} of {key!r}")
-            starts[i] = pos
-            pos += n
-            ends[i] = pos
-        r.pos = pos
+        from . import _native  # the scan is native: a Python loop costs ~0.4 us per string
+
+        try:
+            starts, ends, r.pos = _native.scan_strings(self._u8, r.pos, count)
+        except ValueError as e:
+            index, _, problem = str(e).partition(": ")
+            if problem == "truncated":
+                raise r.fail(f"truncated file: element {index.split()[-1]} of {key!r}") from None
+            raise r.fail(f"{problem} in element {index.split()[-1]} of {key!r}") from None
         return StringArray(r.buf, starts, ends)
 
     # -- access ------------------------------------------------------------------------------------
@@ -318,6 +313,7 @@ class GGUFFile:
         if m is not None:
             self.tensors = {}
             self.metadata = {}
+            self._u8 = None
             try:
                 m.close()
             except BufferError:

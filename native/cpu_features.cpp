@@ -1,0 +1,39 @@
+#include "cpu_features.h"
+
+#include <stdexcept>
+
+namespace lll {
+
+std::vector<std::string> available_paths() {
+  std::vector<std::string> v{"scalar"};
+#if defined(LLL_X86)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    v.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    v.push_back("avx512");
+#endif
+  return v;
+}
+
+const KernelTable* kernels_for(const std::string& name) {
+  const auto paths = available_paths();
+  const std::string want = name.empty() ? paths.back() : name;
+  bool ok = false;
+  for (const auto& p : paths) ok |= p == want;
+  if (!ok) {
+    std::string list;
+    for (const auto& p : paths) list += (list.empty() ? "" : ", ") + p;
+    if (want != "scalar" && want != "avx2" && want != "avx512")
+      throw std::invalid_argument("unknown CPU path '" + want + "' (expected scalar, avx2 or avx512)");
+    throw std::invalid_argument("CPU path '" + want + "' is not supported on this machine (available: " + list + ")");
+  }
+#if defined(LLL_X86)
+  if (want == "avx512") return kernels_avx512();
+  if (want == "avx2") return kernels_avx2();
+#endif
+  return kernels_scalar();
+}
+
+}  // namespace lll

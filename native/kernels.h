@@ -1,0 +1,68 @@
+// Kernel tables: one per CPU path (scalar, avx2, avx512), all built from the same generic source plus
+// hand-written SIMD where it pays. The scalar table is the reference every other path is tested against.
+//
+// Integer path, for every quantized type: a weight row is unpacked into unsigned bytes u with a float
+// scale per group of G weights (G = 16 or 32), so that
+//     w = s_g * (u - offset)          (symmetric types: offset is a per-type constant, a power of two)
+//     w = s_g * u + m_g               (types with a min: offset = 0)
+// Activations are quantized per 32 (Q8_0-style: x ~= dx * xq, xq int8) once per matmul and reused for
+// every weight row. Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes]) so one 512-bit
+// VNNI instruction computes 4-term dot products for 16 rows at once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "quant_formats.h"
+
+namespace lll {
+
+constexpr int TILE_M = 16;   // weight rows per tile
+constexpr int CHUNK_K = 256; // weights per unpacked chunk (the last chunk of a row may be shorter)
+
+struct QuantLayout {
+  int group;      // G: weights per scale (16 or 32)
+  int offset;     // symmetric offset (0 for types with a min)
+  bool has_min;   // w = s*u + m
+};
+QuantLayout quant_layout(QType t);
+
+// Per-matmul activation tables, derived from the quantized activations for one weight layout.
+// All are [n][K/G] with leading dimension ldg, already offset to the chunk's first group.
+struct XGroups {
+  const int8_t* xq;    // [n][K] int8, leading dimension ldx
+  size_t ldx;
+  const float* xd;     // dx of the 32-block holding the group
+  const int32_t* xc;   // -offset * sum(xq over the group) (0 for types with a min)
+  const float* xm;     // dx * sum(xq over the group) (types with a min)
+  size_t ldg;
+};
+
+// unpacks kc weights (whole blocks) of one row starting at `blocks`: u[kc]; s and m are written at
+// s[g * sstride] for group g (so sixteen rows fill a [kc/G][16] table). m is untouched without a min.
+using UnpackFn = void (*)(const uint8_t* blocks, int kc, uint8_t* u, float* s, float* m, int sstride);
+// unpacks kc float-type weights of one row into out[kc]
+using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
+
+struct KernelTable {
+  const char* name;
+  UnpackFn unpack[40];        // by QType id; nullptr for float types and unsupported ids
+  UnpackFloatFn unpack_f[40]; // F32, F16, BF16
+  // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4]
+  void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
+  // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16, c < n
+  // w_il: [kc/4][16][4]; s, m: [kc/G][16]
+  void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
+                      int n, const XGroups& X, float* acc);
+  // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
+  void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
+  // x: [k] float -> xq: [k] int8, dx: [k/32], sum16: [k/16] (sum of xq per 16)
+  void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
+};
+
+const KernelTable* kernels_scalar();
+#if defined(LLL_X86)
+const KernelTable* kernels_avx2();
+const KernelTable* kernels_avx512();
+#endif
+
+}  // namespace lll

@@ -1,0 +1,206 @@
+#include "matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace lll {
+
+namespace {
+
+struct Aligned {
+  void operator()(void* p) const { std::free(p); }
+};
+template <class T>
+std::unique_ptr<T[], Aligned> aligned_array(size_t n) {
+  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) throw std::bad_alloc();
+  return std::unique_ptr<T[], Aligned>((T*)p);
+}
+
+const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k) {
+  const TypeInfo* ti = type_info(type_id);
+  if (!ti || type_id < 0 || type_id >= 40 || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
+    throw std::invalid_argument("unsupported tensor type id " + std::to_string(type_id));
+  if (k <= 0 || k % ti->block_size)
+    throw std::invalid_argument(std::string(ti->name) + ": row length " + std::to_string(k) +
+                                " is not a whole number of blocks");
+  return *ti;
+}
+
+}  // namespace
+
+const TypeInfo* type_info(int type_id) {
+  static const TypeInfo table[] = {
+      {QType::F32, "F32", 1, 4},         {QType::F16, "F16", 1, 2},         {QType::Q4_0, "Q4_0", 32, 18},
+      {QType::Q4_1, "Q4_1", 32, 20},     {QType::Q5_0, "Q5_0", 32, 22},     {QType::Q5_1, "Q5_1", 32, 24},
+      {QType::Q8_0, "Q8_0", 32, 34},     {QType::Q2_K, "Q2_K", 256, 84},    {QType::Q3_K, "Q3_K", 256, 110},
+      {QType::Q4_K, "Q4_K", 256, 144},   {QType::Q5_K, "Q5_K", 256, 176},   {QType::Q6_K, "Q6_K", 256, 210},
+      {QType::IQ4_NL, "IQ4_NL", 32, 18}, {QType::IQ4_XS, "IQ4_XS", 256, 136}, {QType::BF16, "BF16", 1, 2},
+  };
+  for (const auto& t : table)
+    if ((int)t.type == type_id) return &t;
+  return nullptr;
+}
+
+QuantLayout quant_layout(QType t) {
+  switch (t) {
+    case QType::Q4_0: return {32, 8, false};
+    case QType::Q5_0: return {32, 16, false};
+    case QType::Q8_0: return {32, 128, false};
+    case QType::IQ4_NL: return {32, 128, false};
+    case QType::IQ4_XS: return {32, 128, false};
+    case QType::Q4_1: return {32, 0, true};
+    case QType::Q5_1: return {32, 0, true};
+    case QType::Q4_K: return {32, 0, true};
+    case QType::Q5_K: return {32, 0, true};
+    case QType::Q2_K: return {16, 0, true};
+    case QType::Q3_K: return {16, 4, false};
+    case QType::Q6_K: return {16, 32, false};
+    default: return {0, 0, false};
+  }
+}
+
+void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool) {
+  out.n = n;
+  out.k = k;
+  out.xq.resize((size_t)n * k);
+  out.dx.resize((size_t)n * (k / 32));
+  out.sum16.resize((size_t)n * (k / 16));
+  auto row = [&](int c, int) {
+    kt.quantize_row_x(x + (size_t)c * ldx, k, out.xq.data() + (size_t)c * k, out.dx.data() + (size_t)c * (k / 32),
+                      out.sum16.data() + (size_t)c * (k / 16));
+  };
+  if ((size_t)n * k >= (1u << 16)) pool.run(n, row);
+  else for (int c = 0; c < n; ++c) row(c, 0);
+}
+
+static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
+                         const float* x, int n, float* y, ThreadPool& pool) {
+  const QuantLayout L = quant_layout(ti.type);
+  const UnpackFn unpack = kt.unpack[(int)ti.type];
+  QuantizedX X;
+  quantize_x(kt, x, n, k, k, X, pool);
+
+  // per-layout group tables [n][k/G]
+  const int G = L.group, ng = k / G;
+  std::vector<float> xd((size_t)n * ng), xm(L.has_min ? (size_t)n * ng : 1);
+  std::vector<int32_t> xc((size_t)n * ng);
+  for (int c = 0; c < n; ++c)
+    for (int g = 0; g < ng; ++g) {
+      const int k0 = g * G;
+      int32_t sum = 0;
+      for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
+      const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
+      xd[(size_t)c * ng + g] = d;
+      xc[(size_t)c * ng + g] = -L.offset * sum;
+      if (L.has_min) xm[(size_t)c * ng + g] = d * (float)sum;
+    }
+
+  const int n_tiles = (m + TILE_M - 1) / TILE_M;
+  const int nt = pool.size();
+  const int gpc = CHUNK_K / G;  // groups per full chunk
+  struct Scratch {
+    std::unique_ptr<uint8_t[], Aligned> u_rows, u_il;
+    std::unique_ptr<float[], Aligned> s, mm, acc;
+  };
+  std::vector<Scratch> scratch(nt);
+  for (auto& sc : scratch) {
+    sc.u_rows = aligned_array<uint8_t>(TILE_M * CHUNK_K);
+    sc.u_il = aligned_array<uint8_t>(TILE_M * CHUNK_K);
+    sc.s = aligned_array<float>(TILE_M * gpc);
+    sc.mm = aligned_array<float>(TILE_M * gpc);
+    sc.acc = aligned_array<float>((size_t)TILE_M * n);
+  }
+  pool.run(n_tiles, [&](int tile, int th) {
+    Scratch& S = scratch[th];
+    const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
+    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n);
+    for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
+      const int kc = std::min(CHUNK_K, k - k0);
+      const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
+      for (int r = 0; r < TILE_M; ++r) {
+        if (r < nr) {
+          unpack(w + (size_t)(r0 + r) * row_bytes + boff, kc, S.u_rows.get() + r * kc, S.s.get() + r, S.mm.get() + r,
+                 TILE_M);
+        } else {
+          std::memset(S.u_rows.get() + r * kc, 0, kc);
+          for (int g = 0; g < kc / G; ++g) S.s[g * TILE_M + r] = S.mm[g * TILE_M + r] = 0.f;
+        }
+      }
+      kt.interleave16(S.u_rows.get(), kc, S.u_il.get());
+      const XGroups Xg{X.xq.data() + k0, (size_t)k, xd.data() + k0 / G, xc.data() + k0 / G,
+                       L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
+      kt.qgemm_chunk(L, S.u_il.get(), S.s.get(), S.mm.get(), kc, n, Xg, S.acc.get());
+    }
+    for (int c = 0; c < n; ++c)
+      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
+  });
+}
+
+static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
+                         const float* x, int n, float* y, ThreadPool& pool) {
+  const UnpackFloatFn unpack = kt.unpack_f[(int)ti.type];
+  const int n_tiles = (m + TILE_M - 1) / TILE_M;
+  struct Scratch {
+    std::unique_ptr<float[], Aligned> rows, wt, acc;
+  };
+  std::vector<Scratch> scratch(pool.size());
+  for (auto& sc : scratch) {
+    sc.rows = aligned_array<float>(TILE_M * CHUNK_K);
+    sc.wt = aligned_array<float>(TILE_M * CHUNK_K);
+    sc.acc = aligned_array<float>((size_t)TILE_M * n);
+  }
+  pool.run(n_tiles, [&](int tile, int th) {
+    Scratch& S = scratch[th];
+    const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
+    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n);
+    for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
+      const int kc = std::min(CHUNK_K, k - k0);
+      for (int r = 0; r < TILE_M; ++r) {
+        if (r < nr) unpack(w + (size_t)(r0 + r) * row_bytes + (size_t)k0 * ti.type_size, kc, S.rows.get() + r * kc);
+        else std::memset(S.rows.get() + r * kc, 0, sizeof(float) * kc);
+      }
+      for (int r = 0; r < TILE_M; ++r)
+        for (int kk = 0; kk < kc; ++kk) S.wt[kk * TILE_M + r] = S.rows[r * kc + kk];
+      kt.fgemm_chunk(S.wt.get(), kc, n, x + k0, (size_t)k, S.acc.get());
+    }
+    for (int c = 0; c < n; ++c)
+      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
+  });
+}
+
+void matmul(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x,
+            int n, float* y, ThreadPool& pool) {
+  const TypeInfo& ti = checked_type(kt, type_id, k);
+  if (row_bytes < (size_t)(k / ti.block_size) * ti.type_size)
+    throw std::invalid_argument(std::string(ti.name) + ": row stride too small for " + std::to_string(k) + " weights");
+  if (m <= 0 || n <= 0) return;
+  if (kt.unpack[type_id]) matmul_quant(kt, ti, w, row_bytes, m, k, x, n, y, pool);
+  else matmul_float(kt, ti, w, row_bytes, m, k, x, n, y, pool);
+}
+
+void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) {
+  const TypeInfo& ti = checked_type(kt, type_id, k);
+  if (kt.unpack_f[type_id]) {
+    for (int r = 0; r < rows; ++r) kt.unpack_f[type_id](w + (size_t)r * row_bytes, k, out + (size_t)r * k);
+    return;
+  }
+  const QuantLayout L = quant_layout(ti.type);
+  std::vector<uint8_t> u(k);
+  std::vector<float> s(k / L.group), mm(k / L.group);
+  for (int r = 0; r < rows; ++r) {
+    kt.unpack[type_id](w + (size_t)r * row_bytes, k, u.data(), s.data(), mm.data(), 1);
+    float* o = out + (size_t)r * k;
+    for (int i = 0; i < k; ++i) {
+      const int g = i / L.group;
+      o[i] = L.has_min ? s[g] * (float)u[i] + mm[g] : s[g] * (float)((int)u[i] - L.offset);
+    }
+  }
+}
+
+}  // namespace lll

@@ -1,0 +1,31 @@
+// Matrix products over GGML-typed weight rows, y = W x for N activation rows at once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels.h"
+#include "thread_pool.h"
+
+namespace lll {
+
+// Activations quantized once per product (Q8_0-style, per 32), reused by every weight row.
+struct QuantizedX {
+  int n = 0, k = 0;
+  std::vector<int8_t> xq;      // [n][k]
+  std::vector<float> dx;       // [n][k/32]
+  std::vector<int32_t> sum16;  // [n][k/16]
+};
+
+// x: [n][ldx] float, k a multiple of 32
+void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool);
+
+// W: m rows of k weights of type t, row r at w + r * row_bytes; x: [n][k] float (contiguous);
+// y: [n][m] float. Throws std::invalid_argument for an unsupported type or a k that is not whole blocks.
+void matmul(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x,
+            int n, float* y, ThreadPool& pool);
+
+// out: [rows][k] float
+void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out);
+
+}  // namespace lll

@@ -1,0 +1,100 @@
+// GGML block formats: one struct per quantized type, byte-identical to GGUF files.
+// Shared by every kernel (C++ now, CUDA later). Sizes are checked at compile time.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace lll {
+
+using f16_t = uint16_t;   // IEEE half, stored raw
+using bf16_t = uint16_t;  // bfloat16, stored raw
+
+constexpr int QK = 32;    // weights per simple block
+constexpr int QK_K = 256; // weights per K-quant super-block
+
+enum class QType : int {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
+};
+
+// 4.5 bpw: w = d * (q - 8), q in [0, 15]
+struct block_q4_0 { f16_t d; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_q4_0) == 18, "q4_0 size");
+// 5.0 bpw: w = d * q + m
+struct block_q4_1 { f16_t d; f16_t m; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_q4_1) == 20, "q4_1 size");
+// 5.5 bpw: w = d * (q - 16), q in [0, 31]; bit 4 of weight j in qh (little-endian u32) bit j
+struct block_q5_0 { f16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_q5_0) == 22, "q5_0 size");
+// 6.0 bpw: w = d * q + m
+struct block_q5_1 { f16_t d; f16_t m; uint8_t qh[4]; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_q5_1) == 24, "q5_1 size");
+// 8.5 bpw: w = d * q
+struct block_q8_0 { f16_t d; int8_t qs[QK]; };
+static_assert(sizeof(block_q8_0) == 34, "q8_0 size");
+// 2.625 bpw: 16 groups of 16; w = d * (sc & 15) * q - dmin * (sc >> 4), q in [0, 3]
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; f16_t d; f16_t dmin; };
+static_assert(sizeof(block_q2_K) == 84, "q2_K size");
+// 3.4375 bpw: 16 groups of 16; w = d * (sc - 32) * (q - 4), q in [0, 7], 6-bit scales packed in 12 bytes
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; f16_t d; };
+static_assert(sizeof(block_q3_K) == 110, "q3_K size");
+// 4.5 bpw: 8 groups of 32; w = d * sc * q - dmin * m, q in [0, 15], 6-bit sc and m in 12 bytes
+struct block_q4_K { f16_t d; f16_t dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
+static_assert(sizeof(block_q4_K) == 144, "q4_K size");
+// 5.5 bpw: as q4_K with a fifth bit in qh, q in [0, 31]
+struct block_q5_K { f16_t d; f16_t dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+static_assert(sizeof(block_q5_K) == 176, "q5_K size");
+// 6.5625 bpw: 16 groups of 16; w = d * sc * (q - 32), q in [0, 63], sc int8
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; f16_t d; };
+static_assert(sizeof(block_q6_K) == 210, "q6_K size");
+// 4.5 bpw: w = d * kvalues_iq4nl[q], q in [0, 15]
+struct block_iq4_nl { f16_t d; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl size");
+// 4.25 bpw: 8 groups of 32; w = d * (ls - 32) * kvalues_iq4nl[q], 6-bit ls split over scales_l / scales_h
+struct block_iq4_xs { f16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs size");
+
+alignas(16) constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                    1,   13,   25,  38,  53,  69,  89, 113};
+
+struct TypeInfo {
+  QType type;
+  const char* name;
+  int block_size;  // weights per block
+  int type_size;   // bytes per block
+};
+
+// returns nullptr for a type the kernels do not compute
+const TypeInfo* type_info(int type_id);
+
+// exact IEEE half -> float (handles subnormals, inf, nan)
+inline float f16_to_f32(f16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do { man <<= 1; ++e; } while (!(man & 0x400));
+      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float bf16_to_f32(bf16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace lll

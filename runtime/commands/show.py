@@ -1,0 +1,115 @@
+"""`localllm show MODEL [--json]`: what a user wants to know about a GGUF model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("show", help="summarise a GGUF model (store name or path)",
+                       description="Print a model's architecture, size, quantization mix, shape and tokenizer.")
+    p.add_argument("model", help="a store name (see `localllm list`) or a path to a .gguf file")
+    p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    p.set_defaults(func=run)
+
+
+def resolve(model: str) -> Path:
+    """A path to an existing file is used as is; anything else is looked up in the model store."""
+    p = Path(os.path.expanduser(model))
+    if p.is_file():
+        return p
+    if p.suffix == ".gguf" or os.sep in model:
+        raise FileNotFoundError(f"no such model file: {model}")
+    from localllm.store import resolve_model
+
+    return resolve_model(model)
+
+
+def summary(path: Path) -> dict:
+    from localllm.gguf import GGUFFile
+
+    t0 = time.perf_counter()
+    with GGUFFile(path) as f:
+        load_s = time.perf_counter() - t0
+        md = f.metadata
+        arch = f.architecture or "unknown"
+        quant: dict[str, dict] = {}
+        n_params = 0
+        for t in f.tensors.values():
+            q = quant.setdefault(t.type.name, {"tensors": 0, "parameters": 0, "bytes": 0})
+            q["tensors"] += 1
+            q["parameters"] += t.n_elements
+            q["bytes"] += t.nbytes
+            n_params += t.n_elements
+        n_tensor_bytes = sum(q["bytes"] for q in quant.values())
+        tokens = md.get("tokenizer.ggml.tokens")
+
+        def a(key):
+            v = f.arch_value(key)
+            return v.tolist() if hasattr(v, "tolist") else v
+
+        return {
+            "path": str(path),
+            "name": md.get("general.name"),
+            "architecture": arch,
+            "parameters": n_params,
+            "file_size": f.file_size,
+            "bits_per_weight": round(8 * n_tensor_bytes / n_params, 3) if n_params else None,
+            "quantization": dict(sorted(quant.items(), key=lambda kv: -kv[1]["bytes"])),
+            "context_length": a("context_length"),
+            "embedding_length": a("embedding_length"),
+            "feed_forward_length": a("feed_forward_length"),
+            "layers": a("block_count"),
+            "heads": a("attention.head_count"),
+            "kv_heads": a("attention.head_count_kv"),
+            "rope_freq_base": a("rope.freq_base"),
+            "vocab_size": len(tokens) if tokens is not None else None,
+            "tokenizer": md.get("tokenizer.ggml.model"),
+            "pre_tokenizer": md.get("tokenizer.ggml.pre"),
+            "chat_template": "tokenizer.chat_template" in md,
+            "gguf_version": f.version,
+            "tensors": len(f.tensors),
+            "open_seconds": round(load_s, 4),
+        }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else str(n)
+
+
+def run(args: argparse.Namespace) -> int:
+    s = summary(resolve(args.model))
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return 0
+    rows = [
+        ("model", s["name"] or Path(s["path"]).name),
+        ("file", f"{s['path']} ({_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)"),
+        ("architecture", s["architecture"]),
+        ("parameters", f"{_count(s['parameters'])} ({s['parameters']:,}), {s['bits_per_weight']} bits per weight"),
+        ("context length", s["context_length"]),
+        ("layers", s["layers"]),
+        ("heads / kv heads", f"{s['heads']} / {s['kv_heads']}"),
+        ("embedding / ffn", f"{s['embedding_length']} / {s['feed_forward_length']}"),
+        ("tokenizer", f"{s['tokenizer']} ({s['pre_tokenizer'] or 'no pre-tokenizer'}), {s['vocab_size']} tokens"),
+        ("chat template", "yes" if s["chat_template"] else "no"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    print("quantization")
+    for name, q in s["quantization"].items():
+        print(f"  {name:<7} {q['tensors']:>4} tensors  {_count(q['parameters']):>7} params  {_size(q['bytes']):>10}")
+    return 0

@@ -1,0 +1,106 @@
+"""Typed facade over the native extension: the only module that imports localllm._native.
+
+    from localllm import kernels
+    y = kernels.matmul(tensor, x)          # tensor: gguf.TensorInfo [m, k]; x: float32 [n, k] -> [n, m]
+    w = kernels.dequantize(tensor)         # float32 [n_rows, row_len]
+    kernels.configure(path="avx2", threads=2)
+
+The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512) or the best this CPU runs; threads default
+to the number of physical cores.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import _native, quant_types
+from .gguf import TensorInfo
+
+
+class UnsupportedTypeError(ValueError):
+    """A tensor type the kernels do not compute."""
+
+
+def physical_cores() -> int:
+    """Physical cores of this machine (SMT siblings counted once); falls back to os.cpu_count()."""
+    try:
+        cores = set()
+        base = "/sys/devices/system/cpu"
+        for name in os.listdir(base):
+            if name.startswith("cpu") and name[3:].isdigit():
+                p = f"{base}/{name}/topology"
+                with open(f"{p}/physical_package_id") as a, open(f"{p}/core_id") as b:
+                    cores.add((a.read().strip(), b.read().strip()))
+        n = len(cores)
+    except OSError:
+        n = 0
+    avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n or avail, avail))
+
+
+def available_paths() -> list[str]:
+    """CPU paths this machine can run, best last."""
+    return list(_native.available_paths())
+
+
+def configure(path: str | None = None, threads: int | None = None) -> None:
+    """Selects the CPU path (None: LOCALLLM_CPU or the best) and the thread count (None: physical cores)."""
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    _native.configure(path if path is not None else os.environ.get("LOCALLLM_CPU", ""), threads or physical_cores())
+
+
+def current_path() -> str:
+    return _native.current_path()
+
+
+def threads() -> int:
+    return _native.threads()
+
+
+def _check(t: quant_types.QuantType, what: str) -> None:
+    if not t.supported:
+        raise UnsupportedTypeError(f"{what}: tensor type {t.name} is not supported by the localllm kernels "
+                                   f"(supported: {', '.join(q.name for q in quant_types.SUPPORTED)})")
+
+
+def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str = "weights") -> np.ndarray:
+    """rows: uint8 [m, row_bytes] of GGML type type_id; x: float32 [n, k] -> float32 [n, m]."""
+    _check(quant_types.get(type_id), name)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        return _native.matmul(type_id, rows, k, x[None, :])[0]
+    return _native.matmul(type_id, rows, k, x)
+
+
+def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
+    """y = x @ W^T for a 2-D weight tensor W [n_rows, row_len]; x: [n, row_len] or [row_len]."""
+    if len(t.dims) != 2:
+        raise ValueError(f"{t.name}: matmul needs a 2-D tensor, got dims {t.dims}")
+    return matmul_raw(t.type.id, t.rows(), t.row_len, x, t.name)
+
+
+def dequantize_raw(type_id: int, rows: np.ndarray, k: int, name: str = "tensor") -> np.ndarray:
+    _check(quant_types.get(type_id), name)
+    return _native.dequantize(type_id, rows, k)
+
+
+def dequantize(t: TensorInfo, rows: slice | None = None) -> np.ndarray:
+    """float32 [n_rows, row_len] (or the selected rows): embedding lookup and debugging."""
+    r = t.rows() if rows is None else t.rows()[rows]
+    return dequantize_raw(t.type.id, r, t.row_len, t.name)
+
+
+def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: float32 [n, k] -> (xq int8 [n, k], dx float32 [n, k/32], sum16 int32 [n, k/16]), as matmul does."""
+    return _native.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def stream_read(buf: np.ndarray) -> int:
+    """Reads every byte of a contiguous uint8 buffer once with all threads; returns a checksum."""
+    return _native.stream_read(buf)
+
+
+configure()

@@ -1,0 +1,166 @@
+"""Native kernels against independent references: gguf.quants.dequantize and float64 numpy.
+
+Error bounds (why the thresholds are what they are):
+- Dequantization is exact: the same float32 operations as the reference, so results must be equal.
+- Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2), integer
+  dot products are exact, and each group of G weights adds one scaled float32 term. Against the float64
+  product with the *quantized* activations x^ the only error is float32 rounding: at most
+  (K/G + 4) * u * sum|w * x^| with u = 2^-23 (one rounding per group term plus the final scaling).
+  Against the float64 product with the original x, activation rounding adds at most
+  sum_k |w_k| * (dx_k / 2 + 8u|x_k|) (the kernel scales by the float32 reciprocal 127/amax, so a value
+  a few ulps from a rounding tie may round the other way).
+- Float types (F32, F16, BF16): x is not quantized; one fused multiply-add per weight, so the bound is
+  (K + 4) * u * sum|w * x|.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf.quants import dequantize as ref_dequantize
+
+from localllm import kernels, quant_types
+from quant_blocks import TYPES, random_rows
+
+U = 2.0 ** -23
+FLOAT_TYPES = {T.F32, T.F16, T.BF16}
+PATHS = ["scalar", "avx2", "avx512"]
+N_LIST = list(range(1, 18)) + [64, 512]
+
+
+def group_of(qt: T) -> int:
+    return 16 if qt in (T.Q2_K, T.Q3_K, T.Q6_K) else 32
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    if request.param not in kernels.available_paths():
+        pytest.skip(f"this CPU cannot run the {request.param} path")
+    yield request.param
+    kernels.configure()
+
+
+def ref_weights(qt: T, rows: np.ndarray, k: int) -> np.ndarray:
+    return ref_dequantize(rows, qt).reshape(rows.shape[0], k).astype(np.float64)
+
+
+def check_product(qt: T, y: np.ndarray, w64: np.ndarray, x: np.ndarray) -> None:
+    """y: [n, m] from the kernels; w64: [m, k] float64 weights; x: [n, k] float32 activations."""
+    k = x.shape[1]
+    x64 = x.astype(np.float64)
+    if qt in FLOAT_TYPES:
+        bound = (k + 4) * U * (np.abs(x64) @ np.abs(w64).T)
+        err = np.abs(y - x64 @ w64.T)
+        assert np.all(err <= bound + 1e-30), f"{qt.name}: max excess {np.max(err - bound)}"
+        return
+    xq, dx, _ = kernels.quantize_activations(x)
+    xhat = (xq.reshape(x.shape[0], -1, 32).astype(np.float64) * dx[:, :, None]).reshape(x.shape)
+    # round to nearest of x * (127 / amax): within dx/2, plus a few ulps of x for the rounded reciprocal
+    act_err = np.repeat(dx, 32, axis=1).astype(np.float64) / 2 + 8 * U * np.abs(x64)
+    assert np.all(np.abs(x64 - xhat) <= act_err)
+    exact_q = xhat @ w64.T
+    bound_q = (k / group_of(qt) + 4) * U * (np.abs(xhat) @ np.abs(w64).T)
+    err_q = np.abs(y - exact_q)
+    assert np.all(err_q <= bound_q + 1e-30), f"{qt.name}: vs quantized x, max excess {np.max(err_q - bound_q)}"
+    bound_x = bound_q + act_err @ np.abs(w64).T
+    err_x = np.abs(y - x64 @ w64.T)
+    assert np.all(err_x <= bound_x * (1 + 1e-9)), f"{qt.name}: vs exact x, max excess {np.max(err_x - bound_x)}"
+
+
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
+def test_dequantize_random_blocks_equal_gguf(qt, path):
+    kernels.configure(path=path, threads=1)
+    rng = np.random.default_rng(int(qt))
+    bs = GGML_QUANT_SIZES[qt][0]
+    for k in sorted({max(bs, 32), 256, 4864}):
+        rows = random_rows(qt, 7, k, rng)
+        got = kernels.dequantize_raw(int(qt), rows, k)
+        np.testing.assert_array_equal(got, ref_dequantize(rows, qt).reshape(7, k))
+
+
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_matches_float64(qt, path, threads):
+    kernels.configure(path=path, threads=threads)
+    rng = np.random.default_rng(1000 + int(qt))
+    bs = GGML_QUANT_SIZES[qt][0]
+    ks = [32, 256, 4864, 8960] if bs == 32 else [256, 4864, 8960]
+    if bs == 1:
+        ks = [32, 256, 4864, 8960]
+    for k in ks:
+        rows = random_rows(qt, 33, k, rng)
+        w64 = ref_weights(qt, rows, k)
+        x = rng.standard_normal((512, k), dtype=np.float32)
+        x[3, :] = 0.0  # an all-zero activation row (dx = 0)
+        x[5, : min(k, 40)] *= 1000.0  # outliers in one block
+        # every odd row count with a few N; all N on the full 33 rows
+        for m in (1, 3, 7):
+            for n in (1, 5, 17):
+                check_product(qt, kernels.matmul_raw(int(qt), rows[:m], k, x[:n]), w64[:m], x[:n])
+        for n in N_LIST if k <= 4864 else [1, 2, 9, 16, 17, 64]:
+            check_product(qt, kernels.matmul_raw(int(qt), rows, k, x[:n]), w64, x[:n])
+
+
+def test_paths_and_threads_agree_exactly_where_arithmetic_is_identical():
+    """Thread count must not change results: tiles are independent and summed in a fixed order."""
+    rng = np.random.default_rng(7)
+    rows = random_rows(T.Q4_K, 100, 4864, rng)
+    x = rng.standard_normal((9, 4864), dtype=np.float32)
+    outs = []
+    for th in (1, 2):
+        kernels.configure(threads=th)
+        outs.append(kernels.matmul_raw(int(T.Q4_K), rows, 4864, x))
+    kernels.configure()
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_unsupported_type_names_type_and_tensor():
+    rows = np.zeros((2, 66), dtype=np.uint8)
+    with pytest.raises(kernels.UnsupportedTypeError, match=r"blk\.0\.attn_q\.weight.*IQ2_XXS"):
+        kernels.matmul_raw(int(T.IQ2_XXS), rows, 256, np.zeros((1, 256), np.float32), "blk.0.attn_q.weight")
+    with pytest.raises(ValueError, match="unknown GGML tensor type"):
+        kernels.matmul_raw(99, rows, 256, np.zeros((1, 256), np.float32))
+
+
+def test_bad_shapes_raise_value_error():
+    rows = np.zeros((4, 144), dtype=np.uint8)
+    with pytest.raises(ValueError, match="columns"):
+        kernels.matmul_raw(int(T.Q4_K), rows, 256, np.zeros((1, 128), np.float32))
+    with pytest.raises(ValueError, match="bytes"):
+        kernels.matmul_raw(int(T.Q4_K), rows[:, :100], 256, np.zeros((1, 256), np.float32))
+    with pytest.raises(ValueError, match="whole number of blocks"):
+        kernels.matmul_raw(int(T.Q4_K), rows, 100, np.zeros((1, 100), np.float32))
+    with pytest.raises(ValueError, match="threads"):
+        kernels.configure(threads=0)
+
+
+@pytest.mark.parametrize("want", PATHS)
+def test_env_var_forces_path(want):
+    env = dict(os.environ, LOCALLLM_CPU=want)
+    r = subprocess.run([sys.executable, "-c", "from localllm import kernels; print(kernels.current_path())"],
+                       env=env, capture_output=True, text=True)
+    if want in kernels.available_paths():
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == want
+    else:
+        assert r.returncode != 0 and "not supported on this machine" in r.stderr
+
+
+def test_env_var_rejects_unknown_path():
+    env = dict(os.environ, LOCALLLM_CPU="sse9")
+    r = subprocess.run([sys.executable, "-c", "import localllm.kernels"], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown CPU path 'sse9'" in r.stderr
+
+
+def test_quant_table_matches_gguf_constants():
+    for t in quant_types.BY_ID.values():
+        if t.name == "Q8_1":
+            continue  # gguf-py lists float32 d and s (40 bytes); ggml's block_q8_1 holds two halves (36)
+        qt = T(t.id)
+        assert (t.block_size, t.type_size) == GGML_QUANT_SIZES[qt], t.name
+        assert t.name == qt.name
