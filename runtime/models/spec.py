@@ -1,0 +1,398 @@
+"""The model spec: everything the generic native decoder block needs, read from GGUF metadata and tensor names.
+
+One architecture file per `general.architecture` (llama.py, qwen2.py, gemma3.py) turns a GGUFFile into a
+ModelSpec; the native side runs this block over it, with T tokens at positions pos:
+
+    h = token_embd[ids] * embed_scale                                  # [T, d_model]
+    for layer in layers:
+        a = rms_norm(h, attn_norm)
+        q = a @ attn_q.T (+ attn_q_bias)                               # [T, n_head, head_dim]
+        k = a @ attn_k.T (+ attn_k_bias); v = a @ attn_v.T (+ ...)     # [T, n_kv_head, head_dim]
+        q, k = rms_norm(q, attn_q_norm), rms_norm(k, attn_k_norm)      # per head, when qk_norm
+        q, k = rope(q, pos, layer.rope_base, layer.rope_scale), rope(k, ...)   # first n_rot dims of a head
+        s = (q @ k.T) * attn_scale                                     # head h reads kv head h // (n_head // n_kv_head)
+        s = attn_softcap * tanh(s / attn_softcap)                      # when attn_softcap
+        s[i, j] = -inf where j > i, or i - j >= sliding_window on a sliding layer
+        o = (softmax(s) @ v) @ attn_output.T (+ attn_output_bias)      # [T, d_model]
+        h = h + rms_norm(o, post_attention_norm)                       # the norm only when post_attn_norm
+        f = rms_norm(h, ffn_norm)
+        f = (act(f @ ffn_gate.T) * (f @ ffn_up.T)) @ ffn_down.T        # act: silu or gelu_tanh
+        h = h + rms_norm(f, post_ffw_norm)                             # the norm only when post_ffn_norm
+    logits = rms_norm(h, output_norm) @ output.T                       # [T, n_vocab]
+    logits = final_softcap * tanh(logits / final_softcap)              # when final_softcap
+
+rms_norm(x, w) = x / sqrt(mean(x**2) + rms_eps) * w; GGUF norm weights are used as stored (gemma's +1 is
+already folded in by the converter). rope rotates pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (NeoX) by
+pos * rope_scale * rope_base**(-2i/n_rot) / freq_factors[i].
+
+A file this block cannot run correctly raises UnsupportedModelError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+ROPE_SCALING_TYPES = ("none", "linear")
+FFN_ACTS = ("silu", "gelu_tanh")
+_REQUIRED = object()
+
+
+class UnsupportedModelError(ValueError):
+    """A model this runtime cannot run correctly: an unknown architecture, an unsupported metadata value,
+    or a missing or unexpected tensor. The message names the file and the field."""
+
+    def __init__(self, path: str, field: str, problem: str):
+        super().__init__(f"{path}: {field}: {problem}")
+        self.path, self.field, self.problem = path, field, problem
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    n_rot: int  # leading dims of each head that rotate
+    neox: bool  # True: pairs (i, i + n_rot/2) (NeoX); False: pairs (2i, 2i+1) (normal)
+    freq_base: float  # of the global (non-sliding) layers
+    scaling: str  # "none" | "linear"
+    freq_scale: float  # 1 / rope.scaling.factor for "linear", else 1.0; the global layers' LayerSpec.rope_scale
+    orig_context_length: int  # rope.scaling.original_context_length, 0 when absent
+    freq_factors: str | None = None  # tensor [n_rot/2] dividing each frequency (llama 3 rope_freqs), or None
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    sliding: bool  # attends to the last sliding_window positions only
+    rope_base: float
+    rope_scale: float  # multiplies the rotation angle (linear scaling)
+    attn_norm: str
+    attn_q: str  # [n_head * head_dim, d_model] (numpy order)
+    attn_k: str  # [n_kv_head * head_dim, d_model]
+    attn_v: str  # [n_kv_head * head_dim, d_model]
+    attn_output: str  # [d_model, n_head * head_dim]
+    ffn_norm: str
+    ffn_gate: str  # [n_ff, d_model]
+    ffn_up: str  # [n_ff, d_model]
+    ffn_down: str  # [d_model, n_ff]
+    attn_q_bias: str | None = None  # [n_head * head_dim]
+    attn_k_bias: str | None = None  # [n_kv_head * head_dim]
+    attn_v_bias: str | None = None  # [n_kv_head * head_dim]
+    attn_output_bias: str | None = None  # [d_model]
+    attn_q_norm: str | None = None  # [head_dim], shared by all heads
+    attn_k_norm: str | None = None  # [head_dim]
+    post_attention_norm: str | None = None  # [d_model]
+    post_ffw_norm: str | None = None  # [d_model]
+
+    def tensor_names(self) -> list[str]:
+        return [v for k, v in self.__dict__.items() if isinstance(v, str)]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    arch: str
+    n_vocab: int
+    d_model: int
+    n_layers: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int  # of keys, queries and values alike
+    n_ff: int
+    context_length: int
+    rms_eps: float
+    rope: RopeSpec
+    attn_scale: float  # multiplies q @ k.T
+    ffn_act: str  # "silu" (SwiGLU) | "gelu_tanh" (GeGLU, tanh approximation)
+    embed_scale: float  # multiplies the embedding rows
+    sliding_window: int  # 0: no sliding layers
+    attn_softcap: float  # 0.0: none
+    final_softcap: float  # 0.0: none
+    qkv_bias: bool
+    attn_output_bias: bool
+    qk_norm: bool
+    post_attn_norm: bool
+    post_ffn_norm: bool
+    token_embd: str  # [n_vocab, d_model]
+    output_norm: str  # [d_model]
+    output: str  # [n_vocab, d_model]; == token_embd when tied
+    layers: tuple[LayerSpec, ...] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.layers) != self.n_layers:
+            raise ValueError(f"{len(self.layers)} layer specs for {self.n_layers} layers")
+        if self.ffn_act not in FFN_ACTS:
+            raise ValueError(f"ffn_act {self.ffn_act!r} is not one of {FFN_ACTS}")
+        for i, layer in enumerate(self.layers):
+            has = {
+                "qkv_bias": None not in (layer.attn_q_bias, layer.attn_k_bias, layer.attn_v_bias),
+                "attn_output_bias": layer.attn_output_bias is not None,
+                "qk_norm": layer.attn_q_norm is not None and layer.attn_k_norm is not None,
+                "post_attn_norm": layer.post_attention_norm is not None,
+                "post_ffn_norm": layer.post_ffw_norm is not None,
+            }
+            for flag, present in has.items():
+                if present != getattr(self, flag):
+                    raise ValueError(f"layer {i} disagrees with {flag}={getattr(self, flag)}")
+            if layer.sliding and not self.sliding_window:
+                raise ValueError(f"layer {i} is sliding but sliding_window is 0")
+
+    @property
+    def tied_output(self) -> bool:
+        return self.output == self.token_embd
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_head * self.head_dim
+
+    @property
+    def sliding_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, layer in enumerate(self.layers) if layer.sliding)
+
+    def tensor_names(self) -> list[str]:
+        names = [self.token_embd, self.output_norm]
+        if not self.tied_output:
+            names.append(self.output)
+        if self.rope.freq_factors:
+            names.append(self.rope.freq_factors)
+        for layer in self.layers:
+            names += layer.tensor_names()
+        return names
+
+
+class MetadataView:
+    """Typed access to one GGUF file's `{arch}.*` keys; every failure raises UnsupportedModelError naming the key."""
+
+    def __init__(self, f, arch: str):
+        self.f, self.arch, self.path = f, arch, f.path
+
+    def key(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def fail(self, field: str, problem: str) -> UnsupportedModelError:
+        return UnsupportedModelError(self.path, field, problem)
+
+    def raw(self, suffix: str) -> Any:
+        return self.f.metadata.get(self.key(suffix))
+
+    def _scalar(self, suffix: str, default: Any) -> Any:
+        """the file's value, or None when absent and a default was given."""
+        v = self.raw(suffix)
+        if v is None and default is _REQUIRED:
+            raise self.fail(self.key(suffix), "missing (required)")
+        if isinstance(v, list) or hasattr(v, "tolist"):  # numpy arrays and StringArray
+            raise self.fail(self.key(suffix), "per-layer values (an array) are not supported")
+        return v
+
+    def integer(self, suffix: str, default: Any = _REQUIRED) -> int:
+        v = self._scalar(suffix, default)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(self.key(suffix), f"expected an integer, got {v!r}")
+        return v
+
+    def positive_int(self, suffix: str, default: Any = _REQUIRED) -> int:
+        v = self._scalar(suffix, default)
+        if v is None:
+            return default
+        v = self.integer(suffix)
+        if v <= 0:
+            raise self.fail(self.key(suffix), f"must be positive, got {v}")
+        return v
+
+    def number(self, suffix: str, default: Any = _REQUIRED) -> float:
+        v = self._scalar(suffix, default)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.fail(self.key(suffix), f"expected a finite number, got {v!r}")
+        return float(v)
+
+    def string(self, suffix: str, default: Any = _REQUIRED) -> str:
+        v = self._scalar(suffix, default)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise self.fail(self.key(suffix), f"expected a string, got {v!r}")
+        return v
+
+    def tensor(self, name: str, dims: tuple[int, ...], required: bool = True) -> str | None:
+        """name when the file has it with GGML dims `dims` (dims[0] = row length); None when optional and absent."""
+        t = self.f.tensors.get(name)
+        if t is None:
+            if required:
+                raise self.fail(name, "tensor missing")
+            return None
+        if tuple(t.dims) != tuple(dims):
+            raise self.fail(name, f"tensor has dims {tuple(t.dims)}, expected {tuple(dims)} (GGML order)")
+        return name
+
+
+def decoder_spec(
+    m: MetadataView, *, neox: bool, ffn_act: str, attn_bias: str, qk_norm: bool, sandwich_norms: bool
+) -> ModelSpec:
+    """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
+    embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
+    present) or "none". Architectures adjust the result with dataclasses.replace."""
+    for suffix in ("expert_count", "expert_used_count"):
+        n = m.raw(suffix)
+        if n is not None and not (isinstance(n, int) and n == 0):
+            raise m.fail(m.key(suffix), f"mixture-of-experts models are not supported (got {n!r})")
+    if m.raw("attention.causal") is False:
+        raise m.fail(m.key("attention.causal"), "non-causal attention is not supported")
+
+    n_layers = m.positive_int("block_count")
+    d_model = m.positive_int("embedding_length")
+    n_ff = m.positive_int("feed_forward_length")
+    n_head = m.positive_int("attention.head_count")
+    n_kv_head = m.positive_int("attention.head_count_kv", n_head)
+    if n_head % n_kv_head:
+        raise m.fail(m.key("attention.head_count_kv"), f"{n_kv_head} does not divide head_count {n_head}")
+    default_head_dim = d_model // n_head if d_model % n_head == 0 else _REQUIRED
+    head_dim = m.positive_int("attention.key_length", default_head_dim)
+    v_dim = m.positive_int("attention.value_length", head_dim)
+    if v_dim != head_dim:
+        raise m.fail(m.key("attention.value_length"), f"{v_dim} differs from key_length {head_dim}; not supported")
+    context_length = m.positive_int("context_length")
+    rms_eps = m.number("attention.layer_norm_rms_epsilon")
+    if not 0 < rms_eps < 1:
+        raise m.fail(m.key("attention.layer_norm_rms_epsilon"), f"out of range: {rms_eps}")
+
+    n_rot = m.positive_int("rope.dimension_count", head_dim)
+    if n_rot != head_dim:
+        raise m.fail(m.key("rope.dimension_count"), f"partial rotary ({n_rot} of {head_dim} dims) is not supported")
+    freq_base = m.number("rope.freq_base", 10000.0)
+    if freq_base <= 0:
+        raise m.fail(m.key("rope.freq_base"), f"must be positive, got {freq_base}")
+    scaling = m.string("rope.scaling.type", "linear")
+    if scaling not in ROPE_SCALING_TYPES:
+        raise m.fail(
+            m.key("rope.scaling.type"),
+            f"rope scaling {scaling!r} is not supported (supported: {', '.join(ROPE_SCALING_TYPES)})",
+        )
+    factor_key = "rope.scaling.factor" if m.raw("rope.scaling.factor") is not None else "rope.scale_linear"
+    factor = m.number(factor_key, 0.0)
+    if factor < 0:
+        raise m.fail(m.key(factor_key), f"must not be negative, got {factor}")
+    freq_scale = 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
+    scaling = "linear" if freq_scale != 1.0 else "none"
+    orig_ctx = m.integer("rope.scaling.original_context_length", 0)
+
+    t_embd = m.f.tensors.get("token_embd.weight")
+    if t_embd is None or len(t_embd.dims) != 2:
+        raise m.fail("token_embd.weight", "tensor missing" if t_embd is None else f"expected 2 dims, got {t_embd.dims}")
+    n_vocab = t_embd.dims[1]
+    if m.integer("vocab_size", n_vocab) != n_vocab:
+        raise m.fail(m.key("vocab_size"), f"{m.raw('vocab_size')} disagrees with token_embd.weight ({n_vocab} rows)")
+    m.tensor("token_embd.weight", (d_model, n_vocab))
+    output = m.tensor("output.weight", (d_model, n_vocab), required=False) or "token_embd.weight"
+    freq_factors = m.tensor("rope_freqs.weight", (n_rot // 2,), required=False)
+
+    q_dim, kv_dim = n_head * head_dim, n_kv_head * head_dim
+    layers = []
+    for i in range(n_layers):
+        b = f"blk.{i}."
+        biases = {}
+        if attn_bias != "none":
+            req = attn_bias == "required"
+            biases = {
+                "attn_q_bias": m.tensor(b + "attn_q.bias", (q_dim,), req),
+                "attn_k_bias": m.tensor(b + "attn_k.bias", (kv_dim,), req),
+                "attn_v_bias": m.tensor(b + "attn_v.bias", (kv_dim,), req),
+            }
+            if attn_bias == "optional":
+                biases["attn_output_bias"] = m.tensor(b + "attn_output.bias", (d_model,), False)
+        norms = {}
+        if qk_norm:
+            norms = {
+                "attn_q_norm": m.tensor(b + "attn_q_norm.weight", (head_dim,)),
+                "attn_k_norm": m.tensor(b + "attn_k_norm.weight", (head_dim,)),
+            }
+        if sandwich_norms:
+            norms.update(
+                post_attention_norm=m.tensor(b + "post_attention_norm.weight", (d_model,)),
+                post_ffw_norm=m.tensor(b + "post_ffw_norm.weight", (d_model,)),
+            )
+        layers.append(
+            LayerSpec(
+                sliding=False,
+                rope_base=freq_base,
+                rope_scale=freq_scale,
+                attn_norm=m.tensor(b + "attn_norm.weight", (d_model,)),
+                attn_q=m.tensor(b + "attn_q.weight", (d_model, q_dim)),
+                attn_k=m.tensor(b + "attn_k.weight", (d_model, kv_dim)),
+                attn_v=m.tensor(b + "attn_v.weight", (d_model, kv_dim)),
+                attn_output=m.tensor(b + "attn_output.weight", (q_dim, d_model)),
+                ffn_norm=m.tensor(b + "ffn_norm.weight", (d_model,)),
+                ffn_gate=m.tensor(b + "ffn_gate.weight", (d_model, n_ff)),
+                ffn_up=m.tensor(b + "ffn_up.weight", (d_model, n_ff)),
+                ffn_down=m.tensor(b + "ffn_down.weight", (n_ff, d_model)),
+                **biases,
+                **norms,
+            )
+        )
+
+    def all_or_none(key: str) -> bool:
+        present = [getattr(layer, key) is not None for layer in layers]
+        if any(present) and not all(present):
+            name = getattr(layers[present.index(True)], key)
+            raise m.fail(name, f"tensor present on some layers only (not on blk.{present.index(False)}); not supported")
+        return present[0]
+
+    qkv_bias = [all_or_none(k) for k in ("attn_q_bias", "attn_k_bias", "attn_v_bias")]
+    if any(qkv_bias) and not all(qkv_bias):
+        raise m.fail("blk.0.attn_q.bias", "q, k and v biases must come together")
+
+    softcaps = {}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        softcaps[key] = m.number(key, 0.0)
+        if softcaps[key] < 0:
+            raise m.fail(m.key(key), f"must not be negative, got {softcaps[key]}")
+
+    spec = ModelSpec(
+        arch=m.arch,
+        n_vocab=n_vocab,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_head=n_head,
+        n_kv_head=n_kv_head,
+        head_dim=head_dim,
+        n_ff=n_ff,
+        context_length=context_length,
+        rms_eps=rms_eps,
+        rope=RopeSpec(
+            n_rot=n_rot,
+            neox=neox,
+            freq_base=freq_base,
+            scaling=scaling,
+            freq_scale=freq_scale,
+            orig_context_length=orig_ctx,
+            freq_factors=freq_factors,
+        ),
+        attn_scale=1.0 / math.sqrt(head_dim),
+        ffn_act=ffn_act,
+        embed_scale=1.0,
+        sliding_window=0,
+        attn_softcap=softcaps["attn_logit_softcapping"],
+        final_softcap=softcaps["final_logit_softcapping"],
+        qkv_bias=all(qkv_bias),
+        attn_output_bias=all_or_none("attn_output_bias"),
+        qk_norm=qk_norm,
+        post_attn_norm=sandwich_norms,
+        post_ffn_norm=sandwich_norms,
+        token_embd="token_embd.weight",
+        output_norm=m.tensor("output_norm.weight", (d_model,)),
+        output=output,
+        layers=tuple(layers),
+    )
+    unused = sorted(set(m.f.tensors) - set(spec.tensor_names()))
+    if unused:
+        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+        raise m.fail(
+            unused[0],
+            f"tensor not used by the {m.arch} decoder (unused: {', '.join(unused[:3])}{more}); "
+            f"a variant this runtime does not support",
+        )
+    return spec

@@ -1,0 +1,162 @@
+"""A slow, obviously correct numpy forward pass over a ModelSpec: the judge for the native decoder block.
+
+    ref = ReferenceModel(GGUFFile(path))         # builds the spec with spec_from_gguf
+    logits = ref.logits([1, 2, 3])               # [T, n_vocab] float32; full causal attention, no KV cache
+
+Weights come from `gguf.quants.dequantize` as float32 and are cached per tensor (cache=False keeps only
+the tensors of the layer being computed, for models whose float32 weights would not fit). Matrix products
+run in float32; norms, rope, softmax and the nonlinearities in float64. It follows spec.py's block exactly.
+
+act_quant=True rounds each matrix product's input the way ggml's CPU dot products do before they multiply:
+to Q8_0 (blocks of 32, fp16 scale) for 32-weight block types, to Q8_K (blocks of 256, float scale) for
+K-quants and IQ4_XS, to fp16 for F16. Only the rounding is emulated; products stay float32.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+from gguf.quants import dequantize
+from localllm.models import ModelSpec, spec_from_gguf
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x: [..., n], w: [n]; normalises the last axis."""
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(
+    x: np.ndarray, pos: np.ndarray, n_rot: int, neox: bool, base: float, scale: float, freq_factors: np.ndarray | None
+) -> np.ndarray:
+    """x: [T, n_heads, head_dim], pos: [T]; rotates the first n_rot dims of every head (ggml_rope_ext)."""
+    half = n_rot // 2
+    inv_freq = base ** (-2.0 * np.arange(half) / n_rot)  # [half]
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    theta = scale * pos[:, None].astype(np.float64) * inv_freq[None, :]  # [T, half]
+    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    out = x.astype(np.float64).copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half], out[..., half:n_rot] = a * cos - b * sin, a * sin + b * cos
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2], out[..., 1:n_rot:2] = a * cos - b * sin, a * sin + b * cos
+    return out
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    return cap * np.tanh(x / cap) if cap else x
+
+
+_Q8_K_INPUT = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+
+
+def quantize_activations(x: np.ndarray, weight_type: str) -> np.ndarray:
+    """x: [T, n] float32 -> x as ggml's vec_dot_type for weight_type represents it (quantize_row_q8_0/q8_K_ref)."""
+    if weight_type == "F32":
+        return x
+    if weight_type == "F16":
+        return x.astype(np.float16).astype(np.float32)
+    if weight_type in _Q8_K_INPUT:
+        xb = x.reshape(x.shape[0], -1, 256)
+        mx = np.take_along_axis(xb, np.abs(xb).argmax(-1)[..., None], -1)  # signed value of largest magnitude
+        iscale = np.divide(np.float32(-127.0), mx, out=np.zeros_like(mx), where=mx != 0)
+        q = np.minimum(np.rint(iscale * xb), 127)
+        d = np.divide(np.float32(1.0), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+        return (q * d).reshape(x.shape).astype(np.float32)
+    xb = x.reshape(x.shape[0], -1, 32)
+    d = np.abs(xb).max(-1, keepdims=True) / np.float32(127.0)
+    q = np.rint(np.divide(xb, d, out=np.zeros_like(xb), where=d != 0))
+    return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
+
+
+class ReferenceModel:
+    def __init__(self, f, spec: ModelSpec | None = None, cache: bool = True, act_quant: bool = False):
+        self.f, self.spec, self.cache, self.act_quant = f, spec or spec_from_gguf(f), cache, act_quant
+        self._weights: dict[str, np.ndarray] = {}
+
+    def weight(self, name: str) -> np.ndarray:
+        """float32 [n_rows, row_len] (numpy order: a Linear's [out, in]); [row_len] for 1-D tensors."""
+        w = self._weights.get(name)
+        if w is None:
+            t = self.f.tensors[name]
+            w = dequantize(t.rows(), gguf.GGMLQuantizationType(t.type.id)).astype(np.float32, copy=False)
+            w = w.reshape(t.shape)
+            if self.cache:
+                self._weights[name] = w
+        return w
+
+    def embed(self, ids: list[int]) -> np.ndarray:
+        """float32 [T, d_model]: the embedding rows of ids, dequantized one row each."""
+        t = self.f.tensors[self.spec.token_embd]
+        rows = t.rows()[np.asarray(ids)]
+        return dequantize(rows, gguf.GGMLQuantizationType(t.type.id)).astype(np.float32).reshape(len(ids), -1)
+
+    def linear(self, x: np.ndarray, w: str, b: str | None = None) -> np.ndarray:
+        """x: [T, in] -> [T, out] float32."""
+        x = x.astype(np.float32)
+        if self.act_quant:
+            x = quantize_activations(x, self.f.tensors[w].type.name)
+        y = x @ self.weight(w).T
+        return y + self.weight(b) if b else y
+
+    def attention(self, layer, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """x: [T, d_model] normed -> [T, d_model], before the output norm and the residual."""
+        s, T = self.spec, x.shape[0]
+        q = self.linear(x, layer.attn_q, layer.attn_q_bias).reshape(T, s.n_head, s.head_dim)
+        k = self.linear(x, layer.attn_k, layer.attn_k_bias).reshape(T, s.n_kv_head, s.head_dim)
+        v = self.linear(x, layer.attn_v, layer.attn_v_bias).reshape(T, s.n_kv_head, s.head_dim).astype(np.float64)
+        if s.qk_norm:
+            q = rms_norm(q, self.weight(layer.attn_q_norm), s.rms_eps)
+            k = rms_norm(k, self.weight(layer.attn_k_norm), s.rms_eps)
+        ff = self.weight(s.rope.freq_factors).astype(np.float64) if s.rope.freq_factors else None
+        q = rope(q, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff)
+        k = rope(k, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff)
+
+        group = s.n_head // s.n_kv_head
+        k = np.repeat(k, group, axis=1)  # [T, n_head, head_dim]: head h reads kv head h // group
+        v = np.repeat(v, group, axis=1)
+        scores = np.einsum("ihd,jhd->hij", q, k) * s.attn_scale  # [n_head, T, T]
+        scores = softcap(scores, s.attn_softcap)
+        i, j = pos[:, None], pos[None, :]
+        masked = j > i
+        if layer.sliding:
+            masked |= i - j >= s.sliding_window
+        scores = np.where(masked[None], -np.inf, scores)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = scores / scores.sum(axis=-1, keepdims=True)
+        out = np.einsum("hij,jhd->ihd", probs, v).reshape(T, s.q_dim)
+        return self.linear(out, layer.attn_output, layer.attn_output_bias)
+
+    def ffn(self, layer, x: np.ndarray) -> np.ndarray:
+        """x: [T, d_model] normed -> [T, d_model]."""
+        act = silu if self.spec.ffn_act == "silu" else gelu_tanh
+        g = act(self.linear(x, layer.ffn_gate).astype(np.float64))
+        return self.linear(g * self.linear(x, layer.ffn_up), layer.ffn_down)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """[len(ids), n_vocab] float32 for tokens at positions 0..len(ids)-1."""
+        s = self.spec
+        pos = np.arange(len(ids))
+        h = self.embed(ids).astype(np.float64) * s.embed_scale
+        for layer in s.layers:
+            a = self.attention(layer, rms_norm(h, self.weight(layer.attn_norm), s.rms_eps), pos)
+            if s.post_attn_norm:
+                a = rms_norm(a, self.weight(layer.post_attention_norm), s.rms_eps)
+            h = h + a
+            f = self.ffn(layer, rms_norm(h, self.weight(layer.ffn_norm), s.rms_eps))
+            if s.post_ffn_norm:
+                f = rms_norm(f, self.weight(layer.post_ffw_norm), s.rms_eps)
+            h = h + f
+        out = self.linear(rms_norm(h, self.weight(s.output_norm), s.rms_eps), s.output)
+        return softcap(out.astype(np.float64), s.final_softcap).astype(np.float32)
