@@ -1,0 +1,443 @@
+"""Tokenizer from GGUF metadata: byte-level BPE (`gpt2`) and SentencePiece-style (`llama`) vocabularies,
+with llama.cpp's special-token handling, so ids match llama.cpp's llama_tokenize exactly.
+
+    tok = Tokenizer.from_gguf("model.gguf")      # any GGUF, vocab-only too; TokenizerError on bad metadata
+    ids = tok.encode("text")                      # add_special=True: BOS / EOS as the model asks
+    ids = tok.encode(prompt, parse_special=True)  # a rendered chat prompt: <|im_start|> is one token
+    text = tok.decode(ids)                        # control tokens hidden unless special=True
+    d = tok.detokenizer()                         # streaming: d.push(id) -> str, d.flush() -> str
+    tok.chat_template.render(messages) -> str     # see chat_template.py
+    tok.encode_chat(messages) -> list[int]        # rendered and encoded, one BOS at most
+    tok.stop_ids                                  # ids that end generation
+
+Special tokens (llama.cpp's tokenizer_st_partition): user-defined tokens (type 4: `<tool_call>`,
+gemma's `\\n` and runs of spaces) are always matched as whole tokens, before the text is split any
+further; control and unknown tokens (types 3 and 2: `<|im_start|>`, `<start_of_turn>`) only with
+parse_special=True, otherwise they are plain text. Longer special tokens claim text first.
+
+decode() concatenates token bytes: it does not apply llama.cpp's clean_spaces pass (" ?" -> "?"), so
+decode(encode(s)) == s wherever the vocabulary can spell s. For SPM vocabularies with
+add_space_prefix, one leading space of the first piece is dropped, undoing the prefix encode adds.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .bpe import BPE, tokens_bytes
+from .chat_template import ChatTemplate, ChatTemplateError
+from .detokenizer import IncrementalDetokenizer
+from .gguf import GGUFFile, StringArray
+from .spm import SPACE, SPM
+
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
+
+# llama.cpp's text-based detection (llama_vocab::impl::load): the first text of each list found in the vocabulary
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+              "<｜end▁of▁sentence｜>")
+_EOM_TEXTS = ("<|eom_id|>",)
+_FIM_TEXTS = {
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<PAD>"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
+
+
+class TokenizerError(ValueError):
+    """Tokenizer metadata that cannot be used; the message names the model file and the metadata key."""
+
+
+class Tokenizer:
+    """Build with from_gguf() or from_metadata(); immutable afterwards apart from internal caches.
+
+    tokens: [vocab_size] token texts; model: "gpt2" | "llama"; pre: tokenizer.ggml.pre (BPE only).
+    bos_id, eos_id, eot_id, eom_id, pad_id, unk_id: ids or None; add_bos, add_eos: what add_special adds;
+    add_space_prefix: SPM's leading space; stop_ids: llama.cpp's end-of-generation ids (EOS, EOT, EOM,
+    FIM pad / repo / file separator, tokens with an end-of-turn text) plus the control token the chat
+    template ends an assistant turn with; chat_template: ChatTemplate (ChatML when the GGUF has none).
+    """
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
+        with GGUFFile(path) as f:
+            return cls.from_metadata(f.metadata, name=os.fspath(path))
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any], name: str) -> "Tokenizer":
+        """metadata: GGUFFile.metadata (or a dict of the same shapes); name: for error messages.
+        Copies what it needs, so the GGUF file can be closed afterwards."""
+        try:
+            return cls(metadata, name)
+        except (TokenizerError, ChatTemplateError):
+            raise
+        except ValueError as e:  # from BPE / SPM, which name the key but not the file
+            raise TokenizerError(f"{name}: {e}") from None
+
+    def __init__(self, md: Mapping[str, Any], name: str):
+        self.name = name
+        self.model = _string(md, "tokenizer.ggml.model", name)
+        if self.model not in ("gpt2", "llama"):
+            raise TokenizerError(f"{name}: tokenizer.ggml.model {self.model!r} is not supported "
+                                 "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
+        tokens = _strings(md, "tokenizer.ggml.tokens", name)
+        n = len(tokens)
+        if n == 0:
+            raise TokenizerError(f"{name}: tokenizer.ggml.tokens is empty")
+        self.tokens: list[str] = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # llama.cpp's
+        types = _numbers(md, "tokenizer.ggml.token_type", name, n, np.int64)
+        self._types: list[int] = [NORMAL] * n if types is None else types.tolist()
+        self._vocab: dict[str, int] = dict(zip(self.tokens, range(n)))  # the last of duplicate texts wins
+
+        # llama.cpp's defaults per vocabulary type, which the GGUF keys below override; for 'gpt2' it falls
+        # back to id 11 for BOS and EOS, which is left out here: a GPT-2 ',' that ends generation helps no one
+        self._bpe: BPE | None = None
+        self._spm: SPM | None = None
+        self.pre: str | None = None
+        if self.model == "gpt2":
+            self.pre = md.get("tokenizer.ggml.pre")
+            if self.pre is not None and not isinstance(self.pre, str):
+                raise TokenizerError(f"{name}: tokenizer.ggml.pre must be a string, got {type(self.pre).__name__}")
+            if "tokenizer.ggml.merges" not in md:
+                raise TokenizerError(f"{name}: tokenizer.ggml.merges is missing (needed by a 'gpt2' tokenizer)")
+            self._bpe = BPE(self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre)
+            space_prefix, add_bos, bos, eos, unk = False, self._bpe.pre.add_bos, None, None, None
+        else:
+            scores = _numbers(md, "tokenizer.ggml.scores", name, n, np.float64)
+            space_prefix, add_bos, bos, eos, unk = True, True, 1, 2, 0
+        self.add_space_prefix = _flag(md, "tokenizer.ggml.add_space_prefix", name, space_prefix)
+        self.add_bos = _flag(md, "tokenizer.ggml.add_bos_token", name, add_bos)
+        self.add_eos = _flag(md, "tokenizer.ggml.add_eos_token", name, False)
+        self.bos_id = _token_id(md, "tokenizer.ggml.bos_token_id", name, n, _default_id(bos, n))
+        self.eos_id = _token_id(md, "tokenizer.ggml.eos_token_id", name, n, _default_id(eos, n))
+        self.unk_id = _token_id(md, "tokenizer.ggml.unknown_token_id", name, n, _default_id(unk, n))
+        self.pad_id = _token_id(md, "tokenizer.ggml.padding_token_id", name, n, None)
+        if self.add_bos and self.bos_id is None:
+            raise TokenizerError(f"{name}: tokenizer.ggml.add_bos_token is set but there is no "
+                                 "tokenizer.ggml.bos_token_id")
+        if self.add_eos and self.eos_id is None:
+            raise TokenizerError(f"{name}: tokenizer.ggml.add_eos_token is set but there is no "
+                                 "tokenizer.ggml.eos_token_id")
+        if self._bpe is None:
+            self._spm = SPM(self._vocab, self.tokens, np.zeros(n) if scores is None else scores, self.unk_id)
+
+        eog = self._end_of_generation(md)
+        self._pieces, self._visible_pieces = self._build_pieces()
+        self._special_splitters: dict[bool, _SpecialSplitter] = {}
+        self.chat_template = ChatTemplate(
+            md.get("tokenizer.chat_template"), model=name,
+            bos_token="" if self.bos_id is None else self.tokens[self.bos_id],
+            eos_token="" if self.eos_id is None else self.tokens[self.eos_id])
+        turn_end = self._template_end_of_turn()
+        self.stop_ids: frozenset[int] = frozenset(eog if turn_end is None else eog | {turn_end})
+
+    def _end_of_generation(self, md: Mapping[str, Any]) -> set[int]:
+        """Sets eot_id / eom_id and returns llama.cpp's end-of-generation ids: EOS, EOT, EOM, the FIM pad /
+        repo / file-separator tokens and every token with an end-of-turn text. Tokens llama.cpp finds by
+        their text (no GGUF key) become control tokens, as there."""
+        n, by_text = len(self.tokens), []
+
+        def key_or_text(key: str, texts: tuple[str, ...]) -> int | None:
+            tid = _token_id(md, f"tokenizer.ggml.{key}_token_id", self.name, n, None)
+            if tid is None:
+                tid = next((self._vocab[t] for t in texts if t in self._vocab), None)
+                if tid is not None:
+                    by_text.append(tid)
+            return tid
+
+        self.eot_id = key_or_text("eot", _EOT_TEXTS)
+        self.eom_id = key_or_text("eom", _EOM_TEXTS)
+        fim = {key: key_or_text(key, texts) for key, texts in _FIM_TEXTS.items()}
+        eog = {self._vocab[t] for t in _EOG_TEXTS if t in self._vocab}
+        for tid in (*by_text, *eog):
+            self._types[tid] = CONTROL
+        eog.update(t for t in (self.eos_id, self.eot_id, self.eom_id, fim["fim_pad"], fim["fim_rep"],
+                               fim["fim_sep"]) if t is not None)
+        return eog
+
+    # -- properties ----------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def is_special(self, token_id: int) -> bool:
+        """True for control and unknown tokens: the ones decode() hides unless special=True."""
+        return self._types[self._check_id(token_id)] in (CONTROL, UNKNOWN)
+
+    def token_type(self, token_id: int) -> int:
+        """tokenizer.ggml.token_type of one id (after llama.cpp's end-of-generation overrides)."""
+        return self._types[self._check_id(token_id)]
+
+    def token_to_id(self, text: str) -> int | None:
+        return self._vocab.get(text)
+
+    def piece(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes one token decodes to (b"" for a hidden control token when special=False)."""
+        i = self._check_id(token_id)
+        return (self._pieces if special else self._visible_pieces)[i]
+
+    # -- encode ------------------------------------------------------------------------------------------
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids for text. add_special: BOS / EOS where the model adds them (add_bos / add_eos);
+        parse_special: match control tokens written in the text (rendered chat prompts)."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode() takes a str, got {type(text).__name__}")
+        out: list[int] = []
+        if add_special and self.add_bos:
+            out.append(self.bos_id)
+        prev_special = True  # SPM: a fragment at the start or after a special token gets the space prefix
+        for frag in self._splitter(parse_special).split(text):
+            if isinstance(frag, int):
+                out.append(frag)
+                prev_special = True
+            elif self._bpe is not None:
+                out += self._bpe.encode(frag)
+            else:
+                if self.add_space_prefix and prev_special:
+                    frag = " " + frag
+                out += self._spm.encode(frag)
+                prev_special = False
+        if add_special and self.add_eos:
+            out.append(self.eos_id)
+        return out
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> list[int]:
+        """chat_template.render(...) encoded with special tokens parsed and BOS added as encode() does;
+        a BOS the template already wrote at the start is not doubled. ChatTemplateError on bad messages."""
+        prompt = self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools, **extra)
+        if self.add_bos and self.bos_id is not None and prompt.startswith(self.tokens[self.bos_id]):
+            prompt = prompt[len(self.tokens[self.bos_id]):]
+        return self.encode(prompt, add_special=True, parse_special=True)
+
+    # -- decode ------------------------------------------------------------------------------------------
+    def decode(self, ids: Iterable[int], special: bool = False) -> str:
+        """Text for ids; special=True also renders control tokens. Invalid UTF-8 becomes U+FFFD.
+        Raises ValueError for an id outside the vocabulary."""
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        if ids and (min(ids) < 0 or max(ids) >= len(self.tokens)):
+            bad = next(i for i in ids if not 0 <= i < len(self.tokens))
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {len(self.tokens)})")
+        pieces = self._pieces if special else self._visible_pieces
+        data = b"".join([pieces[i] for i in ids])
+        if self.add_space_prefix:
+            first = next((pieces[i] for i in ids if pieces[i]), b"")
+            if first[:1] == b" ":
+                data = data[1:]
+        return data.decode("utf-8", "replace")
+
+    def detokenizer(self, special: bool = False) -> IncrementalDetokenizer:
+        """A fresh streaming detokenizer; its push()/flush() output concatenates to decode(ids, special)."""
+        return IncrementalDetokenizer(self._pieces if special else self._visible_pieces,
+                                      strip_first_space=self.add_space_prefix)
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _check_id(self, token_id: int) -> int:
+        i = operator.index(token_id)
+        if not 0 <= i < len(self.tokens):
+            raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.tokens)})")
+        return i
+
+    def _build_pieces(self) -> tuple[list[bytes], list[bytes]]:
+        """[n_vocab] bytes per token with special=True, and with control / unknown tokens hidden."""
+        tokens, types = self.tokens, self._types
+        if self._spm is not None:
+            pieces = [t.replace(SPACE, " ").encode("utf-8", "surrogatepass") for t in tokens]
+        else:
+            pieces = tokens_bytes(tokens)
+        for i, kind in enumerate(types):
+            if kind == NORMAL:
+                continue
+            text = tokens[i]
+            if kind in (CONTROL, UNKNOWN, USER_DEFINED):
+                pieces[i] = text.encode("utf-8", "surrogatepass")
+            elif kind == BYTE and self._spm is not None and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
+                pieces[i] = bytes([int(text[3:5], 16)])
+            else:  # unused, undefined, and byte tokens of a BPE vocabulary: llama.cpp renders nothing
+                pieces[i] = b""
+        visible = pieces.copy()
+        for i, kind in enumerate(types):
+            if kind == CONTROL or kind == UNKNOWN:
+                visible[i] = b""
+        return pieces, visible
+
+    def _splitter(self, parse_special: bool) -> "_SpecialSplitter":
+        s = self._special_splitters.get(parse_special)
+        if s is None:
+            kinds = (CONTROL, UNKNOWN, USER_DEFINED) if parse_special else (USER_DEFINED,)
+            ids = [i for i, k in enumerate(self._types) if k in kinds]
+            s = self._special_splitters[parse_special] = _SpecialSplitter([(self.tokens[i], i) for i in ids])
+        return s
+
+    def _template_end_of_turn(self) -> int | None:
+        """The control token a rendered assistant turn ends with (e.g. <|im_end|>, <end_of_turn>)."""
+        tail = self.chat_template.end_of_turn()
+        for k in range(min(len(tail or ""), 256), 0, -1):  # longest prefix first
+            tid = self._vocab.get(tail[:k])
+            if tid is not None and self._types[tid] == CONTROL:
+                return tid
+        return None
+
+
+class _SpecialSplitter:
+    """Splits text into raw fragments and special-token ids the way llama.cpp's tokenizer_st_partition
+    does: special tokens in order of decreasing length, each taking its leftmost non-overlapping
+    occurrences in what the longer ones left.
+
+    When no special token can overlap a shorter-or-equal one (a proper suffix of one is a proper prefix
+    of the other; runs of one repeated character excepted), that equals a single left-to-right scan
+    taking the longest special token at each position: one compiled trie regex. Otherwise the tokens
+    present in the text are applied one by one.
+    """
+
+    def __init__(self, specials: list[tuple[str, int]]):
+        order = sorted(range(len(specials)), key=lambda k: (-len(specials[k][0]), k))
+        self._ordered = [specials[k] for k in order]
+        self._id: dict[str, int] = {}
+        for text, tid in self._ordered:
+            self._id.setdefault(text, tid)
+        self._pattern: re.Pattern | None = None
+        self._exact = _can_overlap([t for t, _ in self._ordered])
+        if self._ordered and not self._exact:
+            self._pattern = re.compile(_trie_pattern(list(self._id)))
+
+    def split(self, text: str) -> list[str | int]:
+        """Raw text fragments (str, non-empty) and special-token ids (int), in order."""
+        if not text:
+            return []
+        if not self._ordered:
+            return [text]
+        if self._exact:
+            return self._split_exact(text)
+        out: list[str | int] = []
+        pos = 0
+        ids = self._id
+        for m in self._pattern.finditer(text):
+            start, end = m.span()
+            if start > pos:
+                out.append(text[pos:start])
+            out.append(ids[m.group()])
+            pos = end
+        if pos < len(text):
+            out.append(text[pos:])
+        return out
+
+    def _split_exact(self, text: str) -> list[str | int]:
+        frags: list[str | int] = [text]
+        for special, tid in self._ordered:
+            if special not in text:
+                continue
+            new: list[str | int] = []
+            for f in frags:
+                if isinstance(f, str) and special in f:
+                    for k, part in enumerate(f.split(special)):
+                        if k:
+                            new.append(tid)
+                        if part:
+                            new.append(part)
+                else:
+                    new.append(f)
+            frags = new
+        return frags
+
+
+def _can_overlap(texts: list[str]) -> bool:
+    """True when an occurrence of one text can start inside an occurrence of another text no longer than
+    it (a proper suffix of the shorter-or-equal one is a proper prefix of the other); runs of a single
+    repeated character overlap harmlessly and do not count."""
+    suffixes: dict[str, list[str]] = {}
+    for s in texts:
+        for k in range(1, len(s)):
+            suffixes.setdefault(s[k:], []).append(s)
+
+    def run(x: str) -> bool:
+        return x.count(x[0]) == len(x)
+
+    for t in texts:
+        for j in range(1, len(t)):
+            for s in suffixes.get(t[:j], ()):
+                if len(s) <= len(t) and not (run(s) and run(t) and s[0] == t[0]):
+                    return True
+    return False
+
+
+def _trie_pattern(texts: list[str]) -> str:
+    """A regex matching any of texts, the longest one wherever several start at the same position."""
+    trie: dict = {}
+    for t in texts:
+        node = trie
+        for ch in t:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
+
+
+# -- metadata readers: each raises TokenizerError naming the file and the key ------------------------------
+def _string(md: Mapping[str, Any], key: str, name: str) -> str:
+    if key not in md:
+        raise TokenizerError(f"{name}: {key} is missing: this GGUF has no tokenizer")
+    v = md[key]
+    if not isinstance(v, str):
+        raise TokenizerError(f"{name}: {key} must be a string, got {type(v).__name__}")
+    return v
+
+
+def _strings(md: Mapping[str, Any], key: str, name: str) -> list[str]:
+    if key not in md:
+        raise TokenizerError(f"{name}: {key} is missing")
+    v = md[key]
+    if isinstance(v, StringArray):
+        return v.tolist()
+    if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
+        raise TokenizerError(f"{name}: {key} must be an array of strings")
+    return list(v)
+
+
+def _numbers(md: Mapping[str, Any], key: str, name: str, n: int, dtype) -> np.ndarray | None:
+    """A numeric array of exactly n entries, copied out of the file; None when the key is absent."""
+    if key not in md:
+        return None
+    v = md[key]
+    if not isinstance(v, np.ndarray) or v.dtype.kind not in "iufb" or v.ndim != 1:
+        raise TokenizerError(f"{name}: {key} must be a numeric array")
+    if len(v) != n:
+        raise TokenizerError(f"{name}: {key} has {len(v)} entries but tokenizer.ggml.tokens has {n}")
+    return v.astype(dtype)
+
+
+def _flag(md: Mapping[str, Any], key: str, name: str, default: bool) -> bool:
+    v = md.get(key, default)
+    if not isinstance(v, (bool, np.bool_)):
+        raise TokenizerError(f"{name}: {key} must be a bool, got {v!r}")
+    return bool(v)
+
+
+def _default_id(tid: int | None, n: int) -> int | None:
+    return tid if tid is not None and tid < n else None
+
+
+def _token_id(md: Mapping[str, Any], key: str, name: str, n: int, default: int | None) -> int | None:
+    if key not in md:
+        return default
+    v = md[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TokenizerError(f"{name}: {key} must be an integer token id, got {v!r}")
+    if not 0 <= v < n:
+        raise TokenizerError(f"{name}: {key} = {v} is outside the vocabulary [0, {n})")
+    return int(v)
