@@ -37,9 +37,22 @@ struct XGroups {
   size_t ldg;
 };
 
-// unpacks kc weights (whole blocks) of one row starting at `blocks`: u[kc]; s and m are written at
-// s[g * sstride] for group g (so sixteen rows fill a [kc/G][16] table). m is untouched without a min.
-using UnpackFn = void (*)(const uint8_t* blocks, int kc, uint8_t* u, float* s, float* m, int sstride);
+// Small-N activation tables: lanes run along k (4 weights per int32 lane), already offset to the chunk.
+struct XLanes {
+  const int8_t* xq;    // [n][K], leading dimension ldx
+  size_t ldx;
+  const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights
+  const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq (0 for types with a min)
+  size_t ldl;
+  const float* xm;     // [n][K/G] dx * sum(xq over the group) (types with a min)
+  size_t ldg;
+};
+
+// unpacks kc weights (whole blocks) of rows w + r * row_bytes, r < nrows <= 16, into u[r * kc + k],
+// s[r * sw + g] and m[r * sw + g] (sw >= kc/G, a multiple of 8; m is scratch for types without a min).
+// Rows nrows..15 are zero-filled.
+using UnpackFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc, uint8_t* u, float* s, float* m,
+                          int sw);
 // unpacks kc float-type weights of one row into out[kc]
 using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
 
@@ -47,12 +60,17 @@ struct KernelTable {
   const char* name;
   UnpackFn unpack[40];        // by QType id; nullptr for float types and unsupported ids
   UnpackFloatFn unpack_f[40]; // F32, F16, BF16
-  // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4]
+  // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
+  // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
   // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16, c < n
   // w_il: [kc/4][16][4]; s, m: [kc/G][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
                       int n, const XGroups& X, float* acc);
+  // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
+  // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller
+  void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
+                      int nr, int n, const XLanes& X, float* acc);
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // x: [k] float -> xq: [k] int8, dx: [k/32], sum16: [k/16] (sum of xq per 16)

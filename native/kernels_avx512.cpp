@@ -106,46 +106,56 @@ static inline __m256i iq4_lookup(__m256i idx) {
   return _mm256_shuffle_epi8(tbl, idx);
 }
 
+// f16 at byte `off` of nb <= 8 consecutive blocks of `bs` bytes -> s[0..8) (zeros past nb)
+static inline void scales8(const uint8_t* p, int bs, int nb, int off, float* s) {
+  alignas(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < nb; ++i) std::memcpy(&h[i], p + i * bs + off, 2);
+  _mm256_storeu_ps(s, _mm256_cvtph_ps(_mm_load_si128((const __m128i*)h)));
+}
+static inline void block_scales(const uint8_t* p, int bs, int nb, int off, float* s) {
+  for (int i = 0; i < nb; i += 8) scales8(p + i * bs, bs, nb - i < 8 ? nb - i : 8, off, s + i);
+}
+
 static void unpack_q4_0_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict, int ss) {
   const block_q4_0* b = (const block_q4_0*)p;
+  block_scales(p, sizeof(block_q4_0), kc / QK, 0, s);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
     _mm256_storeu_si256((__m256i*)(u + i * QK), nibbles32(b[i].qs));
   }
 }
 static void unpack_q4_1_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict m, int ss) {
   const block_q4_1* b = (const block_q4_1*)p;
+  block_scales(p, sizeof(block_q4_1), kc / QK, 0, s);
+  block_scales(p, sizeof(block_q4_1), kc / QK, 2, m);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
-    m[i * ss] = _cvtsh_ss(b[i].m);
     _mm256_storeu_si256((__m256i*)(u + i * QK), nibbles32(b[i].qs));
   }
 }
 static void unpack_q5_0_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict, int ss) {
   const block_q5_0* b = (const block_q5_0*)p;
+  block_scales(p, sizeof(block_q5_0), kc / QK, 0, s);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
     _mm256_storeu_si256((__m256i*)(u + i * QK), _mm256_or_si256(nibbles32(b[i].qs), high_bit5(b[i].qh)));
   }
 }
 static void unpack_q5_1_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict m, int ss) {
   const block_q5_1* b = (const block_q5_1*)p;
+  block_scales(p, sizeof(block_q5_1), kc / QK, 0, s);
+  block_scales(p, sizeof(block_q5_1), kc / QK, 2, m);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
-    m[i * ss] = _cvtsh_ss(b[i].m);
     _mm256_storeu_si256((__m256i*)(u + i * QK), _mm256_or_si256(nibbles32(b[i].qs), high_bit5(b[i].qh)));
   }
 }
 static void unpack_q8_0_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict, int ss) {
   const block_q8_0* b = (const block_q8_0*)p;
+  block_scales(p, sizeof(block_q8_0), kc / QK, 0, s);
   const __m256i bias = _mm256_set1_epi8((char)0x80);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
     _mm256_storeu_si256((__m256i*)(u + i * QK),
                         _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b[i].qs), bias));
   }
@@ -153,8 +163,8 @@ static void unpack_q8_0_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
 static void unpack_iq4_nl_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                             float* __restrict, int ss) {
   const block_iq4_nl* b = (const block_iq4_nl*)p;
+  block_scales(p, sizeof(block_iq4_nl), kc / QK, 0, s);
   for (int i = 0; i < kc / QK; ++i) {
-    s[i * ss] = _cvtsh_ss(b[i].d);
     _mm256_storeu_si256((__m256i*)(u + i * QK), iq4_lookup(nibbles32(b[i].qs)));
   }
 }
@@ -176,17 +186,14 @@ static inline void split_nibbles(const uint8_t* q, uint8_t* o, __m256i hi_lo_bit
   _mm256_storeu_si256((__m256i*)o, _mm256_or_si256(_mm256_and_si256(v, m4), hi_lo_bits));
   _mm256_storeu_si256((__m256i*)(o + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hi_hi_bits));
 }
-static inline void k4_scales(float d, float dmin, const uint8_t* packed, float* s, float* m, int ss, int g0) {
+static inline void k4_scales(float d, float dmin, const uint8_t* packed, float* s, float* m, int, int g0) {
   uint8_t sc[16];
   scales_k4(packed, sc);
-  alignas(64) float f[16];
   const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sc)));
-  _mm512_store_ps(f, _mm512_mul_ps(v, _mm512_set_ps(-dmin, -dmin, -dmin, -dmin, -dmin, -dmin, -dmin, -dmin,
-                                                    d, d, d, d, d, d, d, d)));
-  for (int g = 0; g < 8; ++g) {
-    s[(g0 + g) * ss] = f[g];
-    m[(g0 + g) * ss] = f[8 + g];
-  }
+  const __m512 f = _mm512_mul_ps(v, _mm512_set_ps(-dmin, -dmin, -dmin, -dmin, -dmin, -dmin, -dmin, -dmin,
+                                                  d, d, d, d, d, d, d, d));
+  _mm256_storeu_ps(s + g0, _mm512_castps512_ps256(f));
+  _mm256_storeu_ps(m + g0, _mm512_extractf32x8_ps(f, 1));
 }
 static void unpack_q4_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict m, int ss) {
@@ -194,7 +201,14 @@ static void unpack_q4_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
   const __m256i z = _mm256_setzero_si256();
   for (int i = 0; i < kc / QK_K; ++i) {
     k4_scales(_cvtsh_ss(b[i].d), _cvtsh_ss(b[i].dmin), b[i].scales, s, m, ss, i * 8);
-    for (int j = 0; j < 4; ++j) split_nibbles(b[i].qs + 32 * j, u + i * QK_K + 64 * j, z, z);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int j = 0; j < 2; ++j) {  // 64 bytes -> u[128j .. 128j + 127]
+      const __m512i v = _mm512_loadu_si512((const void*)(b[i].qs + 64 * j));
+      const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      _mm512_storeu_si512((void*)(u + i * QK_K + 128 * j), _mm512_shuffle_i64x2(lo, hi, 0x44));
+      _mm512_storeu_si512((void*)(u + i * QK_K + 128 * j + 64), _mm512_shuffle_i64x2(lo, hi, 0xEE));
+    }
+    (void)z;
   }
 }
 static void unpack_q5_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
@@ -216,10 +230,9 @@ static void unpack_q6_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
   const block_q6_K* b = (const block_q6_K*)p;
   const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
   for (int i = 0; i < kc / QK_K; ++i) {
-    alignas(64) float f[16];
-    _mm512_store_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)b[i].scales))),
-                                     _mm512_set1_ps(_cvtsh_ss(b[i].d))));
-    for (int g = 0; g < 16; ++g) s[(i * 16 + g) * ss] = f[g];
+    _mm512_storeu_ps(s + i * 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                   _mm_loadu_si128((const __m128i*)b[i].scales))),
+                                               _mm512_set1_ps(_cvtsh_ss(b[i].d))));
     for (int n = 0; n < 2; ++n) {
       const __m256i qa = _mm256_loadu_si256((const __m256i*)(b[i].ql + 64 * n));
       const __m256i qb = _mm256_loadu_si256((const __m256i*)(b[i].ql + 64 * n + 32));
@@ -268,6 +281,74 @@ static inline void qgemm_cols(const uint8_t* w, const float* s, const float* m, 
   for (int j = 0; j < C; ++j) _mm512_storeu_ps(acc + (c0 + j) * TILE_M, af[j]);
 }
 
+// ---- small N: one row at a time, lanes along k --------------------------------------------------
+template <int G, bool MIN, int C>
+static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* m_rows, int sw, int kc, int nr,
+                       const XLanes& X, int c0, float* acc) {
+  constexpr int GPZ = 64 / G;  // groups per 64 weights
+  const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                               : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const int nz = kc / 64, ng = kc / G;
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* u = u_rows + (size_t)r * kc;
+    const float* sr = s_rows + (size_t)r * sw;
+    __m512 af[C][2];
+    for (int j = 0; j < C; ++j) {
+      af[j][0] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
+      af[j][1] = _mm512_setzero_ps();
+    }
+    auto step = [&](int z, __mmask64 m8, __mmask16 m32, int p) {
+      const __m512i w = _mm512_maskz_loadu_epi8(m8, u + 64 * z);
+      const int g = GPZ * z;
+      const __m512 se = _mm512_permutexvar_ps(_mm512_add_epi32(base, _mm512_set1_epi32(g & 15)),
+                                              _mm512_loadu_ps(sr + (g & ~15)));
+      for (int j = 0; j < C; ++j) {
+        const size_t c = c0 + j;
+        const __m512i xv = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
+        const __m512i a = _mm512_dpbusd_epi32(_mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z), w, xv);
+        const __m512 d = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
+        af[j][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d), af[j][p]);
+      }
+    };
+    int z = 0;
+    for (; z + 2 <= nz; z += 2) {
+      step(z, ~(__mmask64)0, (__mmask16)0xFFFF, 0);
+      step(z + 1, ~(__mmask64)0, (__mmask16)0xFFFF, 1);
+    }
+    if (z < nz) step(z++, ~(__mmask64)0, (__mmask16)0xFFFF, 0);
+    if (kc % 64) step(z, (__mmask64)0xFFFFFFFFull, (__mmask16)0xFF, 1);  // a last half of 32 weights
+    if (MIN) {
+      for (int g0 = 0; g0 < ng; g0 += 16) {
+        const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ng - g0)) - 1);
+        const __m512 mv = _mm512_maskz_loadu_ps(gm, m_rows + (size_t)r * sw + g0);
+        for (int j = 0; j < C; ++j)
+          af[j][1] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(gm, X.xm + (size_t)(c0 + j) * X.ldg + g0), af[j][1]);
+      }
+    }
+    for (int j = 0; j < C; ++j)
+      _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm512_add_ps(af[j][0], af[j][1]));
+  }
+}
+
+template <int G, bool MIN>
+static void qgemv_layout(const uint8_t* u_rows, const float* s, const float* m, int sw, int kc, int nr, int n,
+                         const XLanes& X, float* acc) {
+  int c = 0;
+  for (; c + 2 <= n; c += 2) qgemv_cols<G, MIN, 2>(u_rows, s, m, sw, kc, nr, X, c, acc);
+  if (c < n) qgemv_cols<G, MIN, 1>(u_rows, s, m, sw, kc, nr, X, c, acc);
+}
+
+static void qgemv_chunk_avx512(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
+                               int kc, int nr, int n, const XLanes& X, float* acc) {
+  if (L.group == 32) {
+    if (L.has_min) qgemv_layout<32, true>(u_rows, s, m, sw, kc, nr, n, X, acc);
+    else qgemv_layout<32, false>(u_rows, s, m, sw, kc, nr, n, X, acc);
+  } else {
+    if (L.has_min) qgemv_layout<16, true>(u_rows, s, m, sw, kc, nr, n, X, acc);
+    else qgemv_layout<16, false>(u_rows, s, m, sw, kc, nr, n, X, acc);
+  }
+}
+
 template <int G, bool MIN>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, int n, const XGroups& X,
                          float* acc) {
@@ -305,16 +386,17 @@ const KernelTable* kernels_avx512() {
     k.name = "avx512";
     k.interleave16 = avx512::interleave16_avx512;
     k.qgemm_chunk = avx512::qgemm_chunk_avx512;
-    k.unpack[(int)QType::Q4_0] = avx512::unpack_q4_0_v;
-    k.unpack[(int)QType::Q4_1] = avx512::unpack_q4_1_v;
-    k.unpack[(int)QType::Q5_0] = avx512::unpack_q5_0_v;
-    k.unpack[(int)QType::Q5_1] = avx512::unpack_q5_1_v;
-    k.unpack[(int)QType::Q8_0] = avx512::unpack_q8_0_v;
-    k.unpack[(int)QType::IQ4_NL] = avx512::unpack_iq4_nl_v;
-    k.unpack[(int)QType::IQ4_XS] = avx512::unpack_iq4_xs_v;
-    k.unpack[(int)QType::Q4_K] = avx512::unpack_q4_K_v;
-    k.unpack[(int)QType::Q5_K] = avx512::unpack_q5_K_v;
-    k.unpack[(int)QType::Q6_K] = avx512::unpack_q6_K_v;
+    k.qgemv_chunk = avx512::qgemv_chunk_avx512;
+    k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
+    k.unpack[(int)QType::Q4_1] = avx512::unpack_rows<avx512::unpack_q4_1_v>;
+    k.unpack[(int)QType::Q5_0] = avx512::unpack_rows<avx512::unpack_q5_0_v>;
+    k.unpack[(int)QType::Q5_1] = avx512::unpack_rows<avx512::unpack_q5_1_v>;
+    k.unpack[(int)QType::Q8_0] = avx512::unpack_rows<avx512::unpack_q8_0_v>;
+    k.unpack[(int)QType::IQ4_NL] = avx512::unpack_rows<avx512::unpack_iq4_nl_v>;
+    k.unpack[(int)QType::IQ4_XS] = avx512::unpack_rows<avx512::unpack_iq4_xs_v>;
+    k.unpack[(int)QType::Q4_K] = avx512::unpack_rows<avx512::unpack_q4_K_v>;
+    k.unpack[(int)QType::Q5_K] = avx512::unpack_rows<avx512::unpack_q5_K_v>;
+    k.unpack[(int)QType::Q6_K] = avx512::unpack_rows<avx512::unpack_q6_K_v>;
     return k;
   }();
   return &t;

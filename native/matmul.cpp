@@ -11,6 +11,9 @@ namespace lll {
 
 namespace {
 
+constexpr int GEMV_MAX_N = 2;      // up to this many activation rows, the lanes-along-k kernel is faster
+constexpr int GEMV_CHUNK_K = 1024;  // it needs no interleave, so it takes longer chunks
+
 struct Aligned {
   void operator()(void* p) const { std::free(p); }
 };
@@ -103,42 +106,74 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
   const int nt = pool.size();
-  const int gpc = CHUNK_K / G;  // groups per full chunk
+  const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
+  const int ck = gemv ? GEMV_CHUNK_K : CHUNK_K;                // weights per chunk
+  const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);     // floats per row in the scale tables
+  std::vector<float> dxe(gemv ? (size_t)n * (k / 4) : 0);
+  std::vector<int32_t> xce(gemv ? (size_t)n * (k / 4) : 0);
+  for (int c = 0; gemv && c < n; ++c)
+    for (int l = 0; l < k / 4; ++l) {
+      const int8_t* q = X.xq.data() + (size_t)c * k + 4 * l;
+      dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
+      xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
+    }
   struct Scratch {
     std::unique_ptr<uint8_t[], Aligned> u_rows, u_il;
-    std::unique_ptr<float[], Aligned> s, mm, acc;
+    std::unique_ptr<float[], Aligned> s_rows, m_rows, s, mm, acc;
   };
   std::vector<Scratch> scratch(nt);
   for (auto& sc : scratch) {
-    sc.u_rows = aligned_array<uint8_t>(TILE_M * CHUNK_K);
-    sc.u_il = aligned_array<uint8_t>(TILE_M * CHUNK_K);
-    sc.s = aligned_array<float>(TILE_M * gpc);
-    sc.mm = aligned_array<float>(TILE_M * gpc);
-    sc.acc = aligned_array<float>((size_t)TILE_M * n);
+    sc.u_rows = aligned_array<uint8_t>(TILE_M * ck);
+    sc.u_il = aligned_array<uint8_t>(TILE_M * ck);
+    sc.s_rows = aligned_array<float>(TILE_M * sw);
+    sc.m_rows = aligned_array<float>(TILE_M * sw);
+    sc.s = aligned_array<float>(TILE_M * sw);
+    sc.mm = aligned_array<float>(TILE_M * sw);
+    sc.acc = aligned_array<float>((size_t)TILE_M * n * (gemv ? 16 : 1));
   }
-  pool.run(n_tiles, [&](int tile, int th) {
+  const int n_chunks = (k + ck - 1) / ck;
+  auto tile_fn = [&](int tile, int th, int next_tile) {
     Scratch& S = scratch[th];
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n);
-    for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
-      const int kc = std::min(CHUNK_K, k - k0);
+    // the next tile of this thread is prefetched a slice per chunk: its rows are one contiguous span
+    const uint8_t* pf = next_tile < n_tiles ? w + (size_t)next_tile * TILE_M * row_bytes : nullptr;
+    const size_t pf_len = pf ? (size_t)std::min(TILE_M, m - next_tile * TILE_M) * row_bytes : 0;
+    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n * (gemv ? 16 : 1));
+    for (int k0 = 0, ci = 0; k0 < k; k0 += ck, ++ci) {
+      const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
-      for (int r = 0; r < TILE_M; ++r) {
-        if (r < nr) {
-          unpack(w + (size_t)(r0 + r) * row_bytes + boff, kc, S.u_rows.get() + r * kc, S.s.get() + r, S.mm.get() + r,
-                 TILE_M);
-        } else {
-          std::memset(S.u_rows.get() + r * kc, 0, kc);
-          for (int g = 0; g < kc / G; ++g) S.s[g * TILE_M + r] = S.mm[g * TILE_M + r] = 0.f;
-        }
+      if (pf)
+        for (size_t o = pf_len * ci / n_chunks; o < pf_len * (ci + 1) / n_chunks; o += 64) __builtin_prefetch(pf + o, 0, 3);
+      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows.get(), S.s_rows.get(), S.m_rows.get(), sw);
+      if (gemv) {
+        const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
+                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
+        kt.qgemv_chunk(L, S.u_rows.get(), S.s_rows.get(), S.m_rows.get(), sw, kc, nr, n, Xl, S.acc.get());
+        continue;
       }
       kt.interleave16(S.u_rows.get(), kc, S.u_il.get());
+      kt.interleave16((const uint8_t*)S.s_rows.get(), 4 * sw, (uint8_t*)S.s.get());
+      if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows.get(), 4 * sw, (uint8_t*)S.mm.get());
       const XGroups Xg{X.xq.data() + k0, (size_t)k, xd.data() + k0 / G, xc.data() + k0 / G,
                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
       kt.qgemm_chunk(L, S.u_il.get(), S.s.get(), S.mm.get(), kc, n, Xg, S.acc.get());
     }
     for (int c = 0; c < n; ++c)
-      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
+      for (int r = 0; r < nr; ++r) {
+        if (!gemv) {
+          y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
+          continue;
+        }
+        const float* a = S.acc.get() + ((size_t)c * TILE_M + r) * 16;
+        float t = 0.f;
+        for (int l = 0; l < 16; ++l) t += a[l];
+        y[(size_t)c * m + r0 + r] = t;
+      }
+  };
+  // each thread takes one contiguous range of tiles, so it streams one contiguous span of weights
+  pool.run(nt, [&](int part, int th) {
+    const int t0 = (int)((int64_t)n_tiles * part / nt), t1 = (int)((int64_t)n_tiles * (part + 1) / nt);
+    for (int t = t0; t < t1; ++t) tile_fn(t, th, t + 1 < t1 ? t + 1 : n_tiles);
   });
 }
 
@@ -191,14 +226,21 @@ void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row
     return;
   }
   const QuantLayout L = quant_layout(ti.type);
-  std::vector<uint8_t> u(k);
-  std::vector<float> s(k / L.group), mm(k / L.group);
-  for (int r = 0; r < rows; ++r) {
-    kt.unpack[type_id](w + (size_t)r * row_bytes, k, u.data(), s.data(), mm.data(), 1);
-    float* o = out + (size_t)r * k;
-    for (int i = 0; i < k; ++i) {
-      const int g = i / L.group;
-      o[i] = L.has_min ? s[g] * (float)u[i] + mm[g] : s[g] * (float)((int)u[i] - L.offset);
+  const int ng = k / L.group, sw = (ng + 7) / 8 * 8;
+  std::vector<uint8_t> u((size_t)TILE_M * k);
+  std::vector<float> s((size_t)TILE_M * sw), mm((size_t)TILE_M * sw);
+  for (int r0 = 0; r0 < rows; r0 += TILE_M) {
+    const int nr = std::min(TILE_M, rows - r0);
+    kt.unpack[type_id](w + (size_t)r0 * row_bytes, row_bytes, nr, k, u.data(), s.data(), mm.data(), sw);
+    for (int r = 0; r < nr; ++r) {
+      float* o = out + (size_t)(r0 + r) * k;
+      const uint8_t* ur = u.data() + (size_t)r * k;
+      const float* sr = s.data() + (size_t)r * sw;
+      const float* mr = mm.data() + (size_t)r * sw;
+      for (int i = 0; i < k; ++i) {
+        const int g = i / L.group;
+        o[i] = L.has_min ? sr[g] * (float)ur[i] + mr[g] : sr[g] * (float)((int)ur[i] - L.offset);
+      }
     }
   }
 }

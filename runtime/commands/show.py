@@ -19,14 +19,9 @@ def register(sub) -> None:
 
 def resolve(model: str) -> Path:
     """A path to an existing file is used as is; anything else is looked up in the model store."""
-    p = Path(os.path.expanduser(model))
-    if p.is_file():
-        return p
-    if p.suffix == ".gguf" or os.sep in model:
-        raise FileNotFoundError(f"no such model file: {model}")
     from localllm.store import resolve_model
 
-    return resolve_model(model)
+    return resolve_model(os.path.expanduser(model))
 
 
 def summary(path: Path) -> dict:

@@ -1,0 +1,154 @@
+"""`localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
+machine's streaming read bandwidth (the decode roofline).
+
+For each model and weight type: N = 1 as GB/s of weights streamed (and % of the measured roofline),
+N = 2..512 as effective GFLOP/s (2*M*K*N / time), with 1 and all threads. Matrices are copied until the
+set is well past the last-level cache, so N = 1 streams from memory as a real decode does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_MODELS = ["qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"]
+TEST_CACHE_NAMES = {"qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+                    "qwen2.5-coder:1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m"}
+STREAM_BYTES = 512 << 20  # working set for N = 1: far past any last-level cache here
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: `bench kernels` measures the native kernels",
+                       description="Benchmarks. `kernels`: matrix products on real weights vs read bandwidth.")
+    p.add_argument("what", choices=["kernels"], help="what to benchmark")
+    p.add_argument("models", nargs="*", help=f"store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all cores)")
+    p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 512], help="activation rows")
+    p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=run)
+
+
+def _resolve(name: str) -> Path:
+    from localllm.commands.show import resolve
+
+    try:
+        return resolve(name)
+    except (LookupError, ValueError, OSError):
+        cached = TEST_CACHE_NAMES.get(name)
+        env = os.environ.get("LOCALLLM_TEST_MODELS")
+        base = Path(env) if env else Path.home() / ".cache" / "localllm" / "test-models"
+        if cached and (base / f"{cached}.gguf").is_file():
+            return base / f"{cached}.gguf"
+        raise
+
+
+def _timeit(fn, seconds: float) -> float:
+    fn()
+    best = float("inf")
+    t_end = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        if time.perf_counter() > t_end:
+            return best
+
+
+def read_bandwidth(seconds: float = 0.5) -> float:
+    """Best GB/s of one multi-threaded streaming read over a 1 GiB buffer."""
+    import numpy as np
+
+    from localllm import kernels
+
+    buf = np.ones(1 << 30, dtype=np.uint8)
+    dt = _timeit(lambda: kernels.stream_read(buf), seconds)
+    return buf.nbytes / dt / 1e9
+
+
+def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out) -> list[dict]:
+    import numpy as np
+
+    from localllm import kernels
+    from localllm.gguf import GGUFFile
+
+    rows = []
+    f = GGUFFile(path)
+    by_type: dict[str, list] = {}
+    for t in f.tensors.values():
+        if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16"):
+            by_type.setdefault(t.type.name, []).append(t)
+    rng = np.random.default_rng(0)
+    for tname, ts in sorted(by_type.items()):
+        ts = [t for t in ts if t.name != "token_embd.weight"] or ts  # the embedding is looked up, not multiplied
+        mats = [(t.type.id, t.rows(), t.row_len) for t in ts]
+        stream = list(mats)
+        while sum(m[1].nbytes for m in stream) < STREAM_BYTES:
+            stream += [(i, np.array(r), k) for i, r, k in mats]
+        small = mats[: max(1, min(len(mats), 4))]
+        xs = {k: rng.standard_normal((max(ns), k), dtype=np.float32) for k in {m[2] for m in mats}}
+        for th in thread_counts:
+            kernels.configure(threads=th)
+            res = {"model": path.name, "type": tname, "threads": th}
+            t1 = None
+            for n in ns:
+                sel = stream if n <= 16 else small
+                dt = _timeit(lambda: [kernels.matmul_raw(i, r, k, xs[k][:n]) for i, r, k in sel], seconds)
+                nbytes = sum(r.nbytes for _, r, _ in sel)
+                flops = sum(2.0 * r.shape[0] * k * n for _, r, k in sel)
+                if n == 1:
+                    t1 = dt
+                    res["n1_gbs"] = nbytes / dt / 1e9
+                res[f"n{n}_gflops"] = flops / dt / 1e9
+                if n > 1 and n <= 16 and t1:
+                    res[f"n{n}_time_ratio"] = dt / t1
+            rows.append(res)
+            print(_fmt_row(res, ns), file=out, flush=True)
+    f.close()
+    kernels.configure()
+    return rows
+
+
+def _fmt_row(r: dict, ns: list[int]) -> str:
+    cells = [f"{r['model'][:36]:<36}", f"{r['type']:<6}", f"{r['threads']:>2}"]
+    if "n1_gbs" in r:
+        cells.append(f"{r['n1_gbs']:6.1f} GB/s ({r.get('n1_pct', 0):3.0f}%)")
+    for n in ns:
+        if n > 1:
+            cells.append(f"{r[f'n{n}_gflops']:7.1f}")
+    if "n8_time_ratio" in r:
+        cells.append(f"{r['n8_time_ratio']:5.2f}x")
+    return " ".join(cells)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm import kernels
+
+    paths = [_resolve(m) for m in (args.models or DEFAULT_MODELS)]
+    threads = args.threads or sorted({1, kernels.physical_cores()})
+    if any(t < 1 for t in threads):
+        raise ValueError("--threads values must be positive")
+    if any(n < 1 for n in args.n):
+        raise ValueError("--n values must be positive")
+    ns = sorted(set(args.n) | {1})
+    out = sys.stderr if args.json else sys.stdout
+    kernels.configure(threads=max(threads))
+    bw = read_bandwidth()
+    print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
+          f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)", file=out)
+    print(f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
+          + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1) + "  (GFLOP/s)  t(N=8)/t(N=1)", file=out)
+    results = []
+    for p in paths:
+        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w")):
+            r["n1_pct"] = 100 * r["n1_gbs"] / bw
+            print(_fmt_row(r, ns), file=out, flush=True)
+            results.append(r)
+    if args.json:
+        print(json.dumps({"read_bandwidth_gbs": bw, "path": kernels.current_path(), "results": results}, indent=1))
+    return 0

@@ -1,0 +1,179 @@
+"""Hugging Face references and the hub's file listing.
+
+    parse("hf.co/bartowski/Qwen2.5-0.5B-GGUF:Q8_0") -> HubRef(repo="bartowski/Qwen2.5-0.5B-GGUF", quant="Q8_0")
+    parse("user/repo")                              -> HubRef(repo="user/repo", quant="Q4_K_M")
+    parse("user/repo/sub/model-Q4_K_M.gguf")        -> HubRef(repo="user/repo", file="sub/model-Q4_K_M.gguf")
+    parse("qwen2.5-coder:0.5b")                     -> None (not a hub reference)
+    files = list_files(repo, revision, net)         # [RemoteFile(path, size, sha256 or None)]
+    pick(files, ref)                                # the quant's file, or every part of a split file, in order
+
+Endpoint and token are read as huggingface_hub reads them: HF_ENDPOINT (default https://huggingface.co);
+HF_TOKEN, else the token file $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME default $XDG_CACHE_HOME/huggingface,
+XDG_CACHE_HOME default ~/.cache).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's `-hf user/repo` default
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.IGNORECASE)
+_REF_QUANT = re.compile(rf"({_NAME}/{_NAME})(?::([A-Za-z0-9][A-Za-z0-9._-]*))?")
+_REF_FILE = re.compile(rf"({_NAME}/{_NAME})/((?:{_NAME}/)*{_NAME}\.gguf)", re.IGNORECASE)
+SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+class AccessError(PullError):
+    """401/403 from the hub: a gated or private repository, or a refused token."""
+
+
+@dataclass(frozen=True)
+class HubRef:
+    repo: str  # "user/repo"
+    quant: str | None = None  # upper case; set when file is None
+    file: str | None = None  # path inside the repo
+    revision: str = "main"
+
+    @property
+    def name(self) -> str:
+        """The store name: hf.co/user/repo:QUANT or hf.co/user/repo/file.gguf."""
+        return f"hf.co/{self.repo}/{self.file}" if self.file else f"hf.co/{self.repo}:{self.quant}"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # from the LFS pointer; None for a file kept in git itself
+
+
+def parse(ref: str) -> HubRef | None:
+    s = _PREFIX.sub("", ref.strip(), count=1)
+    if m := _REF_FILE.fullmatch(s):
+        return HubRef(repo=m[1], file=m[2])
+    if (m := _REF_QUANT.fullmatch(s)) and not (m[2] is None and s.lower().endswith(".gguf")):
+        return HubRef(repo=m[1], quant=(m[2] or DEFAULT_QUANT).upper())
+    return None
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def token() -> str | None:
+    env = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if env:
+        return env.strip()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    hf_home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
+    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(hf_home, "token")
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def headers() -> dict[str, str]:
+    t = token()
+    return {"Authorization": f"Bearer {t}"} if t else {}
+
+
+def file_url(repo: str, revision: str, path: str) -> str:
+    return f"{endpoint()}/{repo}/resolve/{quote(revision, safe='')}/{quote(path)}"
+
+
+def explain(e: HTTPStatusError, repo: str, what: str) -> PullError:
+    """A hub HTTP error as a message that says what to do; `what` names the thing asked for."""
+    code = e.headers.get("X-Error-Code", "")
+    host = endpoint().split("://", 1)[-1]
+    have_token = token() is not None
+    if code == "GatedRepo" or (e.status == 403 and not code):
+        return AccessError(f"{repo} is gated (HTTP {e.status}): accept its terms at {endpoint()}/{repo} while "
+                           f"logged in, then set HF_TOKEN to an access token of that account "
+                           f"(export HF_TOKEN=hf_...; tokens: {endpoint()}/settings/tokens)")
+    if e.status in (401, 403):
+        if code == "RepoNotFound" or not have_token:
+            return AccessError(f"{repo} not found on {host}, or private (HTTP {e.status}): check the name; for a "
+                               f"private repository set HF_TOKEN (export HF_TOKEN=hf_...)")
+        return AccessError(f"{host} refused HF_TOKEN for {repo} (HTTP {e.status}): check the token and its access")
+    if e.status == 404:
+        if code == "RevisionNotFound":
+            return PullError(f"{what}: revision not found in {repo} on {host} (HTTP 404)")
+        return PullError(f"{what} not found on {host} (HTTP 404)")
+    return e
+
+
+def list_files(repo: str, revision: str = "main", net: NetConfig = DEFAULT_NET, progress=None) -> list[RemoteFile]:
+    """Every file of the repo at `revision`, with LFS sha256 and size, following pagination."""
+    url: str | None = f"{endpoint()}/api/models/{repo}/tree/{quote(revision, safe='')}?recursive=true"
+    out: list[RemoteFile] = []
+    while url:
+        try:
+            data, url = get_json(url, headers(), net, progress)
+        except HTTPStatusError as e:
+            raise explain(e, repo, f"{repo}@{revision}") from None
+        if not isinstance(data, list):
+            raise PullError(f"{endpoint()}: unexpected file listing for {repo}")
+        for item in data:
+            if not isinstance(item, dict) or item.get("type", "file") != "file":
+                continue
+            lfs = item.get("lfs") or {}
+            sha = lfs.get("oid") or lfs.get("sha256")
+            out.append(RemoteFile(item.get("path") or item.get("rfilename"),
+                                  int(lfs.get("size", item.get("size", 0))), sha))
+    return out
+
+
+def _quant_of(path: str) -> str:
+    stem = SPLIT.sub("", path.rsplit("/", 1)[-1])
+    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    m = re.search(r"[-.]([A-Za-z0-9_]+)$", stem)
+    return (m[1] if m else stem).upper()
+
+
+def _group(files: list[RemoteFile], first: RemoteFile) -> list[RemoteFile]:
+    """`first` alone, or every part of the split file it starts, in order."""
+    m = SPLIT.search(first.path)
+    if not m:
+        return [first]
+    n = int(m[2])
+    by_path = {f.path: f for f in files}
+    parts = [by_path.get(SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first.path)) for i in range(1, n + 1)]
+    missing = [i + 1 for i, p in enumerate(parts) if p is None]
+    if missing:
+        raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {n}")
+    return parts  # type: ignore[return-value]
+
+
+def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
+    """The file `ref` names: by path, or the model file whose name carries its quant tag."""
+    ggufs = [f for f in files if f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()]
+    if ref.file:
+        hit = next((f for f in files if f.path == ref.file), None)
+        if hit is None:
+            raise PullError(f"{ref.file} not found in {ref.repo}"
+                            + (f"; GGUF files there: {', '.join(f.path for f in ggufs[:8])}" if ggufs else ""))
+        if m := SPLIT.search(hit.path):
+            first = SPLIT.sub(f"-00001-of-{m[2]}.gguf", hit.path)
+            hit = next((f for f in files if f.path == first), hit)
+        return _group(files, hit)
+    tag = re.compile(rf"(?<![A-Za-z0-9]){re.escape(ref.quant or DEFAULT_QUANT)}(?![A-Za-z0-9_])", re.IGNORECASE)
+    hits = sorted((f for f in ggufs if tag.search(f.path.rsplit("/", 1)[-1])),
+                  key=lambda f: (SPLIT.search(f.path) is not None, f.path))
+    hits = [f for f in hits if not SPLIT.search(f.path) or SPLIT.search(f.path)[1] == "00001"]
+    if not hits:
+        quants = sorted({_quant_of(f.path) for f in ggufs})
+        if not quants:
+            raise PullError(f"{ref.repo} has no GGUF files")
+        raise PullError(f"{ref.repo} has no {ref.quant} file; quants there: {', '.join(quants)} "
+                        f"(e.g. pull {ref.repo}:{quants[0]})")
+    return _group(files, hits[0])

