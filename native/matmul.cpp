@@ -25,6 +25,27 @@ std::unique_ptr<T[], Aligned> aligned_array(size_t n) {
   return std::unique_ptr<T[], Aligned>((T*)p);
 }
 
+// Per-thread scratch that only grows: products run back to back (hundreds per decoded token), so
+// buffers are reused instead of allocated per call.
+struct Arena {
+  std::unique_ptr<uint8_t[], Aligned> p;
+  size_t cap = 0;
+  uint8_t* reserve(size_t bytes) {
+    if (bytes > cap) {
+      p = aligned_array<uint8_t>(bytes);
+      cap = bytes;
+    }
+    return p.get();
+  }
+};
+template <class T>
+T* carve(uint8_t*& cur, size_t n) {
+  T* r = (T*)cur;
+  cur += (n * sizeof(T) + 63) / 64 * 64;
+  return r;
+}
+size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k) {
   const TypeInfo* ti = type_info(type_id);
   if (!ti || type_id < 0 || type_id >= 40 || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
@@ -86,13 +107,22 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
                          const float* x, int n, float* y, ThreadPool& pool) {
   const QuantLayout L = quant_layout(ti.type);
   const UnpackFn unpack = kt.unpack[(int)ti.type];
-  QuantizedX X;
+  // thread_local storage is named through references: a lambda body naming a thread_local would
+  // reach the worker thread's own (empty) instance
+  thread_local QuantizedX tls_x;
+  thread_local std::vector<float> tls_xd, tls_xm, tls_dxe;
+  thread_local std::vector<int32_t> tls_xc, tls_xce;
+  QuantizedX& X = tls_x;
   quantize_x(kt, x, n, k, k, X, pool);
 
   // per-layout group tables [n][k/G]
   const int G = L.group, ng = k / G;
-  std::vector<float> xd((size_t)n * ng), xm(L.has_min ? (size_t)n * ng : 1);
-  std::vector<int32_t> xc((size_t)n * ng);
+  std::vector<float>& xd = tls_xd;
+  std::vector<float>& xm = tls_xm;
+  std::vector<int32_t>& xc = tls_xc;
+  xd.resize((size_t)n * ng);
+  xm.resize(L.has_min ? (size_t)n * ng : 1);
+  xc.resize((size_t)n * ng);
   for (int c = 0; c < n; ++c)
     for (int g = 0; g < ng; ++g) {
       const int k0 = g * G;
@@ -109,54 +139,58 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
   const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
   const int ck = gemv ? GEMV_CHUNK_K : CHUNK_K;                // weights per chunk
   const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);     // floats per row in the scale tables
-  std::vector<float> dxe(gemv ? (size_t)n * (k / 4) : 0);
-  std::vector<int32_t> xce(gemv ? (size_t)n * (k / 4) : 0);
+  std::vector<float>& dxe = tls_dxe;
+  std::vector<int32_t>& xce = tls_xce;
+  dxe.resize(gemv ? (size_t)n * (k / 4) : 0);
+  xce.resize(gemv ? (size_t)n * (k / 4) : 0);
   for (int c = 0; gemv && c < n; ++c)
     for (int l = 0; l < k / 4; ++l) {
       const int8_t* q = X.xq.data() + (size_t)c * k + 4 * l;
       dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
       xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
     }
+  const size_t acc_n = (size_t)TILE_M * n * (gemv ? 16 : 1);
+  const size_t scratch_bytes = 2 * padded(TILE_M * ck) + 4 * padded(sizeof(float) * TILE_M * sw) +
+                               padded(sizeof(float) * acc_n);
   struct Scratch {
-    std::unique_ptr<uint8_t[], Aligned> u_rows, u_il;
-    std::unique_ptr<float[], Aligned> s_rows, m_rows, s, mm, acc;
+    uint8_t *u_rows, *u_il;
+    float *s_rows, *m_rows, *s, *mm, *acc;
   };
-  std::vector<Scratch> scratch(nt);
-  for (auto& sc : scratch) {
-    sc.u_rows = aligned_array<uint8_t>(TILE_M * ck);
-    sc.u_il = aligned_array<uint8_t>(TILE_M * ck);
-    sc.s_rows = aligned_array<float>(TILE_M * sw);
-    sc.m_rows = aligned_array<float>(TILE_M * sw);
-    sc.s = aligned_array<float>(TILE_M * sw);
-    sc.mm = aligned_array<float>(TILE_M * sw);
-    sc.acc = aligned_array<float>((size_t)TILE_M * n * (gemv ? 16 : 1));
-  }
   const int n_chunks = (k + ck - 1) / ck;
-  auto tile_fn = [&](int tile, int th, int next_tile) {
-    Scratch& S = scratch[th];
+  auto tile_fn = [&](int tile, int next_tile) {
+    thread_local Arena arena;
+    uint8_t* cur = arena.reserve(scratch_bytes);
+    Scratch S;
+    S.u_rows = carve<uint8_t>(cur, TILE_M * ck);
+    S.u_il = carve<uint8_t>(cur, TILE_M * ck);
+    S.s_rows = carve<float>(cur, TILE_M * sw);
+    S.m_rows = carve<float>(cur, TILE_M * sw);
+    S.s = carve<float>(cur, TILE_M * sw);
+    S.mm = carve<float>(cur, TILE_M * sw);
+    S.acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
     // the next tile of this thread is prefetched a slice per chunk: its rows are one contiguous span
     const uint8_t* pf = next_tile < n_tiles ? w + (size_t)next_tile * TILE_M * row_bytes : nullptr;
     const size_t pf_len = pf ? (size_t)std::min(TILE_M, m - next_tile * TILE_M) * row_bytes : 0;
-    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n * (gemv ? 16 : 1));
+    std::memset(S.acc, 0, sizeof(float) * acc_n);
     for (int k0 = 0, ci = 0; k0 < k; k0 += ck, ++ci) {
       const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
       if (pf)
         for (size_t o = pf_len * ci / n_chunks; o < pf_len * (ci + 1) / n_chunks; o += 64) __builtin_prefetch(pf + o, 0, 3);
-      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows.get(), S.s_rows.get(), S.m_rows.get(), sw);
+      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
                         L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
-        kt.qgemv_chunk(L, S.u_rows.get(), S.s_rows.get(), S.m_rows.get(), sw, kc, nr, n, Xl, S.acc.get());
+        kt.qgemv_chunk(L, S.u_rows, S.s_rows, S.m_rows, sw, kc, nr, n, Xl, S.acc);
         continue;
       }
-      kt.interleave16(S.u_rows.get(), kc, S.u_il.get());
-      kt.interleave16((const uint8_t*)S.s_rows.get(), 4 * sw, (uint8_t*)S.s.get());
-      if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows.get(), 4 * sw, (uint8_t*)S.mm.get());
+      kt.interleave16(S.u_rows, kc, S.u_il);
+      kt.interleave16((const uint8_t*)S.s_rows, 4 * sw, (uint8_t*)S.s);
+      if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows, 4 * sw, (uint8_t*)S.mm);
       const XGroups Xg{X.xq.data() + k0, (size_t)k, xd.data() + k0 / G, xc.data() + k0 / G,
                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
-      kt.qgemm_chunk(L, S.u_il.get(), S.s.get(), S.mm.get(), kc, n, Xg, S.acc.get());
+      kt.qgemm_chunk(L, S.u_il, S.s, S.mm, kc, n, Xg, S.acc);
     }
     for (int c = 0; c < n; ++c)
       for (int r = 0; r < nr; ++r) {
@@ -164,16 +198,16 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
           y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
           continue;
         }
-        const float* a = S.acc.get() + ((size_t)c * TILE_M + r) * 16;
+        const float* a = S.acc + ((size_t)c * TILE_M + r) * 16;
         float t = 0.f;
         for (int l = 0; l < 16; ++l) t += a[l];
         y[(size_t)c * m + r0 + r] = t;
       }
   };
   // each thread takes one contiguous range of tiles, so it streams one contiguous span of weights
-  pool.run(nt, [&](int part, int th) {
+  pool.run(nt, [&](int part, int) {
     const int t0 = (int)((int64_t)n_tiles * part / nt), t1 = (int)((int64_t)n_tiles * (part + 1) / nt);
-    for (int t = t0; t < t1; ++t) tile_fn(t, th, t + 1 < t1 ? t + 1 : n_tiles);
+    for (int t = t0; t < t1; ++t) tile_fn(t, t + 1 < t1 ? t + 1 : n_tiles);
   });
 }
 
@@ -181,31 +215,27 @@ static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_
                          const float* x, int n, float* y, ThreadPool& pool) {
   const UnpackFloatFn unpack = kt.unpack_f[(int)ti.type];
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
-  struct Scratch {
-    std::unique_ptr<float[], Aligned> rows, wt, acc;
-  };
-  std::vector<Scratch> scratch(pool.size());
-  for (auto& sc : scratch) {
-    sc.rows = aligned_array<float>(TILE_M * CHUNK_K);
-    sc.wt = aligned_array<float>(TILE_M * CHUNK_K);
-    sc.acc = aligned_array<float>((size_t)TILE_M * n);
-  }
-  pool.run(n_tiles, [&](int tile, int th) {
-    Scratch& S = scratch[th];
+  const size_t scratch_bytes = 2 * padded(sizeof(float) * TILE_M * CHUNK_K) + padded(sizeof(float) * TILE_M * n);
+  pool.run(n_tiles, [&](int tile, int) {
+    thread_local Arena arena;
+    uint8_t* cur = arena.reserve(scratch_bytes);
+    float* rows = carve<float>(cur, TILE_M * CHUNK_K);
+    float* wt = carve<float>(cur, TILE_M * CHUNK_K);
+    float* acc = carve<float>(cur, (size_t)TILE_M * n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(S.acc.get(), 0, sizeof(float) * TILE_M * n);
+    std::memset(acc, 0, sizeof(float) * TILE_M * n);
     for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
       const int kc = std::min(CHUNK_K, k - k0);
       for (int r = 0; r < TILE_M; ++r) {
-        if (r < nr) unpack(w + (size_t)(r0 + r) * row_bytes + (size_t)k0 * ti.type_size, kc, S.rows.get() + r * kc);
-        else std::memset(S.rows.get() + r * kc, 0, sizeof(float) * kc);
+        if (r < nr) unpack(w + (size_t)(r0 + r) * row_bytes + (size_t)k0 * ti.type_size, kc, rows + r * kc);
+        else std::memset(rows + r * kc, 0, sizeof(float) * kc);
       }
       for (int r = 0; r < TILE_M; ++r)
-        for (int kk = 0; kk < kc; ++kk) S.wt[kk * TILE_M + r] = S.rows[r * kc + kk];
-      kt.fgemm_chunk(S.wt.get(), kc, n, x + k0, (size_t)k, S.acc.get());
+        for (int kk = 0; kk < kc; ++kk) wt[kk * TILE_M + r] = rows[r * kc + kk];
+      kt.fgemm_chunk(wt, kc, n, x + k0, (size_t)k, acc);
     }
     for (int c = 0; c < n; ++c)
-      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
+      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = acc[c * TILE_M + r];
   });
 }
 
