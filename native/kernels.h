@@ -26,15 +26,19 @@ struct QuantLayout {
 };
 QuantLayout quant_layout(QType t);
 
-// Per-matmul activation tables, derived from the quantized activations for one weight layout.
-// All are [n][K/G] with leading dimension ldg, already offset to the chunk's first group.
+// Per-matmul activations for the tile kernel, packed in panels of CB columns (the table's qgemm_cb; the
+// last panel is zero-padded) so a kernel reaches every column of a panel from one pointer:
+//   xq: [n_panels][ng][CB][G] int8     xd, xc, xm: [n_panels][ng][CB]
+// xd: dx of the 32-block holding the group; xc: -offset * sum(xq over the group) (0 for types with a
+// min); xm: dx * sum(xq over the group) (types with a min).
 struct XGroups {
-  const int8_t* xq;    // [n][K] int8, leading dimension ldx
-  size_t ldx;
-  const float* xd;     // dx of the 32-block holding the group
-  const int32_t* xc;   // -offset * sum(xq over the group) (0 for types with a min)
-  const float* xm;     // dx * sum(xq over the group) (types with a min)
-  size_t ldg;
+  const int8_t* xq;
+  const float* xd;
+  const int32_t* xc;
+  const float* xm;
+  int ng;        // groups per activation row
+  int g0;        // first group of the chunk being computed
+  int n_panels;
 };
 
 // Small-N activation tables: lanes run along k (4 weights per int32 lane), already offset to the chunk.
@@ -63,10 +67,11 @@ struct KernelTable {
   // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
   // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
-  // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16, c < n
-  // w_il: [kc/4][16][4]; s, m: [kc/G][16]
+  // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16 and every (padded) column c
+  // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
-                      int n, const XGroups& X, float* acc);
+                      const XGroups& X, float* acc);
+  int qgemm_cb;  // activation columns per panel
   // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
   // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,

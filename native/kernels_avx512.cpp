@@ -246,39 +246,55 @@ static void unpack_q6_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
   }
 }
 
-// ---- VNNI micro-kernel: 16 rows x C columns, one group of G weights per step ---------------------
-template <int G, bool MIN, int C>
-static inline void qgemm_cols(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int c0,
-                              float* acc) {
-  __m512 af[C];
-  const int8_t* xp[C];
-  for (int j = 0; j < C; ++j) {
-    af[j] = _mm512_loadu_ps(acc + (c0 + j) * TILE_M);
-    xp[j] = X.xq + (size_t)(c0 + j) * X.ldx;
-  }
+// ---- VNNI micro-kernel: 16 rows x CB columns of one panel, one group of G weights per step -------
+constexpr int CB = 8;
+
+template <int G, bool MIN>
+static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
+                        float* acc) {
+  __m512 af[CB];
+  for (int j = 0; j < CB; ++j) af[j] = _mm512_loadu_ps(acc + (p * CB + j) * TILE_M);
   for (int g = 0; g < ng; ++g) {
-    __m512i ai[C];
-    for (int j = 0; j < C; ++j) ai[j] = _mm512_set1_epi32(X.xc[(size_t)(c0 + j) * X.ldg + g]);
+    const size_t gi = (size_t)p * X.ng + X.g0 + g;
+    const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
+    const int32_t* xc = X.xc + gi * CB;
+    const float* xd = X.xd + gi * CB;
+    __m512i ai[CB];
+    for (int j = 0; j < CB; ++j) ai[j] = _mm512_set1_epi32(xc[j]);
     for (int q = 0; q < G / 4; ++q) {
       const __m512i wv = _mm512_loadu_si512((const void*)(w + (size_t)(g * (G / 4) + q) * 64));
-      for (int j = 0; j < C; ++j) {
+      for (int j = 0; j < CB; ++j) {
         int32_t xv;
-        std::memcpy(&xv, xp[j] + g * G + 4 * q, 4);
+        std::memcpy(&xv, xg + j * G + 4 * q, 4);
         ai[j] = _mm512_dpbusd_epi32(ai[j], wv, _mm512_set1_epi32(xv));
       }
     }
     const __m512 sv = _mm512_loadu_ps(s + g * TILE_M);
-    for (int j = 0; j < C; ++j) {
-      const __m512 sd = _mm512_mul_ps(sv, _mm512_set1_ps(X.xd[(size_t)(c0 + j) * X.ldg + g]));
-      af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), sd, af[j]);
-    }
+    for (int j = 0; j < CB; ++j)
+      af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), _mm512_mul_ps(sv, _mm512_set1_ps(xd[j])), af[j]);
     if (MIN) {
+      const float* xm = X.xm + gi * CB;
       const __m512 mv = _mm512_loadu_ps(m + g * TILE_M);
-      for (int j = 0; j < C; ++j)
-        af[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(X.xm[(size_t)(c0 + j) * X.ldg + g]), af[j]);
+      for (int j = 0; j < CB; ++j) af[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xm[j]), af[j]);
     }
   }
-  for (int j = 0; j < C; ++j) _mm512_storeu_ps(acc + (c0 + j) * TILE_M, af[j]);
+  for (int j = 0; j < CB; ++j) _mm512_storeu_ps(acc + (p * CB + j) * TILE_M, af[j]);
+}
+
+template <int G, bool MIN>
+static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
+  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN>(w, s, m, kc / G, X, p, acc);
+}
+
+static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
+                               const XGroups& X, float* acc) {
+  if (L.group == 32) {
+    if (L.has_min) qgemm_layout<32, true>(w, s, m, kc, X, acc);
+    else qgemm_layout<32, false>(w, s, m, kc, X, acc);
+  } else {
+    if (L.has_min) qgemm_layout<16, true>(w, s, m, kc, X, acc);
+    else qgemm_layout<16, false>(w, s, m, kc, X, acc);
+  }
 }
 
 // ---- small N: one row at a time, lanes along k --------------------------------------------------
@@ -349,34 +365,6 @@ static void qgemv_chunk_avx512(const QuantLayout& L, const uint8_t* u_rows, cons
   }
 }
 
-template <int G, bool MIN>
-static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, int n, const XGroups& X,
-                         float* acc) {
-  constexpr int CB = 6;
-  const int ng = kc / G;
-  int c = 0;
-  for (; c + CB <= n; c += CB) qgemm_cols<G, MIN, CB>(w, s, m, ng, X, c, acc);
-  switch (n - c) {
-    case 5: qgemm_cols<G, MIN, 5>(w, s, m, ng, X, c, acc); break;
-    case 4: qgemm_cols<G, MIN, 4>(w, s, m, ng, X, c, acc); break;
-    case 3: qgemm_cols<G, MIN, 3>(w, s, m, ng, X, c, acc); break;
-    case 2: qgemm_cols<G, MIN, 2>(w, s, m, ng, X, c, acc); break;
-    case 1: qgemm_cols<G, MIN, 1>(w, s, m, ng, X, c, acc); break;
-    default: break;
-  }
-}
-
-static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
-                               int n, const XGroups& X, float* acc) {
-  if (L.group == 32) {
-    if (L.has_min) qgemm_layout<32, true>(w, s, m, kc, n, X, acc);
-    else qgemm_layout<32, false>(w, s, m, kc, n, X, acc);
-  } else {
-    if (L.has_min) qgemm_layout<16, true>(w, s, m, kc, n, X, acc);
-    else qgemm_layout<16, false>(w, s, m, kc, n, X, acc);
-  }
-}
-
 }  // namespace avx512
 
 const KernelTable* kernels_avx512() {
@@ -386,6 +374,7 @@ const KernelTable* kernels_avx512() {
     k.name = "avx512";
     k.interleave16 = avx512::interleave16_avx512;
     k.qgemm_chunk = avx512::qgemm_chunk_avx512;
+    k.qgemm_cb = avx512::CB;
     k.qgemv_chunk = avx512::qgemv_chunk_avx512;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
     k.unpack[(int)QType::Q4_1] = avx512::unpack_rows<avx512::unpack_q4_1_v>;

@@ -115,28 +115,35 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
   QuantizedX& X = tls_x;
   quantize_x(kt, x, n, k, k, X, pool);
 
-  // per-layout group tables [n][k/G]
-  const int G = L.group, ng = k / G;
+  // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
+  const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
+  const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
+  const int n_panels = (n + CB - 1) / CB, n_pad = gemv ? n : n_panels * CB;
+  thread_local std::vector<int8_t> tls_xp;
+  std::vector<int8_t>& xp = tls_xp;
   std::vector<float>& xd = tls_xd;
   std::vector<float>& xm = tls_xm;
   std::vector<int32_t>& xc = tls_xc;
-  xd.resize((size_t)n * ng);
-  xm.resize(L.has_min ? (size_t)n * ng : 1);
-  xc.resize((size_t)n * ng);
+  const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j] or, for the small-N path, [c][g]
+  xd.assign(n_slots, 0.f);
+  xm.assign(L.has_min ? n_slots : 1, 0.f);
+  xc.assign(n_slots, 0);
+  if (!gemv) xp.assign((size_t)n_pad * k, 0);
   for (int c = 0; c < n; ++c)
     for (int g = 0; g < ng; ++g) {
       const int k0 = g * G;
       int32_t sum = 0;
       for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
       const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
-      xd[(size_t)c * ng + g] = d;
-      xc[(size_t)c * ng + g] = -L.offset * sum;
-      if (L.has_min) xm[(size_t)c * ng + g] = d * (float)sum;
+      const size_t slot = gemv ? (size_t)c * ng + g : ((size_t)(c / CB) * ng + g) * CB + c % CB;
+      xd[slot] = d;
+      xc[slot] = -L.offset * sum;
+      if (L.has_min) xm[slot] = d * (float)sum;
+      if (!gemv) std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
     }
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
   const int nt = pool.size();
-  const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
   const int ck = gemv ? GEMV_CHUNK_K : CHUNK_K;                // weights per chunk
   const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);     // floats per row in the scale tables
   std::vector<float>& dxe = tls_dxe;
@@ -149,7 +156,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
       xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
     }
-  const size_t acc_n = (size_t)TILE_M * n * (gemv ? 16 : 1);
+  const size_t acc_n = (size_t)TILE_M * n_pad * (gemv ? 16 : 1);
   const size_t scratch_bytes = 2 * padded(TILE_M * ck) + 4 * padded(sizeof(float) * TILE_M * sw) +
                                padded(sizeof(float) * acc_n);
   struct Scratch {
@@ -188,9 +195,8 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       kt.interleave16(S.u_rows, kc, S.u_il);
       kt.interleave16((const uint8_t*)S.s_rows, 4 * sw, (uint8_t*)S.s);
       if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows, 4 * sw, (uint8_t*)S.mm);
-      const XGroups Xg{X.xq.data() + k0, (size_t)k, xd.data() + k0 / G, xc.data() + k0 / G,
-                       L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
-      kt.qgemm_chunk(L, S.u_il, S.s, S.mm, kc, n, Xg, S.acc);
+      const XGroups Xg{xp.data(), xd.data(), xc.data(), L.has_min ? xm.data() : nullptr, ng, k0 / G, n_panels};
+      kt.qgemm_chunk(L, S.u_il, S.s, S.mm, kc, Xg, S.acc);
     }
     for (int c = 0; c < n; ++c)
       for (int r = 0; r < nr; ++r) {

@@ -1,0 +1,34 @@
+// Causal grouped-query attention over the paged KV cache, read through each sequence's block table.
+#pragma once
+#include <cstdint>
+
+#include "quant_formats.h"
+#include "thread_pool.h"
+
+namespace lll {
+
+struct AttentionShape {
+  int n_head, n_kv_head, head_dim;  // query head h reads kv head h / (n_head / n_kv_head)
+  int block_size;
+  float scale;    // multiplies q . k
+  float softcap;  // 0: none; else s = softcap * tanh(s / softcap)
+  int window;     // 0: none; else key position j is visible from query position p when p - j < window
+};
+
+// Which cached positions each query row sees: row t is token positions[t] of sequence seq_index[t],
+// and sees that sequence's positions j <= positions[t] (inside the window), j at slot
+// block_tables[seq][j / block_size] * block_size + j % block_size. The caller has checked every index.
+struct AttentionRows {
+  int T;
+  const int32_t* positions;     // [T]
+  const int32_t* seq_index;     // [T]
+  const int32_t* block_tables;  // [n_seq][max_blocks]
+  int max_blocks;
+};
+
+// q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] f16;
+// out: [T][n_head][head_dim]. Tasks are (row, kv head) pairs spread over the pool.
+void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const f16_t* k_cache,
+                     const f16_t* v_cache, float* out, ThreadPool& pool);
+
+}  // namespace lll

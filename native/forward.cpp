@@ -1,0 +1,245 @@
+#include "forward.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "attention.h"
+#include "matmul.h"
+#include "ops.h"
+
+namespace lll {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+void check_matrix(const KernelTable& kt, const WeightView& w, int rows, int row_len, const std::string& name) {
+  if (!w.present()) throw std::invalid_argument(name + ": tensor missing");
+  const TypeInfo* ti = type_info(w.type);
+  if (!ti || w.type < 0 || w.type >= 40 || (!kt.unpack[w.type] && !kt.unpack_f[w.type]))
+    throw std::invalid_argument(name + ": tensor type id " + str(w.type) + " is not supported");
+  if (w.rows != rows || w.row_len != row_len)
+    throw std::invalid_argument(name + ": shape [" + str(w.rows) + ", " + str(w.row_len) + "], expected [" +
+                                str(rows) + ", " + str(row_len) + "]");
+  if (row_len % ti->block_size)
+    throw std::invalid_argument(name + ": row length " + str(row_len) + " is not a whole number of " + ti->name +
+                                " blocks");
+  if (w.row_bytes < (size_t)(row_len / ti->block_size) * ti->type_size)
+    throw std::invalid_argument(name + ": row stride " + str((int64_t)w.row_bytes) + " bytes is too small");
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int block_size, const KernelTable* kt,
+             int n_threads)
+    : cfg_(cfg),
+      w_(std::move(weights)),
+      kt_(kt),
+      pool_(std::max(1, n_threads)),
+      kv_(cfg.n_layers, n_blocks, block_size, cfg.n_kv_head, cfg.head_dim) {
+  const ModelConfig& c = cfg_;
+  for (int v : {c.n_vocab, c.d_model, c.n_layers, c.n_head, c.n_kv_head, c.head_dim, c.n_ff})
+    if (v <= 0) throw std::invalid_argument("model dimensions must be positive");
+  if (c.n_head % c.n_kv_head)
+    throw std::invalid_argument("n_kv_head " + str(c.n_kv_head) + " does not divide n_head " + str(c.n_head));
+  if (c.n_rot <= 0 || c.n_rot % 2 || c.n_rot > c.head_dim)
+    throw std::invalid_argument("n_rot " + str(c.n_rot) + " must be even and at most head_dim " + str(c.head_dim));
+  if (!(c.rms_eps > 0.f)) throw std::invalid_argument("rms_eps must be positive");
+  if (c.sliding_window < 0 || c.attn_softcap < 0.f || c.final_softcap < 0.f)
+    throw std::invalid_argument("sliding_window and softcaps must not be negative");
+  if ((int)w_.layers.size() != c.n_layers)
+    throw std::invalid_argument(str((int64_t)w_.layers.size()) + " layers of weights for n_layers " + str(c.n_layers));
+
+  const int d = c.d_model, qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+  check_matrix(*kt_, w_.token_embd, c.n_vocab, d, "token_embd");
+  check_matrix(*kt_, w_.output, c.n_vocab, d, "output");
+  output_norm_ = vector_of(w_.output_norm, d, "output_norm");
+  if (w_.rope_freqs.present()) rope_freqs_ = vector_of(w_.rope_freqs, c.n_rot / 2, "rope_freqs");
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& L = w_.layers[i];
+    const std::string b = "blk." + str(i) + ".";
+    if (L.sliding && !c.sliding_window) throw std::invalid_argument(b + ": sliding layer but sliding_window is 0");
+    if (!(L.rope_base > 0.f) || !(L.rope_scale > 0.f))
+      throw std::invalid_argument(b + ": rope_base and rope_scale must be positive");
+    check_matrix(*kt_, L.attn_q, qd, d, b + "attn_q");
+    check_matrix(*kt_, L.attn_k, kvd, d, b + "attn_k");
+    check_matrix(*kt_, L.attn_v, kvd, d, b + "attn_v");
+    check_matrix(*kt_, L.attn_output, d, qd, b + "attn_output");
+    check_matrix(*kt_, L.ffn_gate, c.n_ff, d, b + "ffn_gate");
+    check_matrix(*kt_, L.ffn_up, c.n_ff, d, b + "ffn_up");
+    check_matrix(*kt_, L.ffn_down, d, c.n_ff, b + "ffn_down");
+    auto opt = [&](const WeightView& w, int n, const char* name) {
+      return w.present() ? vector_of(w, n, (b + name).c_str()) : nullptr;
+    };
+    LayerNorms N;
+    N.attn_norm = vector_of(L.attn_norm, d, (b + "attn_norm").c_str());
+    N.ffn_norm = vector_of(L.ffn_norm, d, (b + "ffn_norm").c_str());
+    N.q_bias = opt(L.attn_q_bias, qd, "attn_q_bias");
+    N.k_bias = opt(L.attn_k_bias, kvd, "attn_k_bias");
+    N.v_bias = opt(L.attn_v_bias, kvd, "attn_v_bias");
+    N.o_bias = opt(L.attn_output_bias, d, "attn_output_bias");
+    N.q_norm = opt(L.attn_q_norm, c.head_dim, "attn_q_norm");
+    N.k_norm = opt(L.attn_k_norm, c.head_dim, "attn_k_norm");
+    N.post_attn = opt(L.post_attention_norm, d, "post_attention_norm");
+    N.post_ffn = opt(L.post_ffw_norm, d, "post_ffw_norm");
+    if (!N.q_norm != !N.k_norm) throw std::invalid_argument(b + ": attn_q_norm and attn_k_norm must come together");
+    norms_.push_back(N);
+  }
+}
+
+const float* Model::vector_of(const WeightView& w, int n, const char* name) {
+  if (!w.present()) throw std::invalid_argument(std::string(name) + ": tensor missing");
+  if ((int64_t)w.rows * w.row_len != n)
+    throw std::invalid_argument(std::string(name) + ": " + str((int64_t)w.rows * w.row_len) + " elements, expected " +
+                                str(n));
+  if (w.type == (int)QType::F32 && w.rows == 1) return (const float*)w.data;
+  check_matrix(*kt_, w, w.rows, w.row_len, name);
+  owned_.emplace_back((size_t)n);
+  dequantize(*kt_, w.type, w.data, w.row_bytes, w.rows, w.row_len, owned_.back().data());
+  return owned_.back().data();
+}
+
+void Model::matmul(const WeightView& w, const float* x, int n, float* y) {
+  lll::matmul(*kt_, w.type, w.data, w.row_bytes, w.rows, w.row_len, x, n, y, pool_);
+}
+
+void Model::check(const StepBatch& b) const {
+  const int bs = kv_.block_size(), T = b.n_tokens;
+  if (T <= 0) throw std::invalid_argument("a step needs at least one token");
+  if (b.n_seq <= 0 || b.max_blocks <= 0) throw std::invalid_argument("block_tables must be [n_seq >= 1, max_blocks >= 1]");
+  if (b.n_logits < 0) throw std::invalid_argument("logits_rows: negative length");
+  for (int s = 0; s < b.n_seq; ++s) {
+    const int ctx = b.context_lens[s];
+    if (ctx < 0 || (int64_t)ctx > (int64_t)b.max_blocks * bs)
+      throw std::invalid_argument("context_lens[" + str(s) + "] = " + str(ctx) + " is outside [0, " +
+                                  str((int64_t)b.max_blocks * bs) + "] (max_blocks * block_size)");
+    for (int j = 0; j < (ctx + bs - 1) / bs; ++j) {
+      const int blk = b.block_tables[(size_t)s * b.max_blocks + j];
+      if (blk < 0 || blk >= kv_.n_blocks())
+        throw std::invalid_argument("block_tables[" + str(s) + ", " + str(j) + "] = " + str(blk) +
+                                    " is not a block of the pool (n_blocks " + str(kv_.n_blocks()) + ")");
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const std::string at = "[" + str(t) + "]";
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= cfg_.n_vocab)
+      throw std::invalid_argument("token_ids" + at + " = " + str(b.token_ids[t]) + " is outside the vocabulary (n_vocab " +
+                                  str(cfg_.n_vocab) + ")");
+    const int s = b.seq_index[t];
+    if (s < 0 || s >= b.n_seq)
+      throw std::invalid_argument("seq_index" + at + " = " + str(s) + " is outside [0, " + str(b.n_seq) + ")");
+    const int p = b.positions[t];
+    if (p < 0 || p >= b.context_lens[s])
+      throw std::invalid_argument("positions" + at + " = " + str(p) + " is outside [0, context_lens[" + str(s) +
+                                  "] = " + str(b.context_lens[s]) + ")");
+    const int64_t slot = (int64_t)b.block_tables[(size_t)s * b.max_blocks + p / bs] * bs + p % bs;
+    if (b.slot_mapping[t] != slot)
+      throw std::invalid_argument("slot_mapping" + at + " = " + str(b.slot_mapping[t]) + ", but block_tables puts position " +
+                                  str(p) + " of sequence " + str(s) + " at slot " + str(slot));
+  }
+  std::vector<int32_t> slots(b.slot_mapping, b.slot_mapping + T);
+  std::sort(slots.begin(), slots.end());
+  const auto dup = std::adjacent_find(slots.begin(), slots.end());
+  if (dup != slots.end()) throw std::invalid_argument("slot_mapping: slot " + str(*dup) + " is written twice in one step");
+  for (int i = 0; i < b.n_logits; ++i)
+    if (b.logits_rows[i] < 0 || b.logits_rows[i] >= T)
+      throw std::invalid_argument("logits_rows[" + str(i) + "] = " + str(b.logits_rows[i]) + " is outside [0, " + str(T) +
+                                  ")");
+}
+
+void Model::forward(const StepBatch& b, float* logits) {
+  std::lock_guard<std::mutex> lk(mu_);
+  check(b);
+  const ModelConfig& c = cfg_;
+  const int T = b.n_tokens, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
+  const int half = c.n_rot / 2;
+  // activations: h, a: [T][d]; q, att: [T][n_head][head_dim]; k, v: [T][n_kv_head][head_dim]; g, u: [T][n_ff]
+  std::vector<float> h((size_t)T * d), a((size_t)T * d), q((size_t)T * qd), att((size_t)T * qd);
+  std::vector<float> k((size_t)T * kvd), v((size_t)T * kvd), g((size_t)T * c.n_ff), u((size_t)T * c.n_ff);
+
+  const WeightView& E = w_.token_embd;
+  for (int t = 0; t < T; ++t) {
+    float* ht = h.data() + (size_t)t * d;
+    dequantize(*kt_, E.type, E.data + (size_t)b.token_ids[t] * E.row_bytes, E.row_bytes, 1, d, ht);
+    if (c.embed_scale != 1.f)
+      for (int i = 0; i < d; ++i) ht[i] *= c.embed_scale;
+  }
+
+  // rope angles per distinct (base, scale): cs, sn: [T][n_rot/2]
+  struct RopeTable {
+    float base, scale;
+    std::vector<float> cs, sn;
+  };
+  std::vector<RopeTable> ropes;
+  std::vector<int> rope_of(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    int r = 0;
+    while (r < (int)ropes.size() && !(ropes[r].base == L.rope_base && ropes[r].scale == L.rope_scale)) ++r;
+    if (r == (int)ropes.size()) {
+      RopeTable rt{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half), std::vector<float>((size_t)T * half)};
+      for (int t = 0; t < T; ++t)
+        rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, rope_freqs_, rt.cs.data() + (size_t)t * half,
+                    rt.sn.data() + (size_t)t * half);
+      ropes.push_back(std::move(rt));
+    }
+    rope_of[l] = r;
+  }
+
+  auto add_bias = [](float* y, const float* bias, int rows, int n) {
+    if (!bias) return;
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i) y[(size_t)r * n + i] += bias[i];
+  };
+  const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const LayerNorms& N = norms_[l];
+    rms_norm(h.data(), N.attn_norm, T, d, c.rms_eps, a.data());
+    matmul(L.attn_q, a.data(), T, q.data());
+    matmul(L.attn_k, a.data(), T, k.data());
+    matmul(L.attn_v, a.data(), T, v.data());
+    add_bias(q.data(), N.q_bias, T, qd);
+    add_bias(k.data(), N.k_bias, T, kvd);
+    add_bias(v.data(), N.v_bias, T, kvd);
+    if (N.q_norm) {
+      rms_norm(q.data(), N.q_norm, T * c.n_head, hd, c.rms_eps, q.data());
+      rms_norm(k.data(), N.k_norm, T * c.n_kv_head, hd, c.rms_eps, k.data());
+    }
+    const RopeTable& R = ropes[rope_of[l]];
+    for (int t = 0; t < T; ++t) {
+      const float* cs = R.cs.data() + (size_t)t * half;
+      const float* sn = R.sn.data() + (size_t)t * half;
+      rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
+      rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
+    }
+    kv_.write(l, k.data(), v.data(), b.slot_mapping, T);
+    const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
+                               c.attn_softcap, L.sliding ? c.sliding_window : 0};
+    paged_attention(shape, rows, q.data(), kv_.k(l), kv_.v(l), att.data(), pool_);
+    matmul(L.attn_output, att.data(), T, a.data());
+    add_bias(a.data(), N.o_bias, T, d);
+    if (N.post_attn) rms_norm(a.data(), N.post_attn, T, d, c.rms_eps, a.data());
+    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+
+    rms_norm(h.data(), N.ffn_norm, T, d, c.rms_eps, a.data());
+    matmul(L.ffn_gate, a.data(), T, g.data());
+    matmul(L.ffn_up, a.data(), T, u.data());
+    if (c.ffn_act == FfnAct::Silu) silu_mul(g.data(), u.data(), g.size());
+    else gelu_tanh_mul(g.data(), u.data(), g.size());
+    matmul(L.ffn_down, g.data(), T, a.data());
+    if (N.post_ffn) rms_norm(a.data(), N.post_ffn, T, d, c.rms_eps, a.data());
+    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+  }
+
+  if (b.n_logits == 0) return;
+  std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
+  for (int i = 0; i < b.n_logits; ++i)
+    rms_norm(h.data() + (size_t)b.logits_rows[i] * d, output_norm_, 1, d, c.rms_eps, x.data() + (size_t)i * d);
+  matmul(w_.output, x.data(), b.n_logits, logits);
+  if (c.final_softcap > 0.f) softcap(logits, (size_t)b.n_logits * c.n_vocab, c.final_softcap);
+}
+
+}  // namespace lll

@@ -1,0 +1,86 @@
+#include "ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+namespace lll {
+
+void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + (size_t)r * n;
+    float* o = out + (size_t)r * n;
+    double ss = 0.0;
+    for (int i = 0; i < n; ++i) ss += (double)xr[i] * xr[i];
+    const float inv = (float)(1.0 / std::sqrt(ss / n + eps));
+    for (int i = 0; i < n; ++i) o[i] = xr[i] * inv * w[i];
+  }
+}
+
+void rope_angles(int pos, int n_rot, double base, double scale, const float* factors, float* cs, float* sn) {
+  for (int i = 0; i < n_rot / 2; ++i) {
+    double theta = pos * scale * std::pow(base, -2.0 * i / n_rot);
+    if (factors) theta /= factors[i];
+    cs[i] = (float)std::cos(theta);
+    sn[i] = (float)std::sin(theta);
+  }
+}
+
+void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn) {
+  const int half = n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + (size_t)h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+      const float a = xh[ia], b = xh[ib];
+      xh[ia] = a * cs[i] - b * sn[i];
+      xh[ib] = a * sn[i] + b * cs[i];
+    }
+  }
+}
+
+void silu_mul(float* g, const float* u, size_t n) {
+  for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void gelu_tanh_mul(float* g, const float* u, size_t n) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x))) * u[i];
+  }
+}
+
+void softcap(float* x, size_t n, float cap) {
+  for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+f16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t absx = x & 0x7fffffff;
+  if (absx >= 0x7f800000) return (f16_t)(sign | 0x7c00 | (absx > 0x7f800000 ? 0x200 : 0));  // inf, nan
+  if (absx >= 0x477ff000) return (f16_t)(sign | 0x7c00);  // rounds past 65504
+  if (absx < 0x38800000) {  // below 2^-14: subnormal half (or zero)
+    if (absx < 0x33000000) return (f16_t)sign;  // below half the smallest subnormal
+    const uint32_t man = (absx & 0x7fffff) | 0x800000;
+    const int shift = 126 - (int)(absx >> 23);  // 14 + 112 - exp: puts the value in units of 2^-24
+    const uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    return (f16_t)(sign | (q + (rem > halfway || (rem == halfway && (q & 1)))));
+  }
+  const uint32_t h = ((absx >> 13) - (112u << 10));
+  const uint32_t rem = absx & 0x1fff;
+  return (f16_t)(sign | (h + (rem > 0x1000 || (rem == 0x1000 && (h & 1)))));
+}
+
+const float* f16_table() {
+  static const std::unique_ptr<float[]> table = [] {
+    std::unique_ptr<float[]> t(new float[65536]);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32((f16_t)h);
+    return t;
+  }();
+  return table.get();
+}
+
+}  // namespace lll
