@@ -210,9 +210,11 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
         y[(size_t)c * m + r0 + r] = t;
       }
   };
-  // each thread takes one contiguous range of tiles, so it streams one contiguous span of weights
-  pool.run(nt, [&](int part, int) {
-    const int t0 = (int)((int64_t)n_tiles * part / nt), t1 = (int)((int64_t)n_tiles * (part + 1) / nt);
+  // tiles go out in contiguous ranges (a thread streams one span of weights and prefetches within it),
+  // a few ranges per thread so a thread the OS delays does not hold up the others
+  const int n_parts = std::min(n_tiles, nt == 1 ? 1 : 4 * nt);
+  pool.run(n_parts, [&](int part, int) {
+    const int t0 = (int)((int64_t)n_tiles * part / n_parts), t1 = (int)((int64_t)n_tiles * (part + 1) / n_parts);
     for (int t = t0; t < t1; ++t) tile_fn(t, t + 1 < t1 ? t + 1 : n_tiles);
   });
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help); modules are imported lazily so `localllm --help` stays fast
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # localllm computes with its own thread pool; OpenBLAS worker threads (numpy's) would only spin
+    # against it. Must be set before numpy is first imported.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     parser = build_parser()
