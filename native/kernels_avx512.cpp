@@ -299,50 +299,52 @@ static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const flo
 
 // ---- small N: one row at a time, lanes along k --------------------------------------------------
 template <int G, bool MIN, int C>
-static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* m_rows, int sw, int kc, int nr,
+static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* m_rows, int sw, int kc, int,
                        const XLanes& X, int c0, float* acc) {
   constexpr int GPZ = 64 / G;  // groups per 64 weights
+  constexpr int R = 4;         // rows per pass: activation loads are shared by R rows
   const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
                                : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  const int nz = kc / 64, ng = kc / G;
-  for (int r = 0; r < nr; ++r) {
-    const uint8_t* u = u_rows + (size_t)r * kc;
-    const float* sr = s_rows + (size_t)r * sw;
-    __m512 af[C][2];
-    for (int j = 0; j < C; ++j) {
-      af[j][0] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
-      af[j][1] = _mm512_setzero_ps();
-    }
-    auto step = [&](int z, __mmask64 m8, __mmask16 m32, int p) {
-      const __m512i w = _mm512_maskz_loadu_epi8(m8, u + 64 * z);
+  const int nz = (kc + 63) / 64, ng = kc / G;
+  for (int r0 = 0; r0 < TILE_M; r0 += R) {  // rows past nr were zero-filled by unpack
+    __m512 af[C][R];
+    for (int j = 0; j < C; ++j)
+      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+    for (int z = 0; z < nz; ++z) {
+      const bool half = 64 * z + 64 > kc;  // a last 32 weights
+      const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
+      const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
       const int g = GPZ * z;
-      const __m512 se = _mm512_permutexvar_ps(_mm512_add_epi32(base, _mm512_set1_epi32(g & 15)),
-                                              _mm512_loadu_ps(sr + (g & ~15)));
+      const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(g & 15));
+      __m512i xv[C], xc[C];
+      __m512 d[C];
       for (int j = 0; j < C; ++j) {
         const size_t c = c0 + j;
-        const __m512i xv = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
-        const __m512i a = _mm512_dpbusd_epi32(_mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z), w, xv);
-        const __m512 d = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
-        af[j][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d), af[j][p]);
+        xv[j] = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
+        xc[j] = _mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z);
+        d[j] = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
       }
-    };
-    int z = 0;
-    for (; z + 2 <= nz; z += 2) {
-      step(z, ~(__mmask64)0, (__mmask16)0xFFFF, 0);
-      step(z + 1, ~(__mmask64)0, (__mmask16)0xFFFF, 1);
+      for (int i = 0; i < R; ++i) {
+        const __m512i w = _mm512_maskz_loadu_epi8(m8, u_rows + (size_t)(r0 + i) * kc + 64 * z);
+        const __m512 se = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(s_rows + (size_t)(r0 + i) * sw + (g & ~15)));
+        for (int j = 0; j < C; ++j) {
+          const __m512i a = _mm512_dpbusd_epi32(xc[j], w, xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+        }
+      }
     }
-    if (z < nz) step(z++, ~(__mmask64)0, (__mmask16)0xFFFF, 0);
-    if (kc % 64) step(z, (__mmask64)0xFFFFFFFFull, (__mmask16)0xFF, 1);  // a last half of 32 weights
     if (MIN) {
       for (int g0 = 0; g0 < ng; g0 += 16) {
         const __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ng - g0)) - 1);
-        const __m512 mv = _mm512_maskz_loadu_ps(gm, m_rows + (size_t)r * sw + g0);
-        for (int j = 0; j < C; ++j)
-          af[j][1] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(gm, X.xm + (size_t)(c0 + j) * X.ldg + g0), af[j][1]);
+        for (int j = 0; j < C; ++j) {
+          const __m512 xm = _mm512_maskz_loadu_ps(gm, X.xm + (size_t)(c0 + j) * X.ldg + g0);
+          for (int i = 0; i < R; ++i)
+            af[j][i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(gm, m_rows + (size_t)(r0 + i) * sw + g0), xm, af[j][i]);
+        }
       }
     }
     for (int j = 0; j < C; ++j)
-      _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm512_add_ps(af[j][0], af[j][1]));
+      for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
   }
 }
 
