@@ -133,13 +133,31 @@ static void unpack_q4_1_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
     _mm256_storeu_si256((__m256i*)(u + i * QK), nibbles32(b[i].qs));
   }
 }
+// two 16-byte nibble runs -> [lo a | hi a | lo b | hi b] (64 weights of two consecutive blocks)
+static inline __m512i nibbles64(const uint8_t* qa, const uint8_t* qb) {
+  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)qa)),
+                                            _mm_loadu_si128((const __m128i*)qb), 1);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m512i lo = _mm512_castsi256_si512(_mm256_and_si256(v, m4));
+  const __m512i hi = _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  // qwords: lo = [a0 a1 b0 b1 ...], hi = [a0' a1' b0' b1' ...] -> [a0 a1 a0' a1' b0 b1 b0' b1']
+  return _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+}
+
 static void unpack_q5_0_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict, int ss) {
   const block_q5_0* b = (const block_q5_0*)p;
-  block_scales(p, sizeof(block_q5_0), kc / QK, 0, s);
-  for (int i = 0; i < kc / QK; ++i) {
-    _mm256_storeu_si256((__m256i*)(u + i * QK), _mm256_or_si256(nibbles32(b[i].qs), high_bit5(b[i].qh)));
+  const int nb = kc / QK;
+  block_scales(p, sizeof(block_q5_0), nb, 0, s);
+  int i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    uint32_t ha, hb;
+    std::memcpy(&ha, b[i].qh, 4);
+    std::memcpy(&hb, b[i + 1].qh, 4);
+    const __m512i h = _mm512_maskz_set1_epi8((__mmask64)ha | (__mmask64)hb << 32, 16);
+    _mm512_storeu_si512((void*)(u + i * QK), _mm512_or_si512(nibbles64(b[i].qs, b[i + 1].qs), h));
   }
+  if (i < nb) _mm256_storeu_si256((__m256i*)(u + i * QK), _mm256_or_si256(nibbles32(b[i].qs), high_bit5(b[i].qh)));
 }
 static void unpack_q5_1_v(const uint8_t* __restrict p, int kc, uint8_t* __restrict u, float* __restrict s,
                           float* __restrict m, int ss) {
