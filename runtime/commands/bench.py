@@ -30,14 +30,19 @@ def register(sub) -> None:
     p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 512], help="activation rows")
     p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--pull", action="store_true", help="pull catalog models that are not in the store yet")
+    p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
+                   help="buffer for the read-bandwidth measurement (default 1024: far past any cache)")
+    p.add_argument("--stream-mib", type=int, default=512, metavar="MIB",
+                   help="weights streamed per N = 1 measurement (copies of the matrices, default 512)")
     p.set_defaults(func=run)
 
 
-def _resolve(name: str) -> Path:
+def _resolve(name: str, pull: bool) -> Path:
     from localllm.commands.show import resolve
 
     try:
-        return resolve(name)
+        return resolve(name, pull=pull)
     except (LookupError, ValueError, OSError):
         cached = TEST_CACHE_NAMES.get(name)
         env = os.environ.get("LOCALLLM_TEST_MODELS")
@@ -60,18 +65,19 @@ def _timeit(fn, seconds: float) -> float:
             return best
 
 
-def read_bandwidth(seconds: float = 0.5) -> float:
-    """Best GB/s of one multi-threaded streaming read over a 1 GiB buffer."""
+def read_bandwidth(seconds: float = 0.5, mib: int = 1024) -> float:
+    """Best GB/s of one multi-threaded streaming read over a buffer of `mib` MiB."""
     import numpy as np
 
     from localllm import kernels
 
-    buf = np.ones(1 << 30, dtype=np.uint8)
+    buf = np.ones(mib << 20, dtype=np.uint8)
     dt = _timeit(lambda: kernels.stream_read(buf), seconds)
     return buf.nbytes / dt / 1e9
 
 
-def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out) -> list[dict]:
+def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out,
+                stream_bytes: int = STREAM_BYTES) -> list[dict]:
     import numpy as np
 
     from localllm import kernels
@@ -88,7 +94,7 @@ def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: fl
         ts = [t for t in ts if t.name != "token_embd.weight"] or ts  # the embedding is looked up, not multiplied
         mats = [(t.type.id, t.rows(), t.row_len) for t in ts]
         stream = list(mats)
-        while sum(m[1].nbytes for m in stream) < STREAM_BYTES:
+        while sum(m[1].nbytes for m in stream) < stream_bytes:
             stream += [(i, np.array(r), k) for i, r, k in mats]
         small = mats[: max(1, min(len(mats), 4))]
         xs = {k: rng.standard_normal((max(ns), k), dtype=np.float32) for k in {m[2] for m in mats}}
@@ -129,7 +135,7 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     from localllm import kernels
 
-    paths = [_resolve(m) for m in (args.models or DEFAULT_MODELS)]
+    paths = [_resolve(m, args.pull) for m in (args.models or DEFAULT_MODELS)]
     threads = args.threads or sorted({1, kernels.physical_cores()})
     if any(t < 1 for t in threads):
         raise ValueError("--threads values must be positive")
@@ -138,14 +144,16 @@ def run(args: argparse.Namespace) -> int:
     ns = sorted(set(args.n) | {1})
     out = sys.stderr if args.json else sys.stdout
     kernels.configure(threads=max(threads))
-    bw = read_bandwidth()
+    if args.bandwidth_mib < 1 or args.stream_mib < 1:
+        raise ValueError("--bandwidth-mib and --stream-mib must be positive")
+    bw = read_bandwidth(mib=args.bandwidth_mib)
     print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
           f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)", file=out)
     print(f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
           + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1) + "  (GFLOP/s)  t(N=8)/t(N=1)", file=out)
     results = []
     for p in paths:
-        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w")):
+        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w"), args.stream_mib << 20):
             r["n1_pct"] = 100 * r["n1_gbs"] / bw
             print(_fmt_row(r, ns), file=out, flush=True)
             results.append(r)

@@ -14,14 +14,16 @@ def register(sub) -> None:
                        description="Print a model's architecture, size, quantization mix, shape and tokenizer.")
     p.add_argument("model", help="a store name (see `localllm list`) or a path to a .gguf file")
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.set_defaults(func=run)
 
 
-def resolve(model: str) -> Path:
-    """A path to an existing file is used as is; anything else is looked up in the model store."""
+def resolve(model: str, pull: bool = False) -> Path:
+    """A path to an existing file is used as is; anything else is looked up in the model store (and
+    pulled first only when `pull` is set: never silently)."""
     from localllm.store import resolve_model
 
-    return resolve_model(os.path.expanduser(model))
+    return resolve_model(os.path.expanduser(model), pull=pull)
 
 
 def summary(path: Path) -> dict:
@@ -85,7 +87,7 @@ def _count(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    s = summary(resolve(args.model))
+    s = summary(resolve(args.model, pull=args.pull))
     if args.json:
         print(json.dumps(s, indent=1))
         return 0

@@ -1,0 +1,71 @@
+"""The `localllm` command line as a user runs it: exit status, stdout, one clear line on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import model_file
+from localllm.gguf import GGUFFile
+
+
+def localllm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localllm.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_help_lists_commands():
+    r = localllm("--help")
+    assert r.returncode == 0
+    for cmd in ("show", "pull", "list", "rm", "bench"):
+        assert cmd in r.stdout
+
+
+def test_show_text_and_json_agree_with_the_file():
+    path = model_file("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    r = localllm("show", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "qwen2" in r.stdout and "14 / 2" in r.stdout and "Q5_0" in r.stdout and "chat template     yes" in r.stdout
+    j = json.loads(localllm("show", str(path), "--json").stdout)
+    with GGUFFile(path) as f:
+        assert j["parameters"] == sum(t.n_elements for t in f.tensors.values())
+        assert j["layers"] == f.arch_value("block_count") == 24
+        assert j["vocab_size"] == len(f.metadata["tokenizer.ggml.tokens"])
+        assert sum(q["bytes"] for q in j["quantization"].values()) == sum(t.nbytes for t in f.tensors.values())
+    assert (j["heads"], j["kv_heads"], j["tokenizer"], j["chat_template"]) == (14, 2, "gpt2", True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["show", "/nonexistent/model.gguf"], "no such file"),
+    (["show", "no-such-model-anywhere"], "no-such-model-anywhere"),
+    (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "error:"),
+])
+def test_errors_are_one_line_on_stderr(tmp_path, args, message):
+    r = localllm(*args, env={"LOCALLLM_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 1
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_show_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)
+    r = localllm("show", str(bad))
+    assert r.returncode == 1 and "absurd" in r.stderr and "bad.gguf" in r.stderr
+
+
+def test_bench_kernels_json():
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm("bench", "kernels", str(path), "--threads", "1", "--n", "1", "2", "--seconds", "0.01",
+                 "--bandwidth-mib", "64", "--stream-mib", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["read_bandwidth_gbs"] > 0
+    types = {row["type"] for row in j["results"]}
+    assert types == {"Q4_1", "Q8_0"}  # smollm2's matrices; token_embd (Q8_0) is tied to the output
+    for row in j["results"]:
+        assert row["n1_gbs"] > 0 and row["n2_gflops"] > 0
