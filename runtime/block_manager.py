@@ -1,0 +1,210 @@
+"""Paged KV-cache bookkeeping: which pool blocks hold which sequence's tokens, with prefix caching.
+
+    bm = BlockManager(n_blocks, block_size)
+    table = bm.allocate(seq_id, prompt_ids)          # None when the pool is full; the first
+                                                     # table.num_cached_tokens tokens are already in the cache
+    bm.mark_computed(seq_id, token_ids, n)           # the KV of token_ids[:n] is written: its full blocks
+                                                     # become reusable prefixes for later sequences
+    bm.append_slots(seq_id, k)                       # room for k more tokens; None when the pool is full
+    bm.truncate(seq_id, n)                           # give back slots past n (rejected draft tokens)
+    slots = bm.slot_mapping(seq_id, positions)       # [len(positions)] int64: block_id * block_size + offset
+    bm.free(seq_id)
+
+A full block is keyed by blake2b(parent block's key, its token ids), so a key names the whole prefix. Only
+full, computed blocks are shared; a sequence writes only to blocks it holds alone. Free blocks wait in one
+queue, taken from the head: never-cached blocks first, then cached ones least recently freed first (a freed
+sequence's blocks are queued last block first, so its shared prefix outlives its tail). Taking a cached block
+evicts its key. A sequence longer than n_blocks * block_size tokens never fits: check before allocating.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Hashable, Optional, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    """A snapshot of one sequence's table. block_ids[i] holds positions [i * block_size, (i + 1) * block_size);
+    num_slots: positions with a slot; num_cached_tokens: leading positions found in the prefix cache at allocate."""
+
+    block_ids: tuple[int, ...]
+    num_slots: int
+    num_cached_tokens: int
+
+
+class _Seq:
+    __slots__ = ("blocks", "num_slots", "keys", "num_registered", "num_cached", "array")
+
+    def __init__(self, blocks: list[int], num_slots: int, keys: list[bytes], num_cached_blocks: int, block_size: int):
+        self.blocks = blocks  # pool block ids, in position order
+        self.num_slots = num_slots
+        self.keys = keys  # prefix keys of the leading full blocks whose tokens are known
+        self.num_registered = num_cached_blocks  # leading blocks that are computed and offered to the cache
+        self.num_cached = num_cached_blocks * block_size
+        self.array: Optional[np.ndarray] = None  # blocks as int64, built on demand, dropped when blocks change
+
+
+def _count(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+class BlockManager:
+    """n_blocks blocks of block_size token slots each; slot s is offset s % block_size of block s // block_size.
+    seq_id: any hashable. Misuse (an unknown or freed seq_id, a bad count) raises ValueError."""
+
+    def __init__(self, n_blocks: int, block_size: int):
+        self.n_blocks = _count("n_blocks", n_blocks, 1)
+        self.block_size = _count("block_size", block_size, 1)
+        self._ref = [0] * self.n_blocks  # tables holding each block
+        self._key: list[Optional[bytes]] = [None] * self.n_blocks  # key a block is registered under
+        self._cached: dict[bytes, int] = {}  # key -> block id
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.n_blocks))  # head is taken first
+        self._seqs: dict[Hashable, _Seq] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks with no holder, cached ones included (they are evicted on demand)."""
+        return len(self._free)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        """Blocks that num_tokens slots take (a scheduler's admission check against n_blocks)."""
+        return -(-num_tokens // self.block_size)
+
+    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> Optional[BlockTable]:
+        """Slots for token_ids, reusing the longest cached prefix of full blocks (never the block holding the
+        last token: its logits must be computed). None, with nothing changed, when the pool is too full."""
+        if seq_id in self._seqs:
+            raise ValueError(f"sequence {seq_id!r} is already allocated")
+        n = len(token_ids)
+        if n == 0:
+            raise ValueError("token_ids must not be empty")
+        bs = self.block_size
+        keys = self._extend_keys([], token_ids, n // bs)
+        hits = []
+        for i, key in enumerate(keys):
+            b = self._cached.get(key)
+            if b is None or (i + 1) * bs > n - 1:
+                break
+            hits.append(b)
+        need = self.blocks_needed(n) - len(hits)
+        if need > len(self._free) - sum(1 for b in hits if self._ref[b] == 0):
+            return None
+        for b in hits:
+            if self._ref[b] == 0:
+                del self._free[b]
+            self._ref[b] += 1
+        seq = _Seq(hits + [self._take_free() for _ in range(need)], n, keys, len(hits), bs)
+        self._seqs[seq_id] = seq
+        return self._table(seq)
+
+    def append_slots(self, seq_id: Hashable, n: int) -> Optional[BlockTable]:
+        """Slots for n more positions. None, with nothing changed, when the pool is too full."""
+        seq = self._seq(seq_id)
+        n = _count("n", n, 0)
+        need = self.blocks_needed(seq.num_slots + n) - len(seq.blocks)
+        if need > len(self._free):
+            return None
+        if need:
+            seq.blocks.extend(self._take_free() for _ in range(need))
+            seq.array = None
+        seq.num_slots += n
+        return self._table(seq)
+
+    def truncate(self, seq_id: Hashable, num_tokens: int) -> BlockTable:
+        """Keeps slots for positions [0, num_tokens) only; blocks past them go back to the pool.
+        num_tokens may not reach back into blocks already offered to the cache."""
+        seq = self._seq(seq_id)
+        lo = seq.num_registered * self.block_size
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, numbers.Integral) or not (
+            lo <= num_tokens <= seq.num_slots
+        ):
+            raise ValueError(f"num_tokens must be an integer in [{lo}, {seq.num_slots}], got {num_tokens!r}")
+        keep = self.blocks_needed(num_tokens)
+        for b in reversed(seq.blocks[keep:]):
+            self._release(b)
+        del seq.blocks[keep:]
+        seq.array = None
+        del seq.keys[num_tokens // self.block_size :]
+        seq.num_slots = int(num_tokens)
+        return self._table(seq)
+
+    def mark_computed(self, seq_id: Hashable, token_ids: Sequence[int], num_computed: int) -> None:
+        """The KV of token_ids[:num_computed] (the sequence's tokens from position 0) is written: its full
+        blocks are offered to the prefix cache. A key already cached under another block keeps that block."""
+        seq = self._seq(seq_id)
+        if isinstance(num_computed, bool) or not isinstance(num_computed, numbers.Integral) or not (
+            0 <= num_computed <= min(len(token_ids), seq.num_slots)
+        ):
+            raise ValueError(
+                f"num_computed must be an integer in [0, {min(len(token_ids), seq.num_slots)}], got {num_computed!r}"
+            )
+        full = int(num_computed) // self.block_size
+        self._extend_keys(seq.keys, token_ids, full)
+        for i in range(seq.num_registered, full):
+            b, key = seq.blocks[i], seq.keys[i]
+            if key not in self._cached:
+                self._cached[key] = b
+                self._key[b] = key
+        seq.num_registered = max(seq.num_registered, full)
+
+    def free(self, seq_id: Hashable) -> None:
+        seq = self._seq(seq_id)
+        del self._seqs[seq_id]
+        for b in reversed(seq.blocks):
+            self._release(b)
+
+    def block_table(self, seq_id: Hashable) -> BlockTable:
+        return self._table(self._seq(seq_id))
+
+    def slot_mapping(self, seq_id: Hashable, positions) -> np.ndarray:
+        """positions: [n] ints in [0, num_slots) -> [n] int64 flat KV slots."""
+        seq = self._seq(seq_id)
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and (pos.min() < 0 or pos.max() >= seq.num_slots):
+            raise ValueError(f"positions must lie in [0, {seq.num_slots}) for sequence {seq_id!r}")
+        if seq.array is None:
+            seq.array = np.asarray(seq.blocks, dtype=np.int64)
+        bs = self.block_size
+        return seq.array[pos // bs] * bs + pos % bs
+
+    def _seq(self, seq_id: Hashable) -> _Seq:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise ValueError(f"unknown sequence {seq_id!r} (never allocated, or already freed)")
+        return seq
+
+    def _table(self, seq: _Seq) -> BlockTable:
+        return BlockTable(tuple(seq.blocks), seq.num_slots, seq.num_cached)
+
+    def _extend_keys(self, keys: list[bytes], token_ids: Sequence[int], n_full: int) -> list[bytes]:
+        bs, first = self.block_size, len(keys)
+        if n_full > first:
+            ids = np.asarray(token_ids[first * bs : n_full * bs], dtype=np.int64)
+            for i in range(first, n_full):
+                block = ids[(i - first) * bs : (i - first + 1) * bs].tobytes()
+                keys.append(hashlib.blake2b((keys[i - 1] if i else b"") + block, digest_size=16).digest())
+        return keys
+
+    def _take_free(self) -> int:
+        b, _ = self._free.popitem(last=False)
+        key = self._key[b]
+        if key is not None:
+            del self._cached[key]
+            self._key[b] = None
+        self._ref[b] = 1
+        return b
+
+    def _release(self, b: int) -> None:
+        self._ref[b] -= 1
+        if self._ref[b] == 0:
+            self._free[b] = None
+            if self._key[b] is None:
+                self._free.move_to_end(b, last=False)
