@@ -2,69 +2,140 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "ops.h"
 
+// The inner loops run over 16 independent lanes (16 keys, or 16 dims of a head) as one vector-extension value,
+// which never reorders a sum: every clone (and the scalar lowering) computes bit-identical results.
+#if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__)
+#define LLL_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LLL_ATTENTION_CLONES
+#endif
+
 namespace lll {
+
+namespace {
+
+constexpr int QT = 16;  // query rows (of one sequence) per tile
+constexpr int KC = 16;  // keys per chunk; chunks start at multiples of KC, whatever the tile
+
+// 16 independent float lanes (GCC/Clang vector extension: one zmm, two ymm or four xmm registers);
+// v16u reads and writes float arrays at any float alignment
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+
+struct Tile {
+  int t0, n;  // batch rows t0 .. t0 + n - 1, all of one sequence
+};
+
+struct Scratch {
+  std::vector<float> kt;   // [head_dim][KC]: the chunk's keys, transposed
+  std::vector<float> vc;   // [KC][head_dim]
+  std::vector<float> acc;  // [rows][head_dim]: running sum of p * v
+  std::vector<float> m, l; // [rows]: running max and running sum of p
+};
+
+// One tile of query rows against one kv head, online softmax over key chunks (flash-attention order).
+LLL_ATTENTION_CLONES
+void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Tile& tile, int kvh, const float* q,
+                    const f16_t* k_cache, const f16_t* v_cache, float* out, Scratch& S) {
+  const int D = a.head_dim, group = a.n_head / a.n_kv_head, bs = a.block_size;
+  const size_t kv_row = (size_t)a.n_kv_head * D;
+  const float* h2f = f16_table();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[tile.t0] * rows.max_blocks;
+  const int R = tile.n * group;  // row r: batch row t0 + r / group, query head kvh * group + r % group
+  S.kt.assign((size_t)D * KC, 0.f);
+  S.vc.assign((size_t)KC * D, 0.f);
+  S.acc.assign((size_t)R * D, 0.f);
+  S.m.assign(R, neg_inf);
+  S.l.assign(R, 0.f);
+
+  int jlo = std::numeric_limits<int>::max(), jhi = -1;
+  for (int i = 0; i < tile.n; ++i) {
+    const int p = rows.positions[tile.t0 + i];
+    jlo = std::min(jlo, a.window > 0 ? std::max(0, p - a.window + 1) : 0);
+    jhi = std::max(jhi, p);
+  }
+  for (int jc = jlo / KC * KC; jc <= jhi; jc += KC) {
+    const int nk = std::min(KC, jhi - jc + 1);
+    for (int k = 0; k < nk; ++k) {
+      const int j = jc + k;
+      if (j < jlo) continue;
+      const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
+      const f16_t* kr = k_cache + slot * kv_row + (size_t)kvh * D;
+      const f16_t* vr = v_cache + slot * kv_row + (size_t)kvh * D;
+      for (int d = 0; d < D; ++d) S.kt[(size_t)d * KC + k] = h2f[kr[d]];
+      for (int d = 0; d < D; ++d) S.vc[(size_t)k * D + d] = h2f[vr[d]];
+    }
+    for (int r = 0; r < R; ++r) {
+      const int t = tile.t0 + r / group;
+      const int hi = rows.positions[t];
+      const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
+      if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
+      const float* qr = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
+      v16 sv = {};
+      for (int d = 0; d < D; ++d) sv += qr[d] * *(const v16u*)(S.kt.data() + (size_t)d * KC);
+      float s[KC];
+      std::memcpy(s, &sv, sizeof(s));
+      // keys jc + k for k in [k0, k1) are visible to this row
+      const int k0 = std::max(0, lo - jc), k1 = std::min(nk, hi - jc + 1);
+      for (int k = 0; k < KC; ++k) s[k] *= a.scale;
+      if (a.softcap > 0.f)
+        for (int k = k0; k < k1; ++k) s[k] = a.softcap * std::tanh(s[k] / a.softcap);
+      float mx = S.m[r];
+      for (int k = k0; k < k1; ++k) mx = std::max(mx, s[k]);
+      const float corr = S.m[r] == neg_inf ? 0.f : std::exp(S.m[r] - mx);
+      float sum = 0.f;
+      for (int k = 0; k < KC; ++k) {
+        s[k] = (k < k0 || k >= k1) ? 0.f : std::exp(s[k] - mx);
+        sum += s[k];
+      }
+      S.m[r] = mx;
+      S.l[r] = S.l[r] * corr + sum;
+      // acc = acc * corr + sum_k p_k v_k, in registers 16 dims at a time
+      float* ar = S.acc.data() + (size_t)r * D;
+      int d0 = 0;
+      for (; d0 + 16 <= D; d0 += 16) {
+        v16 o = *(const v16u*)(ar + d0) * corr;
+        for (int k = 0; k < nk; ++k) o += s[k] * *(const v16u*)(S.vc.data() + (size_t)k * D + d0);
+        *(v16u*)(ar + d0) = o;
+      }
+      for (int d = d0; d < D; ++d) {
+        float o = ar[d] * corr;
+        for (int k = 0; k < nk; ++k) o += s[k] * S.vc[(size_t)k * D + d];
+        ar[d] = o;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const int t = tile.t0 + r / group;
+    float* o = out + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
+    const float inv = 1.f / S.l[r];  // l >= 1: the row's own position is always visible
+    for (int d = 0; d < D; ++d) o[d] = S.acc[(size_t)r * D + d] * inv;
+  }
+}
+
+}  // namespace
 
 void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const f16_t* k_cache,
                      const f16_t* v_cache, float* out, ThreadPool& pool) {
-  const int D = a.head_dim, group = a.n_head / a.n_kv_head, bs = a.block_size;
-  const size_t kv_row = (size_t)a.n_kv_head * D;  // f16 elements per slot
-  const float* h2f = f16_table();
-  // per thread: scores [group][ctx], one converted K or V row [D]
-  std::vector<std::vector<float>> scratch(pool.size());
-
-  pool.run(rows.T * a.n_kv_head, [&](int task, int th) {
-    const int t = task / a.n_kv_head, kvh = task % a.n_kv_head;
-    const int p = rows.positions[t];
-    const int j0 = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
-    const int n = p - j0 + 1;  // visible keys
-    const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[t] * rows.max_blocks;
-    std::vector<float>& sc = scratch[th];
-    if (sc.size() < (size_t)group * n + D) sc.resize((size_t)group * n + D);
-    float* s = sc.data();               // [group][n]
-    float* row = s + (size_t)group * n;  // [D]
-    const float* qh = q + ((size_t)t * a.n_head + (size_t)kvh * group) * D;  // [group][D]
-
-    for (int j = j0; j <= p; ++j) {
-      const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
-      const f16_t* kr = k_cache + slot * kv_row + (size_t)kvh * D;
-      for (int d = 0; d < D; ++d) row[d] = h2f[kr[d]];
-      for (int g = 0; g < group; ++g) {
-        const float* qg = qh + (size_t)g * D;
-        float dot = 0.f;
-        for (int d = 0; d < D; ++d) dot += qg[d] * row[d];
-        s[(size_t)g * n + (j - j0)] = dot * a.scale;
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      float* sg = s + (size_t)g * n;
-      if (a.softcap > 0.f) softcap(sg, n, a.softcap);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int i = 0; i < n; ++i) mx = std::max(mx, sg[i]);
-      double sum = 0.0;
-      for (int i = 0; i < n; ++i) {
-        sg[i] = std::exp(sg[i] - mx);
-        sum += sg[i];
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int i = 0; i < n; ++i) sg[i] *= inv;
-    }
-    float* oh = out + ((size_t)t * a.n_head + (size_t)kvh * group) * D;  // [group][D]
-    std::fill(oh, oh + (size_t)group * D, 0.f);
-    for (int j = j0; j <= p; ++j) {
-      const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
-      const f16_t* vr = v_cache + slot * kv_row + (size_t)kvh * D;
-      for (int d = 0; d < D; ++d) row[d] = h2f[vr[d]];
-      for (int g = 0; g < group; ++g) {
-        const float w = s[(size_t)g * n + (j - j0)];
-        float* og = oh + (size_t)g * D;
-        for (int d = 0; d < D; ++d) og[d] += w * row[d];
-      }
-    }
+  // tiles: runs of up to QT consecutive batch rows of one sequence
+  std::vector<Tile> tiles;
+  for (int t = 0; t < rows.T; ++t) {
+    if (!tiles.empty() && tiles.back().n < QT && rows.seq_index[t] == rows.seq_index[tiles.back().t0])
+      ++tiles.back().n;
+    else
+      tiles.push_back({t, 1});
+  }
+  std::vector<Scratch> scratch(pool.size());
+  const int n_tiles = (int)tiles.size();
+  pool.run(n_tiles * a.n_kv_head, [&](int task, int th) {
+    tile_attention(a, rows, tiles[task / a.n_kv_head], task % a.n_kv_head, q, k_cache, v_cache, out, scratch[th]);
   });
 }
 

@@ -27,7 +27,9 @@ struct AttentionRows {
 };
 
 // q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] f16;
-// out: [T][n_head][head_dim]. Tasks are (row, kv head) pairs spread over the pool.
+// out: [T][n_head][head_dim]. Tasks are (tile of up to 16 consecutive rows of one sequence, kv head) pairs
+// spread over the pool; each reads its keys once per tile, in chunks of 16 with an online softmax. A row's
+// result does not depend on the tiling (prefill and decode compute the same numbers).
 void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const f16_t* k_cache,
                      const f16_t* v_cache, float* out, ThreadPool& pool);
 

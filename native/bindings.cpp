@@ -211,13 +211,15 @@ std::vector<int32_t> int_array(const py::handle& obj, const char* name, int ndim
   if (!a) throw std::invalid_argument(std::string(name) + " must be an integer array");
   if (a.ndim() != ndim) throw std::invalid_argument(std::string(name) + " must be " + std::to_string(ndim) + "-D");
   if (a.size() && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
-    throw std::invalid_argument(std::string(name) + " must hold integers, got dtype " + py::str(a.dtype()).cast<std::string>());
+    throw std::invalid_argument(std::string(name) + " must hold integers, got dtype " +
+                                py::str(a.dtype()).cast<std::string>());
   auto a64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
   if (a.size() && a.dtype().kind() == 'u' && a.itemsize() == 8) {  // uint64 beyond int64 would wrap
     auto au = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
     for (py::ssize_t i = 0; i < au.size(); ++i)
       if (au.data()[i] > (uint64_t)INT32_MAX)
-        throw std::invalid_argument(std::string(name) + " value at flat index " + std::to_string(i) + " is out of range");
+        throw std::invalid_argument(std::string(name) + " value at flat index " + std::to_string(i) +
+                                    " is out of range");
   }
   std::vector<int32_t> out((size_t)a64.size());
   for (py::ssize_t i = 0; i < a64.size(); ++i) {
@@ -271,7 +273,8 @@ struct PyModel {
     w.output = weight_view(weights["output"], "output", keep);
     w.rope_freqs = weight_view(opt(weights, "rope_freqs"), "rope_freqs", keep);
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (!py::isinstance<py::dict>(layers[i])) throw std::invalid_argument("layers[" + std::to_string(i) + "] must be a dict");
+      if (!py::isinstance<py::dict>(layers[i]))
+        throw std::invalid_argument("layers[" + std::to_string(i) + "] must be a dict");
       const py::dict ld = layers[i].cast<py::dict>();
       const std::string b = "blk." + std::to_string(i) + ".";
       LayerWeights L;
@@ -336,7 +339,8 @@ struct PyModel {
 };
 
 void bind_model(py::module_& m) {
-  py::class_<PyModel>(m, "Model", "the decoder block over mmapped weights and a paged f16 KV cache (private: use localllm.model)")
+  py::class_<PyModel>(m, "Model",
+                      "the decoder block over mmapped weights and a paged f16 KV cache (private: use localllm.model)")
       .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, int>(), py::arg("config"),
            py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"), py::arg("threads"))
       .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),

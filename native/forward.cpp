@@ -107,7 +107,8 @@ void Model::matmul(const WeightView& w, const float* x, int n, float* y) {
 void Model::check(const StepBatch& b) const {
   const int bs = kv_.block_size(), T = b.n_tokens;
   if (T <= 0) throw std::invalid_argument("a step needs at least one token");
-  if (b.n_seq <= 0 || b.max_blocks <= 0) throw std::invalid_argument("block_tables must be [n_seq >= 1, max_blocks >= 1]");
+  if (b.n_seq <= 0 || b.max_blocks <= 0)
+    throw std::invalid_argument("block_tables must be [n_seq >= 1, max_blocks >= 1]");
   if (b.n_logits < 0) throw std::invalid_argument("logits_rows: negative length");
   for (int s = 0; s < b.n_seq; ++s) {
     const int ctx = b.context_lens[s];
@@ -124,8 +125,8 @@ void Model::check(const StepBatch& b) const {
   for (int t = 0; t < T; ++t) {
     const std::string at = "[" + str(t) + "]";
     if (b.token_ids[t] < 0 || b.token_ids[t] >= cfg_.n_vocab)
-      throw std::invalid_argument("token_ids" + at + " = " + str(b.token_ids[t]) + " is outside the vocabulary (n_vocab " +
-                                  str(cfg_.n_vocab) + ")");
+      throw std::invalid_argument("token_ids" + at + " = " + str(b.token_ids[t]) +
+                                  " is outside the vocabulary (n_vocab " + str(cfg_.n_vocab) + ")");
     const int s = b.seq_index[t];
     if (s < 0 || s >= b.n_seq)
       throw std::invalid_argument("seq_index" + at + " = " + str(s) + " is outside [0, " + str(b.n_seq) + ")");
@@ -135,17 +136,19 @@ void Model::check(const StepBatch& b) const {
                                   "] = " + str(b.context_lens[s]) + ")");
     const int64_t slot = (int64_t)b.block_tables[(size_t)s * b.max_blocks + p / bs] * bs + p % bs;
     if (b.slot_mapping[t] != slot)
-      throw std::invalid_argument("slot_mapping" + at + " = " + str(b.slot_mapping[t]) + ", but block_tables puts position " +
-                                  str(p) + " of sequence " + str(s) + " at slot " + str(slot));
+      throw std::invalid_argument("slot_mapping" + at + " = " + str(b.slot_mapping[t]) +
+                                  ", but block_tables puts position " + str(p) + " of sequence " + str(s) +
+                                  " at slot " + str(slot));
   }
   std::vector<int32_t> slots(b.slot_mapping, b.slot_mapping + T);
   std::sort(slots.begin(), slots.end());
   const auto dup = std::adjacent_find(slots.begin(), slots.end());
-  if (dup != slots.end()) throw std::invalid_argument("slot_mapping: slot " + str(*dup) + " is written twice in one step");
+  if (dup != slots.end())
+    throw std::invalid_argument("slot_mapping: slot " + str(*dup) + " is written twice in one step");
   for (int i = 0; i < b.n_logits; ++i)
     if (b.logits_rows[i] < 0 || b.logits_rows[i] >= T)
-      throw std::invalid_argument("logits_rows[" + str(i) + "] = " + str(b.logits_rows[i]) + " is outside [0, " + str(T) +
-                                  ")");
+      throw std::invalid_argument("logits_rows[" + str(i) + "] = " + str(b.logits_rows[i]) + " is outside [0, " +
+                                  str(T) + ")");
 }
 
 void Model::forward(const StepBatch& b, float* logits) {
@@ -178,7 +181,8 @@ void Model::forward(const StepBatch& b, float* logits) {
     int r = 0;
     while (r < (int)ropes.size() && !(ropes[r].base == L.rope_base && ropes[r].scale == L.rope_scale)) ++r;
     if (r == (int)ropes.size()) {
-      RopeTable rt{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half), std::vector<float>((size_t)T * half)};
+      RopeTable rt{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half),
+                   std::vector<float>((size_t)T * half)};
       for (int t = 0; t < T; ++t)
         rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, rope_freqs_, rt.cs.data() + (size_t)t * half,
                     rt.sn.data() + (size_t)t * half);

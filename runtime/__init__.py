@@ -11,6 +11,7 @@ _LAZY = {
     "GGUFFile": ("localllm.gguf", "GGUFFile"),
     "GGUFError": ("localllm.gguf", "GGUFError"),
     "Tokenizer": ("localllm.tokenizer", "Tokenizer"),
+    "LLM": ("localllm.llm", "LLM"),
 }
 
 __all__ = list(_LAZY)

@@ -1,0 +1,77 @@
+"""`localllm run MODEL [PROMPT]`: generate from a prompt (argument or stdin), streamed to stdout.
+
+Instruction models get their chat template (the prompt is the user's message; `--system` adds a system
+message); `--raw` sends the text as is. Only generated text goes to stdout; `--verbose` prints speeds to
+stderr. Ctrl-C stops at once and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="generate text from a prompt", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="a store name or a path to a .gguf file")
+    p.add_argument("prompt", nargs="?", help="the prompt (default: read stdin)")
+    p.add_argument("--raw", action="store_true", help="no chat template: plain completion of the prompt")
+    p.add_argument("--system", help="a system message (chat models)")
+    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens to generate at most (default 512)")
+    p.add_argument("--temperature", "--temp", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40, help="0 = off (default 40)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 = off (default 0.95)")
+    p.add_argument("--min-p", type=float, default=0.05, help="0 = off (default 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 = off (default)")
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None, help="same seed, same output")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
+    p.add_argument("-v", "--verbose", action="store_true", help="print prompt and decode tokens/s to stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.commands.show import resolve
+    from localllm.llm import LLM
+    from localllm.sampling import SamplingParams
+
+    params = SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty, seed=args.seed, max_tokens=args.max_tokens,
+        stop=tuple(args.stop), ignore_eos=args.ignore_eos,
+    )
+    path = resolve(args.model, pull=args.pull)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt:
+        raise ValueError("empty prompt: give one as an argument or on stdin")
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size) as llm:
+        if args.raw or llm.tokenizer.chat_template.is_fallback:
+            stream = llm.generate(prompt, params=params)
+        else:
+            messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+                {"role": "user", "content": prompt}]
+            stream = llm.chat(messages, params=params)
+        last = None
+        try:
+            for chunk in stream:
+                if chunk.text:
+                    sys.stdout.write(chunk.text)
+                    sys.stdout.flush()
+                last = chunk
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            return 130
+        sys.stdout.write("\n")
+        if args.verbose and last is not None and last.stats is not None:
+            s = last.stats
+            print(f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "
+                  f"generated: {s.completion_tokens} tokens, {s.decode_tps:.1f} tok/s; "
+                  f"finish: {last.finish_reason}", file=sys.stderr)
+    return 0

@@ -1,0 +1,79 @@
+"""Generation for one sequence: prefill, then one decode step per token, streamed as chunks.
+
+    for chunk in generate(llm, ids, SamplingParams(temperature=0.7, max_tokens=64)):
+        print(chunk.text, end="")        # the last chunk also has .finish_reason and .stats
+
+finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens, or the context
+is full: generation ends there, it never truncates the prompt silently). Text is emitted as soon as it is
+whole UTF-8 and cannot be the start of a stop string.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .sampling import Sampler, SamplingParams, StopChecker
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tps: float = 0.0  # prompt tokens per second of the prefill step
+    decode_tps: float = 0.0  # generated tokens per second after the first
+    draft_accepted: int = 0
+    draft_proposed: int = 0
+    ctx_size: int = 0
+
+
+@dataclass
+class Chunk:
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    stats: Optional[Stats] = None
+
+
+def generate(llm, ids, params: SamplingParams) -> Iterator[Chunk]:
+    """llm: a localllm.LLM; ids: the prompt's token ids (already templated and encoded)."""
+    prompt = llm._check_ids(ids, extra=1)
+    tok = llm.tokenizer
+    stats = Stats(prompt_tokens=len(prompt), ctx_size=llm.ctx_size)
+    limit = min(params.max_tokens or llm.ctx_size, llm.ctx_size - len(prompt))
+    sampler, stop, detok = Sampler(params), StopChecker(params.stop), tok.detokenizer()
+    history = prompt.tolist()
+    t0 = time.perf_counter()
+    logits = llm._step(prompt, 0, np.array([len(prompt) - 1], dtype=np.int32))[0]
+    t1 = time.perf_counter()
+    stats.prompt_tps = len(prompt) / max(t1 - t0, 1e-9)
+    finish = "length"
+    t_first = None
+    while stats.completion_tokens < limit:
+        tid = sampler.sample(logits, history)
+        if not params.ignore_eos and tid in tok.stop_ids:
+            finish = "stop"
+            break
+        history.append(tid)
+        stats.completion_tokens += 1
+        if t_first is None:
+            t_first = time.perf_counter()
+        text = stop.push(detok.push(tid))
+        if stop.stopped:
+            finish = "stop"
+            if text:
+                yield Chunk(text, [tid])
+            break
+        yield Chunk(text, [tid])
+        if stats.completion_tokens >= limit:
+            break
+        logits = llm._step(np.array([tid], dtype=np.int64), len(history) - 1, np.zeros(1, dtype=np.int32))[0]
+    t2 = time.perf_counter()
+    if t_first is not None and stats.completion_tokens > 1:
+        stats.decode_tps = (stats.completion_tokens - 1) / max(t2 - t_first, 1e-9)
+    tail = "" if stop.stopped else stop.push(detok.flush()) + stop.flush()
+    yield Chunk(tail, [], finish, stats)

@@ -1,0 +1,132 @@
+"""The user-facing model handle: one GGUF file, its tokenizer and the native model.
+
+    llm = LLM("model.gguf", n_threads=2, ctx_size=4096)   # a .gguf path or a store name
+    ids = llm.tokenize("Hello")                      # list[int]
+    llm.logits(ids)                                  # float32 [len(ids), n_vocab], teacher-forced, fresh context
+    llm.greedy(ids, 32)                              # 32 greedy tokens: one prefill step, then decode steps
+    for chunk in llm.generate("def fib(n):", temperature=0.2, max_tokens=64): ...   # see generate.py
+    for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
+
+One sequence at a time owns the whole KV pool here (blocks 0, 1, ... in order); batching many sequences
+is the scheduler's job. A prompt that does not fit ctx_size raises ValueError.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+from .generate import Chunk, generate
+from .gguf import GGUFFile
+from .model import BLOCK_SIZE, Model
+from .sampling import SamplingParams
+from .tokenizer import Tokenizer
+
+DEFAULT_CTX_SIZE = 4096
+
+
+class LLM:
+    def __init__(self, path: str | os.PathLike, n_threads: int | None = None, ctx_size: int = DEFAULT_CTX_SIZE):
+        if not isinstance(ctx_size, int) or ctx_size < 1:
+            raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            from .store import resolve_model  # raises ModelNotFoundError (a ValueError) naming the model
+
+            self.path = os.fspath(resolve_model(self.path))
+        self._file = GGUFFile(self.path)
+        try:
+            self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
+            n_blocks = -(-ctx_size // BLOCK_SIZE)
+            self.model = Model(self._file, n_blocks=n_blocks, threads=n_threads)
+        except Exception:
+            self._file.close()
+            raise
+        self.ctx_size = n_blocks * BLOCK_SIZE
+        self._n_vocab = self.model.n_vocab
+        self._table = np.arange(n_blocks, dtype=np.int32)[None, :]  # [1, n_blocks]: the one sequence's blocks
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+    def _check_ids(self, ids, extra: int = 0) -> np.ndarray:
+        if self.model is None:
+            raise ValueError(f"{self.path}: this LLM is closed")
+        a = np.asarray(list(ids), dtype=np.int64)
+        if a.ndim != 1 or len(a) == 0:
+            raise ValueError("ids must be a non-empty sequence of token ids")
+        if len(a) + extra > self.ctx_size:
+            raise ValueError(
+                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} (ctx_size)"
+            )
+        bad = np.flatnonzero((a < 0) | (a >= self.n_vocab))
+        if len(bad):
+            raise ValueError(f"ids[{bad[0]}] = {a[bad[0]]} is outside the vocabulary (n_vocab {self.n_vocab})")
+        return a
+
+    def _step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
+        """ids at positions start.. of the one sequence, cached positions 0..start-1 kept."""
+        pos = np.arange(start, start + len(ids), dtype=np.int32)
+        slots = self._table[0, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+        ctx = np.array([start + len(ids)], dtype=np.int32)
+        seq = np.zeros(len(ids), dtype=np.int32)
+        return self.model.forward(ids, pos, slots, seq, self._table, ctx, logits_rows)
+
+    def logits(self, ids) -> np.ndarray:
+        """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
+        a = self._check_ids(ids)
+        return self._step(a, 0, np.arange(len(a), dtype=np.int32))
+
+    def greedy(self, ids, n: int) -> list[int]:
+        """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative integer, got {n!r}")
+        a = self._check_ids(ids, extra=n)
+        if n == 0:
+            return []
+        last = np.array([0], dtype=np.int32)
+        out = [int(np.argmax(self._step(a, 0, np.array([len(a) - 1], dtype=np.int32))[0]))]
+        while len(out) < n:
+            logits = self._step(np.array(out[-1:], dtype=np.int32), len(a) + len(out) - 1, last)
+            out.append(int(np.argmax(logits[0])))
+        return out
+
+    def generate(self, prompt_or_ids, params: SamplingParams | None = None, **kwargs) -> Iterator[Chunk]:
+        """Streams a completion of a raw prompt (str, encoded with BOS as the model asks) or of token ids.
+        kwargs are SamplingParams fields (temperature, top_k, ..., max_tokens, stop, seed, ignore_eos);
+        a bad value raises ValueError naming it. Chunks: .text, .token_ids; the last also .finish_reason and
+        .stats."""
+        if params is None:
+            params = SamplingParams(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either params or sampling keyword arguments, not both")
+        ids = self.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else list(prompt_or_ids)
+        return generate(self, ids, params)
+
+    def chat(self, messages, params: SamplingParams | None = None, tools=None, **kwargs) -> Iterator[Chunk]:
+        """Like generate, for a conversation rendered with the model's chat template."""
+        if params is None:
+            params = SamplingParams(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either params or sampling keyword arguments, not both")
+        return generate(self, self.tokenizer.encode_chat(messages, tools=tools), params)
+
+    def close(self) -> None:
+        """Releases the native model and the file map."""
+        self.model = None
+        self._file.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

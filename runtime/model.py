@@ -1,0 +1,105 @@
+"""The native model over one GGUF file: the spec's decoder block, weights viewing the mmap, a paged KV cache.
+
+    m = Model(GGUFFile(path), n_blocks=256, threads=2)       # spec from spec_from_gguf unless given
+    logits = m.forward(token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows)
+
+One forward call is one engine step over a flat batch of T tokens from any number of sequences:
+token t is token_ids[t] at positions[t] of sequence seq_index[t]; its K and V go to KV slot
+slot_mapping[t] = block_tables[seq][pos // block_size] * block_size + pos % block_size;
+block_tables: [n_seq, max_blocks], context_lens: [n_seq] (positions cached once this step is done);
+logits_rows picks the rows whose logits come back as float32 [len(logits_rows), n_vocab]. Positions of a
+sequence not in the batch must have been written by earlier steps. Bad input raises ValueError naming
+the array; the GIL is released while the step runs. Block allocation is the caller's (Python's) job.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _native, kernels
+from .gguf import GGUFFile, TensorInfo
+from .models import ModelSpec, spec_from_gguf
+
+BLOCK_SIZE = 16  # tokens per KV block
+
+_LAYER_WEIGHTS = (
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q_bias", "attn_k_bias", "attn_v_bias", "attn_output_bias", "attn_q_norm", "attn_k_norm",
+    "post_attention_norm", "post_ffw_norm",
+)
+
+
+def _view(t: TensorInfo) -> tuple[int, np.ndarray, int]:
+    """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
+    kernels._check(t.type, t.name)
+    return t.type.id, t.rows(), t.row_len
+
+
+class Model:
+    def __init__(
+        self,
+        f: GGUFFile,
+        n_blocks: int,
+        threads: int | None = None,
+        spec: ModelSpec | None = None,
+        block_size: int = BLOCK_SIZE,
+    ):
+        """f stays open as long as this model (its tensors are views into f's map)."""
+        if not isinstance(n_blocks, int) or n_blocks < 1:
+            raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        self.file = f
+        self.spec = s = spec or spec_from_gguf(f)
+        config = {
+            "n_vocab": s.n_vocab, "d_model": s.d_model, "n_layers": s.n_layers, "n_head": s.n_head,
+            "n_kv_head": s.n_kv_head, "head_dim": s.head_dim, "n_ff": s.n_ff, "rms_eps": s.rms_eps,
+            "n_rot": s.rope.n_rot, "neox": s.rope.neox, "attn_scale": s.attn_scale, "ffn_act": s.ffn_act,
+            "embed_scale": s.embed_scale, "sliding_window": s.sliding_window, "attn_softcap": s.attn_softcap,
+            "final_softcap": s.final_softcap,
+        }
+        tensor = f.tensor
+        weights = {
+            "token_embd": _view(tensor(s.token_embd)),
+            "output_norm": _view(tensor(s.output_norm)),
+            "output": _view(tensor(s.output)),
+        }
+        if s.rope.freq_factors:
+            weights["rope_freqs"] = _view(tensor(s.rope.freq_factors))
+        layers = []
+        for layer in s.layers:
+            d = {"sliding": layer.sliding, "rope_base": layer.rope_base, "rope_scale": layer.rope_scale}
+            for key in _LAYER_WEIGHTS:
+                name = getattr(layer, key)
+                if name is not None:
+                    d[key] = _view(tensor(name))
+            layers.append(d)
+        self._native = _native.Model(config, weights, layers, n_blocks, block_size, threads or kernels.physical_cores())
+
+    @property
+    def n_vocab(self) -> int:
+        return self.spec.n_vocab
+
+    @property
+    def n_blocks(self) -> int:
+        return self._native.n_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self._native.block_size
+
+    @property
+    def kv_bytes(self) -> int:
+        return self._native.kv_bytes
+
+    @property
+    def threads(self) -> int:
+        return self._native.threads
+
+    def forward(
+        self, token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
+    ) -> np.ndarray:
+        """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]."""
+        return self._native.forward(
+            token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
+        )

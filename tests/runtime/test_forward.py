@@ -1,0 +1,326 @@
+"""The native forward step (localllm.model.Model, localllm.llm.LLM): against the numpy reference forward on
+tiny float32 models (every optional piece of the decoder block, paging through scrambled block tables,
+mixed prefill/decode batches, bad input), and against llama.cpp's recorded logits and greedy tokens on the
+four real test models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import reference_forward
+from conftest import model_file, reference
+from localllm import kernels
+from localllm.gguf import GGUFFile
+from localllm.llm import LLM
+from localllm.model import Model
+from reference_forward import ReferenceModel
+from test_model_spec import HEAD, VOCAB, write_model
+
+# -- tiny float32 models against the numpy reference -----------------------------------------------
+
+
+def _f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(x.dtype)
+
+
+class F16CacheReference(ReferenceModel):
+    """The numpy reference with K (after norm and rope) and V rounded to f16, as the native cache stores them."""
+
+    def linear(self, x, w, b=None):
+        y = super().linear(x, w, b)
+        return _f16(y) if w.endswith("attn_v.weight") else y
+
+    def attention(self, layer, x, pos):
+        rope, calls = reference_forward.rope, []
+
+        def rope_k_f16(*args):  # attention() ropes q first, then k
+            calls.append(None)
+            out = rope(*args)
+            return _f16(out) if len(calls) == 2 else out
+
+        reference_forward.rope = rope_k_f16
+        try:
+            return super().attention(layer, x, pos)
+        finally:
+            reference_forward.rope = rope
+
+
+# Float32 norms, rope and softmax against the reference's float64: measured at most 2e-6 on these O(1) logits
+# (without the f16 rounding emulated the difference reaches 4e-3).
+TINY_ATOL = 2e-5
+
+TINY_CASES = {
+    "llama": dict(extra={"rope_freqs.weight": (HEAD // 2,)}),
+    "qwen2": {},
+    # window 2: layer 0 sliding, layer 1 global; both soft-caps small enough to bite
+    "gemma3": dict(
+        kv={
+            "gemma3.attention.sliding_window_pattern": [True, False],
+            "gemma3.attn_logit_softcapping": 1.5,
+            "gemma3.final_logit_softcapping": 2.0,
+        }
+    ),
+}
+
+
+def one_sequence(model: Model, ids, start: int = 0, rows=None) -> np.ndarray:
+    """ids at positions start.. of one sequence that owns blocks n_blocks-1, n_blocks-2, ... (reversed, so
+    the block table is not the identity)."""
+    bs, nb = model.block_size, model.n_blocks
+    table = np.arange(nb - 1, -1, -1, dtype=np.int32)[None, :]
+    pos = np.arange(start, start + len(ids))
+    slots = table[0, pos // bs] * bs + pos % bs
+    rows = np.arange(len(ids)) if rows is None else rows
+    return model.forward(ids, pos, slots, np.zeros(len(ids), int), table, [start + len(ids)], rows)
+
+
+@pytest.mark.parametrize("arch", list(TINY_CASES))
+def test_tiny_model_matches_reference(tmp_path, arch):
+    path = write_model(tmp_path / "m.gguf", arch, **TINY_CASES[arch])
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    with GGUFFile(path) as f:
+        expected = F16CacheReference(f).logits(ids)
+        model = Model(f, n_blocks=4, threads=2, block_size=4)
+        got = one_sequence(model, ids)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=TINY_ATOL)
+        # the same tokens again, one decode step at a time through the cache
+        steps = np.concatenate([one_sequence(model, ids[i : i + 1], start=i) for i in range(len(ids))])
+        np.testing.assert_allclose(steps, expected, rtol=0, atol=TINY_ATOL)
+
+
+def test_tiny_model_sliding_window_matters(tmp_path):
+    """Positions beyond the window of a sliding layer change nothing; on a global layer they do."""
+    for sliding in (True, False):
+        path = write_model(tmp_path / f"{sliding}.gguf", "gemma3", n_layers=1,
+                           kv={"gemma3.attention.sliding_window_pattern": [sliding]})
+        with GGUFFile(path) as f:
+            model = Model(f, n_blocks=2, threads=1, block_size=4)
+            a, b = one_sequence(model, [1, 2, 3, 4, 5]), one_sequence(model, [7, 0, 3, 4, 5])
+        assert np.array_equal(a[3:], b[3:]) == sliding  # window 2: position 3 sees 2 and 3 only
+
+
+def test_mixed_batches_through_scrambled_block_tables(tmp_path):
+    """Two sequences, chunked prefill and decode in the same steps, blocks interleaved in the pool."""
+    path = write_model(tmp_path / "m.gguf", "gemma3", kv={"gemma3.attention.sliding_window_pattern": [True, False]})
+    seq = {0: [3, 1, 4, 1, 5, 9, 2, 6, 5], 1: [2, 7, 1, 8, 2, 8, 1]}
+    tables = np.array([[5, 2, 7], [1, 6, 0]], dtype=np.int32)  # block size 4; block 0 unused by seq 1
+    # each step: (sequence, first position, count)
+    steps = [[(0, 0, 5), (1, 0, 3)], [(1, 3, 4), (0, 5, 1)], [(0, 6, 3)]]
+    with GGUFFile(path) as f:
+        ref = F16CacheReference(f)
+        expected = {s: ref.logits(ids) for s, ids in seq.items()}
+        model = Model(f, n_blocks=8, threads=2, block_size=4)
+        done = {0: 0, 1: 0}
+        for step in steps:
+            ids, pos, seq_index = [], [], []
+            for s, p0, n in step:
+                ids += seq[s][p0 : p0 + n]
+                pos += list(range(p0, p0 + n))
+                seq_index += [s] * n
+                done[s] = p0 + n
+            pos = np.array(pos)
+            slots = tables[seq_index, pos // 4] * 4 + pos % 4
+            rows = np.arange(len(ids))[::-1].copy()  # logits rows in any order
+            got = model.forward(ids, pos, slots, seq_index, tables, [done[0], done[1]], rows)
+            for out_row, r in enumerate(rows):
+                want = expected[seq_index[r]][pos[r]]
+                np.testing.assert_allclose(got[out_row], want, rtol=0, atol=TINY_ATOL)
+
+
+def test_bad_steps_raise_and_leave_the_cache_alone(tmp_path):
+    path = write_model(tmp_path / "m.gguf", "llama")
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=2, threads=1, block_size=4)
+        t = np.array([[0, 1]])
+        good = dict(token_ids=[1, 2], positions=[0, 1], slot_mapping=[0, 1], seq_index=[0, 0], block_tables=t,
+                    context_lens=[2], logits_rows=[1])
+        before = model.forward(**good)
+        bad = [
+            ({"token_ids": [1, VOCAB]}, "token_ids\\[1\\] = 12 is outside the vocabulary"),
+            ({"token_ids": [1.0, 2.0]}, "token_ids must hold integers"),
+            ({"positions": [0, 2]}, "positions\\[1\\] = 2 is outside"),
+            ({"slot_mapping": [0, 5]}, "slot_mapping\\[1\\] = 5"),
+            ({"positions": [0, 0], "slot_mapping": [0, 0]}, "slot 0 is written twice"),
+            ({"seq_index": [0, 1]}, "seq_index\\[1\\] = 1"),
+            ({"block_tables": [[0, 2]], "context_lens": [5]}, "block_tables\\[0, 1\\] = 2 is not a block"),
+            ({"context_lens": [9]}, "context_lens\\[0\\] = 9 is outside"),
+            ({"context_lens": [2, 2]}, "block_tables has 1 rows but context_lens 2"),
+            ({"positions": [0]}, "must have one length"),
+            ({"logits_rows": [2]}, "logits_rows\\[0\\] = 2"),
+            ({"block_tables": [0, 1]}, "block_tables must be 2-D"),
+            ({"token_ids": [], "positions": [], "slot_mapping": [], "seq_index": []}, "at least one token"),
+        ]
+        for change, message in bad:
+            with pytest.raises(ValueError, match=message):
+                model.forward(**{**good, **change})
+        np.testing.assert_array_equal(model.forward(**good), before)
+        assert model.forward(**{**good, "logits_rows": []}).shape == (0, VOCAB)
+        with pytest.raises(ValueError, match="n_blocks"):
+            Model(f, n_blocks=0)
+
+
+# -- the real models against llama.cpp ---------------------------------------------------------------
+
+MODELS = {  # name: (teacher-forced prompts, bound on the mean |top-10 logit difference| per prompt)
+    "smollm2-135m-instruct-q4_1": ([0, 1, 2, 3], 0.35),
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": ([0, 1, 2, 3], 0.1),
+    "gemma-3-270m-q4_k_m": ([0, 1, 2], 0.5),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": ([1], 0.11),
+}
+# Measured mean |top-10 difference| per prompt (avx512 kernels, two kernel builds): smollm2 0.144-0.241,
+# qwen 0.5B 0.060-0.073, gemma3 0.183-0.392, qwen 1.5B 0.077 (position 0 left out, see below): the same size as the float
+# reference's distance from llama.cpp (test_model_spec: 0.165-0.216, 0.060-0.072, 0.152-0.330, 0.080-0.103),
+# which is llama.cpp's own 8-bit activation rounding; the bounds leave 1.3x to 1.45x headroom.
+TOP1_MARGIN = 0.1
+# Where our top-1 may differ from llama.cpp's although its top-1/top-2 margin is at least TOP1_MARGIN, as
+# measured over successive kernel builds (which one flips depends on the kernels' summation order):
+# (prompt, position) -> llama.cpp's margin. All are near-ties (margins 0.12 to 0.28) that the activation
+# rounding reorders; the float reference flips the same way at qwen 0.5B (18: 0.221, 15: 0.153).
+# Any other flip fails the test.
+KNOWN_NEAR_TIES = {
+    "smollm2-135m-instruct-q4_1": {(1, 9): 0.193, (2, 16): 0.273, (3, 17): 0.118},
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": {(0, 18): 0.221, (1, 15): 0.153},
+    "gemma-3-270m-q4_k_m": {(0, 1): 0.238},
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": {},
+}
+# Greedy decoding reads the prompt's K and V from the batched step and computes each new token in a decode
+# step, whose matmuls sum in another order (see PREFILL_DECODE_MEAN): near-ties can flip there that the
+# teacher-forced pass gets right. (prompt, position) -> llama.cpp's margin, beyond KNOWN_NEAR_TIES.
+GREEDY_NEAR_TIES = {
+    "smollm2-135m-instruct-q4_1": {},
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": {},
+    "gemma-3-270m-q4_k_m": {(1, 16): 0.197},
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": {},
+}
+# The 1.5B's position 0 (the first prompt token) has hidden-state outliers in the thousands, and every
+# 8-bit activation rounding loses the rest of their blocks: llama.cpp (per 256) puts the top-1 at 15 (14.44,
+# next 16 at 13.35), the float reference at 16 (7.86), the reference with llama.cpp's rounding emulated at
+# 15 (14.42), ours (per 32) at 16 (9.32; top-10 mean |diff| 1.36 from the float reference, 4.45 from
+# llama.cpp). That position measures the rounding scheme, not the model, so it is left out here.
+LLAMACPP_OUTLIER_POSITIONS = {"qwen2.5-coder-1.5b-instruct-q4_k_m": {0}}
+
+
+@pytest.fixture(scope="module")
+def llms():
+    opened: dict[str, LLM] = {}
+
+    def get(name: str) -> LLM:
+        if name not in opened:
+            opened[name] = LLM(model_file(name), n_threads=kernels.physical_cores(), ctx_size=256)
+        return opened[name]
+
+    yield get
+    for llm in opened.values():
+        llm.close()
+
+
+def _margin(topk) -> float:
+    return float(topk[0][1] - topk[1][1])
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", list(MODELS))
+def test_logits_match_llamacpp(llms, name):
+    data, llm = reference(name), llms(name)
+    prompts, bound = MODELS[name]
+    skip = LLAMACPP_OUTLIER_POSITIONS.get(name, set())
+    for i in prompts:
+        case = data["teacher_forced"][i]
+        ids = case["prompt_ids"] + case["greedy_ids"]
+        logits = llm.logits(ids)
+        assert logits.shape == (len(ids), llm.n_vocab) and logits.dtype == np.float32
+        diffs, flips = [], {}
+        for pos, topk in enumerate(case["topk_per_position"]):
+            if pos in skip:
+                continue
+            top_ids = [t for t, _ in topk]
+            diffs.append(np.abs(logits[pos, top_ids] - np.array([v for _, v in topk])))
+            if int(np.argmax(logits[pos])) != top_ids[0] and _margin(topk) >= TOP1_MARGIN:
+                flips[(i, pos)] = round(_margin(topk), 3)
+        mean_diff = float(np.mean(diffs))
+        print(f"{name} prompt {i}: {len(ids)} positions, top-10 mean |diff| {mean_diff:.4f}, near-tie flips {flips}")
+        new = {k: v for k, v in flips.items() if k not in KNOWN_NEAR_TIES[name]}
+        assert not new, f"prompt {i}: top-1 differs from llama.cpp's at (prompt, pos) -> its margin {new}"
+        assert mean_diff < bound, f"prompt {i}: top-10 mean |logit diff| {mean_diff:.4f} >= {bound}"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_matches_llamacpp(llms, name):
+    """Decode steps through the KV cache reproduce llama.cpp's greedy tokens up to the first position whose
+    margin is under TOP1_MARGIN (or a documented near-tie)."""
+    data, llm = reference(name), llms(name)
+    ties = {**KNOWN_NEAR_TIES[name], **GREEDY_NEAR_TIES[name]}
+    for i in MODELS[name][0]:
+        case = data["teacher_forced"][i]
+        prompt, theirs = case["prompt_ids"], case["greedy_ids"]
+        ours = llm.greedy(prompt, len(theirs))
+        n = 0
+        while n < len(theirs):
+            pos = len(prompt) - 1 + n  # the position whose logits chose greedy token n
+            if _margin(case["topk_per_position"][pos]) < TOP1_MARGIN or (i, pos) in ties:
+                break
+            n += 1
+        print(f"{name} prompt {i}: greedy compared over {n} of {len(theirs)}, equal over "
+              f"{next((k for k in range(len(theirs)) if ours[k] != theirs[k]), len(theirs))}")
+        assert ours[:n] == theirs[:n]
+
+
+@pytest.mark.model
+def test_prefill_equals_decode_exactly_on_the_scalar_path():
+    """On the scalar kernels one prefill step and token-by-token decode give bit-identical logits: the
+    cache path computes exactly what the batched path does."""
+    name = "smollm2-135m-instruct-q4_1"
+    case = reference(name)["teacher_forced"][2]
+    ids = case["prompt_ids"] + case["greedy_ids"][:8]
+    kernels.configure("scalar", kernels.physical_cores())
+    try:
+        with LLM(model_file(name), ctx_size=64) as llm:
+            batched = llm.logits(ids)
+            steps = np.concatenate([llm._step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))])
+    finally:
+        kernels.configure()
+    np.testing.assert_array_equal(steps, batched)
+
+
+# On the SIMD paths the batched (n >= 3 rows) and the decode (n <= 2) matmuls sum in different orders; a
+# 1e-6 difference can move an activation across a Q8 rounding boundary, and 24 layers amplify that. Measured
+# on the 0.5B over 37 positions: max 0.39-0.47, mean over the top-10 0.05.
+PREFILL_DECODE_MEAN = 0.1
+
+
+@pytest.mark.model
+def test_prefill_matches_decode(llms):
+    name = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    case = reference(name)["teacher_forced"][0]
+    ids = case["prompt_ids"] + case["greedy_ids"]
+    llm = llms(name)
+    batched = llm.logits(ids)
+    steps = np.concatenate([llm._step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))])
+    top = np.argsort(-batched, axis=1)[:, :10]
+    diff = np.abs(np.take_along_axis(steps, top, 1) - np.take_along_axis(batched, top, 1))
+    print(f"prefill vs decode: top-10 mean |diff| {diff.mean():.4f}, max {diff.max():.3f}")
+    assert diff.mean() < PREFILL_DECODE_MEAN
+    margins = np.take_along_axis(batched, top[:, :1], 1)[:, 0] - np.take_along_axis(batched, top[:, 1:2], 1)[:, 0]
+    clear = margins >= 0.5
+    assert (steps.argmax(1)[clear] == top[clear, 0]).all()
+
+
+@pytest.mark.model
+def test_llm_refuses_bad_ids_and_full_context():
+    name = "smollm2-135m-instruct-q4_1"
+    with LLM(model_file(name), n_threads=1, ctx_size=20) as llm:
+        assert llm.ctx_size == 32  # whole blocks of 16
+        ids = llm.tokenize("Hello world")
+        assert llm.detokenize(ids) == "Hello world"
+        with pytest.raises(ValueError, match="non-empty"):
+            llm.logits([])
+        with pytest.raises(ValueError, match=r"ids\[1\] = 49152 is outside the vocabulary"):
+            llm.logits([1, llm.n_vocab])
+        with pytest.raises(ValueError, match="exceed the context size 32"):
+            llm.greedy(ids, 32)
+        with pytest.raises(ValueError, match="n must be"):
+            llm.greedy(ids, -1)
+        assert len(llm.greedy(ids, 32 - len(ids))) == 32 - len(ids)  # fills the context exactly
+    with pytest.raises(ValueError, match="closed"):
+        llm.logits(ids)

@@ -1,0 +1,105 @@
+"""Generation through the KV cache: greedy equals llama.cpp's, sampling is seeded, stops are honoured."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import model_file, reference
+from localllm.llm import LLM
+from localllm.sampling import SamplingParams
+
+SMOL = "smollm2-135m-instruct-q4_1"
+
+
+@pytest.fixture(scope="module")
+def smol():
+    with LLM(model_file(SMOL), n_threads=2, ctx_size=512) as llm:
+        yield llm
+
+
+def margin_ok_prefix(entry) -> int:
+    """How many of llama.cpp's greedy tokens are decided by a top1-top2 margin of at least 0.1."""
+    n_prompt = len(entry["prompt_ids"])
+    for i, _ in enumerate(entry["greedy_ids"]):
+        top = entry["topk_per_position"][n_prompt - 1 + i]
+        if top[0][1] - top[1][1] < 0.1:
+            return i
+    return len(entry["greedy_ids"])
+
+
+def test_greedy_generate_reproduces_llama_cpp(smol):
+    for entry in reference(SMOL)["teacher_forced"][:2]:
+        n = margin_ok_prefix(entry)
+        chunks = list(smol.generate(entry["prompt_ids"], temperature=0.0, max_tokens=len(entry["greedy_ids"]),
+                                    ignore_eos=True))
+        ids = [t for c in chunks for t in c.token_ids]
+        assert ids[:n] == entry["greedy_ids"][:n]
+        last = chunks[-1]
+        assert last.finish_reason == "length" and last.stats.completion_tokens == len(entry["greedy_ids"])
+        assert last.stats.prompt_tokens == len(entry["prompt_ids"]) and last.stats.decode_tps > 0
+        assert "".join(c.text for c in chunks) == smol.detokenize(ids)
+
+
+def test_seed_reproducibility(smol):
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, max_tokens=12, ignore_eos=True)
+    a = [t for c in smol.generate("Once upon a time", seed=7, **kw) for t in c.token_ids]
+    b = [t for c in smol.generate("Once upon a time", seed=7, **kw) for t in c.token_ids]
+    c = [t for c in smol.generate("Once upon a time", seed=8, **kw) for t in c.token_ids]
+    assert a == b and len(a) == 12
+    assert a != c
+
+
+def test_stop_string_and_eos(smol):
+    full = "".join(c.text for c in smol.generate("The capital of France is", temperature=0.0, max_tokens=16,
+                                                 ignore_eos=True))
+    word = full.strip().split()[1] if len(full.split()) > 1 else full.strip()[:3]
+    chunks = list(smol.generate("The capital of France is", temperature=0.0, max_tokens=16, stop=[word],
+                                ignore_eos=True))
+    text = "".join(c.text for c in chunks)
+    assert chunks[-1].finish_reason == "stop" and word not in text and full.startswith(text)
+    chat = list(smol.chat([{"role": "user", "content": "Say hi."}], temperature=0.0, max_tokens=64))
+    assert chat[-1].finish_reason in ("stop", "length")
+    assert all(t not in smol.tokenizer.stop_ids for c in chat for t in c.token_ids)
+
+
+def test_context_full_ends_with_length(tmp_path):
+    with LLM(model_file(SMOL), n_threads=1, ctx_size=32) as llm:
+        ids = llm.tokenize("one two three four five six seven eight nine ten")
+        chunks = list(llm.generate(ids, temperature=0.0, max_tokens=1000, ignore_eos=True))
+        assert chunks[-1].finish_reason == "length"
+        assert len(ids) + chunks[-1].stats.completion_tokens == llm.ctx_size
+        with pytest.raises(ValueError, match="context size"):
+            list(llm.generate(list(range(40)), temperature=0.0))
+
+
+def test_invalid_parameters_name_the_parameter(smol):
+    with pytest.raises(ValueError, match="top_p"):
+        list(smol.generate("x", top_p=1.5))
+    with pytest.raises(ValueError, match="temperature"):
+        list(smol.generate("x", temperature=-1))
+    with pytest.raises(TypeError):
+        list(smol.generate("x", nonsense=1))
+
+
+def run_cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "localllm.cli", "run", *args], input=stdin, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_run_cli_streams_only_text_to_stdout():
+    path = str(model_file(SMOL))
+    r = run_cli(path, "What is 2+2?", "--temperature", "0", "-n", "8", "--verbose")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "tok/s" not in r.stdout
+    assert "tok/s" in r.stderr
+    r2 = run_cli(path, "--temperature", "0", "-n", "8", stdin="What is 2+2?")
+    assert r2.stdout == r.stdout
+    raw = run_cli(path, "def fib(n):", "--raw", "--temperature", "0", "-n", "8")
+    assert raw.returncode == 0 and raw.stdout.strip()
+    bad = run_cli(path, "--temperature", "0", "-n", "8", stdin="")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: empty prompt")
+    bad = run_cli(path, "hi", "--top-p", "2")
+    assert bad.returncode == 1 and "top_p" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
