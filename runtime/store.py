@@ -122,8 +122,19 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def _stem(file: str) -> str:
+def stem(file: str) -> str:
+    """The model name a file suggests: `m-Q8_0-00001-of-00002.gguf` -> `m-Q8_0`."""
     return _SPLIT.sub("", re.sub(r"\.gguf$", "", file, flags=re.IGNORECASE))
+
+
+def safe_file_name(name: str) -> str:
+    """`name` when it can be a file in a model directory, else StoreError (telling the user to pass --name)."""
+    ok = (isinstance(name, str) and name not in ("", ".", "..", "manifest.json") and not any(c in name for c in "/\\\0")
+          and Path(name).name == name and len(name.encode("utf-8", "surrogateescape")) <= 200)
+    if not ok:
+        raise StoreError(f"{name!r} cannot be the name of a stored file: pass --name NAME to store the model "
+                         f"under a name of your choosing")
+    return name
 
 
 def _catalog() -> catalog_mod.Catalog | None:
@@ -174,7 +185,7 @@ class Store:
                 return m
         low = name.strip().lower()
         for m in self.models():
-            if m.source == name or m.name.lower() == low or _stem(m.files[0]).lower() == low:
+            if m.source == name or m.name.lower() == low or stem(m.files[0]).lower() == low:
                 return m
         return None
 
@@ -210,7 +221,12 @@ class Store:
         """Moves verified files (staged in tmp, in split order) into the store as `name`; call under lock(name).
 
         info: sha256 (list), source, architecture, parameters, quant, context_length.
+        Raises StoreError, before touching anything, when a file name could escape or clobber the model directory.
         """
+        for f in files:
+            safe_file_name(f)
+        if len(set(files)) != len(files) or len(files) != len(staged):
+            raise StoreError(f"cannot store {name}: file names {files} for {len(staged)} staged file(s)")
         tmp = self.tmp(name)
         stage = tmp / "model"
         shutil.rmtree(stage, ignore_errors=True)

