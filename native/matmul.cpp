@@ -163,8 +163,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     uint8_t *u_rows, *u_il;
     float *s_rows, *m_rows, *s, *mm, *acc;
   };
-  const int n_chunks = (k + ck - 1) / ck;
-  auto tile_fn = [&](int tile, int next_tile) {
+  auto tile_fn = [&](int tile) {
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(scratch_bytes);
     Scratch S;
@@ -176,15 +175,10 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     S.mm = carve<float>(cur, TILE_M * sw);
     S.acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    // the next tile of this thread is prefetched a slice per chunk: its rows are one contiguous span
-    const uint8_t* pf = next_tile < n_tiles ? w + (size_t)next_tile * TILE_M * row_bytes : nullptr;
-    const size_t pf_len = pf ? (size_t)std::min(TILE_M, m - next_tile * TILE_M) * row_bytes : 0;
     std::memset(S.acc, 0, sizeof(float) * acc_n);
-    for (int k0 = 0, ci = 0; k0 < k; k0 += ck, ++ci) {
+    for (int k0 = 0; k0 < k; k0 += ck) {
       const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
-      if (pf)
-        for (size_t o = pf_len * ci / n_chunks; o < pf_len * (ci + 1) / n_chunks; o += 64) __builtin_prefetch(pf + o, 0, 3);
       unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
@@ -210,12 +204,13 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
         y[(size_t)c * m + r0 + r] = t;
       }
   };
-  // tiles go out in contiguous ranges (a thread streams one span of weights and prefetches within it),
+  // tiles go out in contiguous ranges (a thread streams one span of weights: hardware prefetchers follow it;
+  // software prefetching measured no faster and stalled on full miss queues),
   // a few ranges per thread so a thread the OS delays does not hold up the others
   const int n_parts = std::min(n_tiles, nt == 1 ? 1 : 4 * nt);
   pool.run(n_parts, [&](int part, int) {
     const int t0 = (int)((int64_t)n_tiles * part / n_parts), t1 = (int)((int64_t)n_tiles * (part + 1) / n_parts);
-    for (int t = t0; t < t1; ++t) tile_fn(t, t + 1 < t1 ? t + 1 : n_tiles);
+    for (int t = t0; t < t1; ++t) tile_fn(t);
   });
 }
 

@@ -1,4 +1,7 @@
-"""`localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
+"""`localllm bench MODEL`: load time, prompt processing (pp512) and generation (tg128) speed, effective
+weight bandwidth against the roofline, and peak RSS.
+
+`localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
 machine's streaming read bandwidth (the decode roofline).
 
 For each model and weight type: N = 1 as GB/s of weights streamed (and % of the measured roofline),
@@ -22,10 +25,14 @@ STREAM_BYTES = 512 << 20  # working set for N = 1: far past any last-level cache
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: `bench kernels` measures the native kernels",
-                       description="Benchmarks. `kernels`: matrix products on real weights vs read bandwidth.")
-    p.add_argument("what", choices=["kernels"], help="what to benchmark")
-    p.add_argument("models", nargs="*", help=f"store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})")
+    p = sub.add_parser("bench", help="benchmarks: `bench MODEL` (pp512, tg128), `bench kernels` (matrix products)",
+                       description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
+                                   "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.")
+    p.add_argument("what", help="`kernels`, or a model (store name or .gguf path) to benchmark end to end")
+    p.add_argument("models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument("-p", "--n-prompt", type=int, default=512, help="bench MODEL: prompt tokens (default 512)")
+    p.add_argument("-g", "--n-gen", type=int, default=128, help="bench MODEL: generated tokens (default 128)")
+    p.add_argument("-r", "--repetitions", type=int, default=2, help="bench MODEL: runs per test, best kept")
     p.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all cores)")
     p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 512], help="activation rows")
     p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
@@ -132,8 +139,70 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
     return " ".join(cells)
 
 
+def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int) -> dict:
+    """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
+    steps from a one-token context, as llama-bench measures them."""
+    import resource
+
+    import numpy as np
+
+    from localllm.llm import LLM
+
+    t0 = time.perf_counter()
+    llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    ids = rng.integers(100, min(llm.n_vocab, 30000), size=n_prompt)
+    last = np.array([n_prompt - 1], dtype=np.int32)
+    pp = tg = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        llm._step(ids, 0, last)
+        pp = min(pp, time.perf_counter() - t0)
+        tok = np.array([ids[0]], dtype=np.int64)
+        zero = np.zeros(1, dtype=np.int32)
+        t0 = time.perf_counter()
+        for i in range(n_gen):
+            logits = llm._step(tok, i, zero)
+            tok[0] = int(np.argmax(logits[0]))
+        tg = min(tg, time.perf_counter() - t0)
+    # every weight streams once per token, except an embedding table that is only looked up
+    f = llm._file
+    streamed = sum(t.nbytes for name, t in f.tensors.items()
+                   if name != "token_embd.weight" or "output.weight" not in f.tensors)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    llm.close()
+    bw = read_bandwidth(mib=bw_mib)
+    return {
+        "model": path.name, "threads": threads, "load_s": load_s,
+        "pp_tps": n_prompt / pp, "tg_tps": n_gen / tg, "n_prompt": n_prompt, "n_gen": n_gen,
+        "weights_streamed_mb": streamed / 1e6, "tg_gbs": streamed * n_gen / tg / 1e9, "read_bandwidth_gbs": bw,
+        "peak_rss_mb": peak_rss,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from localllm import kernels
+
+    if args.what != "kernels":
+        if args.models:
+            raise ValueError("bench MODEL takes one model; use `bench kernels MODEL...` for several")
+        for name, v in (("--n-prompt", args.n_prompt), ("--n-gen", args.n_gen), ("--repetitions", args.repetitions)):
+            if v < 1:
+                raise ValueError(f"{name} must be positive")
+        path = _resolve(args.what, args.pull)
+        threads = (args.threads or [kernels.physical_cores()])[0]
+        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib)
+        if args.json:
+            print(json.dumps(r, indent=1))
+        else:
+            print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}")
+            print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
+            print(f"  pp{r['n_prompt']:<10} {r['pp_tps']:.1f} tok/s")
+            print(f"  tg{r['n_gen']:<10} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
+                  f"{r['tg_gbs']:.1f} GB/s of {r['read_bandwidth_gbs']:.1f} GB/s read bandwidth)")
+            print(f"  peak RSS     {r['peak_rss_mb']:.0f} MiB")
+        return 0
 
     paths = [_resolve(m, args.pull) for m in (args.models or DEFAULT_MODELS)]
     threads = args.threads or sorted({1, kernels.physical_cores()})
