@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pull": ("localllm.commands.pull", "download a model into the store"),
     "list": ("localllm.commands.list", "list the models in the store"),
     "rm": ("localllm.commands.rm", "remove a model from the store"),
+    "perplexity": ("localllm.commands.perplexity", "perplexity of a model over a text file"),
     "bench": ("localllm.commands.bench", "benchmarks: `bench kernels` measures the native kernels"),
 }
 

@@ -1,0 +1,38 @@
+"""`localllm perplexity MODEL FILE`: perplexity of a model over a text file, computed as llama.cpp does
+(see localllm/perplexity.py), so the figure can be put next to llama.cpp's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("perplexity", help="perplexity of a model over a text file", description=__doc__)
+    p.add_argument("model", help="a store name or a path to a .gguf file")
+    p.add_argument("file", help="a UTF-8 text file")
+    p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per chunk (default 512)")
+    p.add_argument("--chunks", type=int, default=4, help="chunks to evaluate, 0 = all (default 4)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.commands.show import resolve
+    from localllm.llm import LLM
+    from localllm.perplexity import perplexity
+
+    if args.chunks < 0:
+        raise ValueError("--chunks must be 0 (all) or positive")
+    with open(args.file, encoding="utf-8") as fh:
+        text = fh.read()
+    path = resolve(args.model, pull=args.pull)
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx) as llm:
+        r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)
+    if args.json:
+        print(json.dumps({"model": str(path), "kv": "f16", **r.__dict__}))
+    else:
+        print(f"perplexity {r.ppl:.4f} over {r.chunks} chunks of {args.ctx} ({r.scored} predictions, kv f16)")
+    return 0
