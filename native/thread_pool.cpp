@@ -4,6 +4,15 @@
 
 namespace lll {
 
+// a spin-wait hint: lets the sibling hyper-thread run and saves power while a worker waits for work
+static inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back(&ThreadPool::worker, this, i);
 }
@@ -31,8 +40,9 @@ void ThreadPool::worker(int id) {
   for (;;) {
     // spin briefly (decode issues hundreds of small products per token), then sleep
     auto t0 = std::chrono::steady_clock::now();
-    while (generation_.load(std::memory_order_acquire) == seen) {
-      if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(200)) {
+    for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+      cpu_relax();
+      if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(200)) {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
         break;
