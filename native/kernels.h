@@ -76,6 +76,9 @@ struct KernelTable {
   // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
                       int nr, int n, const XLanes& X, float* acc);
+  // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
+  // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
+  void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // x: [k] float -> xq: [k] int8, dx: [k/32], sum16: [k/16] (sum of xq per 16)

@@ -366,6 +366,189 @@ static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* 
   }
 }
 
+// ---- small N, fused with the block decoding (Q8_0, Q5_0): 64 weights = two blocks per step ----------
+struct LoadQ8_0 {
+  using Block = block_q8_0;
+  static __m512i weights(const Block* b) {  // q + 128 of blocks b[0], b[1]
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)b[0].qs)),
+                                         _mm256_loadu_si256((const __m256i*)b[1].qs), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+  }
+  static __m256i weights32(const Block* b) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b[0].qs), _mm256_set1_epi8((char)0x80));
+  }
+};
+struct LoadQ5_0 {
+  using Block = block_q5_0;
+  static __m512i weights(const Block* b) {
+    uint32_t ha, hb;
+    std::memcpy(&ha, b[0].qh, 4);
+    std::memcpy(&hb, b[1].qh, 4);
+    return _mm512_or_si512(nibbles64(b[0].qs, b[1].qs),
+                           _mm512_maskz_set1_epi8((__mmask64)ha | (__mmask64)hb << 32, 16));
+  }
+  static __m256i weights32(const Block* b) { return _mm256_or_si256(nibbles32(b[0].qs), high_bit5(b[0].qh)); }
+};
+
+// se: [d(b0) x 8, d(b1) x 8] as floats
+static inline __m512 pair_scales(f16_t d0, f16_t d1) {
+  const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d0 | (int)d1 << 16));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                               _mm512_castps128_ps512(d));
+}
+
+template <class LD, int C>
+static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+  using Block = typename LD::Block;
+  constexpr int R = 4;
+  const int nz = kc / 64;
+  for (int r0 = 0; r0 < nr; r0 += R) {
+    const int rn = nr - r0 < R ? nr - r0 : R;
+    __m512 af[C][R];
+    for (int j = 0; j < C; ++j)
+      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+    const Block* rows[R];
+    for (int i = 0; i < R; ++i) rows[i] = (const Block*)(w + (size_t)(r0 + (i < rn ? i : 0)) * row_bytes);
+    for (int z = 0; z <= nz; ++z) {
+      const bool half = z == nz;  // a last 32 weights
+      if (half && kc % 64 == 0) break;
+      const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
+      const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
+      __m512i xv[C], xc[C];
+      __m512 d[C];
+      for (int j = 0; j < C; ++j) {
+        const size_t c = c0 + j;
+        xv[j] = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
+        xc[j] = _mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z);
+        d[j] = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
+      }
+      for (int i = 0; i < rn; ++i) {
+        const Block* b = rows[i] + 2 * z;
+        const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
+        const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
+        for (int j = 0; j < C; ++j) {
+          const __m512i a = _mm512_dpbusd_epi32(xc[j], wv, xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+        }
+      }
+    }
+    for (int j = 0; j < C; ++j)
+      for (int i = 0; i < rn; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+  }
+}
+
+template <class LD>
+static void qgemv_fused(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
+  int c = 0;
+  for (; c + 2 <= n; c += 2) qgemv_fused_cols<LD, 2>(w, row_bytes, nr, kc, X, c, acc);
+  if (c < n) qgemv_fused_cols<LD, 1>(w, row_bytes, nr, kc, X, c, acc);
+}
+
+// ---- small N, fused, K-quants (Q4_K, Q6_K): per 256-weight super-block, scales once, 4 x 64 weights --
+struct LoadQ4_K {
+  using Block = block_q4_K;
+  static constexpr bool MIN = true;
+  static constexpr int G = 32;
+  // s: d * sc for groups 0..7 (lanes 0..7); m: -dmin * mn
+  static void scales(const Block& b, __m512& sv, __m512& mv) {
+    uint8_t sc[16];
+    scales_k4(b.scales, sc);
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sc)));
+    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+    sv = _mm512_mul_ps(v, _mm512_set1_ps(d));
+    mv = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 13, 12, 11, 10, 9, 8), v),
+                       _mm512_set1_ps(-dmin));
+  }
+  static __m512i weights(const Block& b, int z) {  // groups 2z (low nibbles) and 2z + 1 (high nibbles)
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * z)), m4 = _mm256_set1_epi8(15);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+  }
+};
+struct LoadQ6_K {
+  using Block = block_q6_K;
+  static constexpr bool MIN = false;
+  static constexpr int G = 16;
+  static void scales(const Block& b, __m512& sv, __m512&) {
+    sv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)b.scales))),
+                       _mm512_set1_ps(_cvtsh_ss(b.d)));
+  }
+  static __m512i weights(const Block& b, int z) {  // weights 64z .. 64z + 63
+    const int n = z >> 1;
+    const __m256i qa = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n));
+    const __m256i qb = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * n));
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256i lo, hi;
+    if ((z & 1) == 0) {
+      lo = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+      hi = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+    } else {
+      lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(h, m30));
+      hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+};
+
+template <class LD, int C>
+static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+  using Block = typename LD::Block;
+  constexpr int R = 4, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
+  const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                               : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __mmask16 gmask = (__mmask16)((1u << GPS) - 1);
+  for (int r0 = 0; r0 < nr; r0 += R) {
+    const int rn = nr - r0 < R ? nr - r0 : R;
+    __m512 af[C][R];
+    for (int j = 0; j < C; ++j)
+      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+    for (int sb = 0; sb < kc / QK_K; ++sb) {
+      __m512 sv[R], mv[R];
+      const Block* b[R];
+      for (int i = 0; i < rn; ++i) {
+        b[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes) + sb;
+        LD::scales(*b[i], sv[i], mv[i]);
+      }
+      for (int z = 0; z < 4; ++z) {
+        const size_t l = (size_t)sb * 64 + 16 * z;  // lane index (4 weights a lane)
+        __m512i xv[C], xc[C];
+        __m512 d[C];
+        for (int j = 0; j < C; ++j) {
+          const size_t c = c0 + j;
+          xv[j] = _mm512_loadu_si512((const void*)(X.xq + c * X.ldx + 4 * l));
+          xc[j] = _mm512_loadu_si512((const void*)(X.xce + c * X.ldl + l));
+          d[j] = _mm512_loadu_ps(X.dxe + c * X.ldl + l);
+        }
+        const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
+        for (int i = 0; i < rn; ++i) {
+          const __m512i wv = LD::weights(*b[i], z);
+          const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
+          for (int j = 0; j < C; ++j) {
+            const __m512i a = _mm512_dpbusd_epi32(xc[j], wv, xv[j]);
+            af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+          }
+        }
+      }
+      if (LD::MIN)
+        for (int j = 0; j < C; ++j) {
+          const __m512 xm = _mm512_maskz_loadu_ps(gmask, X.xm + (size_t)(c0 + j) * X.ldg + sb * GPS);
+          for (int i = 0; i < rn; ++i) af[j][i] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(gmask, mv[i]), xm, af[j][i]);
+        }
+    }
+    for (int j = 0; j < C; ++j)
+      for (int i = 0; i < rn; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+  }
+}
+
+template <class LD>
+static void qgemv_kq(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
+  int c = 0;
+  for (; c + 2 <= n; c += 2) qgemv_kq_cols<LD, 2>(w, row_bytes, nr, kc, X, c, acc);
+  if (c < n) qgemv_kq_cols<LD, 1>(w, row_bytes, nr, kc, X, c, acc);
+}
+
 template <int G, bool MIN>
 static void qgemv_layout(const uint8_t* u_rows, const float* s, const float* m, int sw, int kc, int nr, int n,
                          const XLanes& X, float* acc) {
@@ -396,6 +579,10 @@ const KernelTable* kernels_avx512() {
     k.qgemm_chunk = avx512::qgemm_chunk_avx512;
     k.qgemm_cb = avx512::CB;
     k.qgemv_chunk = avx512::qgemv_chunk_avx512;
+    k.qgemv_fused[(int)QType::Q8_0] = avx512::qgemv_fused<avx512::LoadQ8_0>;
+    k.qgemv_fused[(int)QType::Q5_0] = avx512::qgemv_fused<avx512::LoadQ5_0>;
+    k.qgemv_fused[(int)QType::Q4_K] = avx512::qgemv_kq<avx512::LoadQ4_K>;
+    k.qgemv_fused[(int)QType::Q6_K] = avx512::qgemv_kq<avx512::LoadQ6_K>;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
     k.unpack[(int)QType::Q4_1] = avx512::unpack_rows<avx512::unpack_q4_1_v>;
     k.unpack[(int)QType::Q5_0] = avx512::unpack_rows<avx512::unpack_q5_0_v>;

@@ -118,6 +118,8 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
   // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
   const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
   const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
+  static const bool no_fused = std::getenv("LLL_NOFUSED") != nullptr;
+  const auto fused = gemv && !no_fused ? kt.qgemv_fused[(int)ti.type] : nullptr;
   const int n_panels = (n + CB - 1) / CB, n_pad = gemv ? n : n_panels * CB;
   thread_local std::vector<int8_t> tls_xp;
   std::vector<int8_t>& xp = tls_xp;
@@ -179,13 +181,18 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     for (int k0 = 0; k0 < k; k0 += ck) {
       const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
-      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
                         L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
+        if (fused) {
+          fused(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, n, Xl, S.acc);
+          continue;
+        }
+        unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
         kt.qgemv_chunk(L, S.u_rows, S.s_rows, S.m_rows, sw, kc, nr, n, Xl, S.acc);
         continue;
       }
+      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
       kt.interleave16(S.u_rows, kc, S.u_il);
       kt.interleave16((const uint8_t*)S.s_rows, 4 * sw, (uint8_t*)S.s);
       if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows, 4 * sw, (uint8_t*)S.mm);
