@@ -15,6 +15,7 @@ import sys
 # name -> (module, one-line help); modules are imported lazily so `localllm --help` stays fast
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("localllm.commands.run", "generate text from a prompt (argument or stdin)"),
+    "chat": ("localllm.commands.chat", "chat with a model in the terminal"),
     "show": ("localllm.commands.show", "summarise a GGUF model (store name or path)"),
     "pull": ("localllm.commands.pull", "download a model into the store"),
     "list": ("localllm.commands.list", "list the models in the store"),

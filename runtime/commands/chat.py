@@ -1,0 +1,80 @@
+"""`localllm chat [MODEL]`: the terminal chat (Textual), on a store name or a .gguf path.
+
+With no MODEL it opens the catalog's default model. Conversations are saved in <data dir>/chat.sqlite3
+(LOCALLLM_HOME, default ~/.local/share/localllm) unless --no-save. A model that is not in the store is one line on stderr
+saying how to get it (`localllm pull NAME`, or `--pull` here), exit status 1. Inside the chat, F1 lists the keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("chat", help="chat with a model in the terminal", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", nargs="?", help="a store name or a path to a .gguf file (default: the catalog default)")
+    p.add_argument("--system", help="a system message for the conversation")
+    p.add_argument("--temperature", "--temp", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 = off (default 0.95)")
+    p.add_argument("-n", "--max-tokens", type=int, default=None, help="tokens per reply at most (default: the context)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
+    p.add_argument("--no-save", action="store_true", help="do not save conversations (no side panel)")
+    p.set_defaults(func=run)
+
+
+def default_model() -> str:
+    """The catalog's default model name; CatalogError (a ValueError) when the catalog cannot be read."""
+    from localllm import catalog
+
+    return catalog.load().default
+
+
+def display_name(model: str, path: Path) -> str:
+    """What the status bar calls the model: the name the user typed, or the file's stem for a path."""
+    if os.path.isfile(os.path.expanduser(model)):
+        return path.name.removesuffix(".gguf")
+    return model
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.sampling import SamplingParams
+    from localllm.store import resolve_model
+
+    # the same checks the engine makes, before the model loads and the screen switches
+    SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    model = args.model or default_model()
+    path = Path(resolve_model(os.path.expanduser(model), pull=args.pull))
+    try:
+        from localllm.tui.app import ChatApp
+        from localllm.tui.engine import ChatEngine
+        from localllm.tui.history import History
+    except ImportError as e:
+        print(f"error: the chat needs Textual ({e.name or e}): pip install textual", file=sys.stderr)
+        return 1
+    from localllm.llm import LLM
+    from localllm.store import default_home
+
+    print(f"loading {model} ...", file=sys.stderr)
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size) as llm:
+        saved = None
+        if not args.no_save:
+            try:
+                saved = History(default_home() / "chat.sqlite3")
+            except (OSError, sqlite3.Error) as e:
+                print(f"warning: conversations will not be saved: {e}", file=sys.stderr)
+        engine = ChatEngine(llm, display_name(model, path))
+        app = ChatApp(engine, system=args.system, temperature=args.temperature, top_p=args.top_p,
+                      max_tokens=args.max_tokens, saved=saved)
+        try:
+            app.run()
+        finally:
+            engine.close(app.reply)  # a reply still streaming at quit is stopped first
+            if saved is not None:
+                saved.close()
+    return 0

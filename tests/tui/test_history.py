@@ -1,0 +1,107 @@
+"""Saved conversations: the SQLite History, and the app saving, listing, resuming and deleting through it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+pytest.importorskip("textual")
+
+from fake_llm import FakeLLM
+from localllm.tui.app import ChatApp
+from localllm.tui.conversation import AssistantMessage, UserMessage
+from localllm.tui.engine import ChatEngine
+from localllm.tui.history import History, title_for
+from localllm.tui.sidebar import Sidebar
+
+
+def test_history_round_trip(tmp_path):
+    path = tmp_path / "sub" / "chat.sqlite3"
+    h = History(path)
+    a = h.create("first", "m")
+    h.add(a, "user", "hi")
+    h.add(a, "assistant", "Hello!")
+    b = h.create("second", "m")
+    h.add(b, "user", "x")
+    assert [s.title for s in h.list()] == ["second", "first"]
+    assert [s.n_messages for s in h.list()] == [1, 2]
+    h.add(a, "user", "again")
+    assert [s.id for s in h.list()] == [a, b]  # most recently updated first
+    h.close()
+    h = History(path)  # reopened: all there
+    assert h.messages(a) == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+                             {"role": "user", "content": "again"}]
+    h.delete(a)
+    assert [s.id for s in h.list()] == [b] and h.messages(a) == []
+    assert title_for("  many\n words  here ", 10) == "many word…"
+
+
+async def wait_for(pilot, cond, timeout=5.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.01)
+
+
+async def send(pilot, text: str) -> None:
+    await pilot.press(*text, "enter")
+    await wait_for(pilot, lambda: pilot.app.reply is None)
+
+
+def test_app_saves_lists_resumes_and_deletes(tmp_path):
+    async def go():
+        h = History(tmp_path / "chat.sqlite3")
+        llm = FakeLLM(["Hello"])
+        app = ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+        async with app.run_test(size=(120, 30)) as pilot:
+            panel = app.query_one(Sidebar)
+            assert panel.display  # wide enough: the panel shows
+            await send(pilot, "one")
+            await send(pilot, "two")
+            first = app.conversation_id
+            assert h.messages(first) == [{"role": "user", "content": "one"}, {"role": "assistant", "content": "Hello"},
+                                         {"role": "user", "content": "two"}, {"role": "assistant", "content": "Hello"}]
+            await pilot.press("ctrl+n")
+            await send(pilot, "three")
+            second = app.conversation_id
+            assert second != first
+            await wait_for(pilot, lambda: panel.ids == [second, first])
+            # resume the first: its messages come back on screen and go to the model with the next turn
+            panel.list_view.focus()
+            panel.list_view.index = 1
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.conversation_id == first)
+            await pilot.pause()
+            assert [u.text for u in app.query(UserMessage)] == ["one", "two"]
+            assert [a.text for a in app.query(AssistantMessage)] == ["Hello", "Hello"]
+            app.query_one("#input").focus()
+            await send(pilot, "four")
+            assert [m["content"] for m in llm.calls[-1][0]] == ["one", "Hello", "two", "Hello", "four"]
+            assert len(h.messages(first)) == 6
+            # delete the one on screen: the view is cleared
+            panel.list_view.focus()
+            await wait_for(pilot, lambda: panel.ids == [first, second])
+            panel.list_view.index = 0
+            await pilot.press("delete")
+            await wait_for(pilot, lambda: panel.ids == [second])
+            assert app.conversation_id is None and not app.query(UserMessage)
+            assert [s.id for s in h.list()] == [second]
+            # Ctrl+B hides and shows the panel
+            await pilot.press("ctrl+b")
+            assert not panel.display
+            await pilot.press("ctrl+b")
+            assert panel.display
+
+    asyncio.run(go())
+
+
+def test_narrow_terminal_hides_the_panel(tmp_path):
+    async def go():
+        app = ChatApp(ChatEngine(FakeLLM(), "fake:1b"), saved=History(tmp_path / "c.sqlite3"))
+        async with app.run_test(size=(80, 24)):
+            assert not app.query_one(Sidebar).display
+
+    asyncio.run(go())
