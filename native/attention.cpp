@@ -35,6 +35,7 @@ struct Tile {
 struct Scratch {
   std::vector<float> kt;   // [head_dim][KC]: the chunk's keys, transposed
   std::vector<float> vc;   // [KC][head_dim]
+  std::vector<float> kr;   // [head_dim]: one key, dequantized
   std::vector<float> acc;  // [rows][head_dim]: running sum of p * v
   std::vector<float> m, l; // [rows]: running max and running sum of p
 };
@@ -42,15 +43,14 @@ struct Scratch {
 // One tile of query rows against one kv head, online softmax over key chunks (flash-attention order).
 LLL_ATTENTION_CLONES
 void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Tile& tile, int kvh, const float* q,
-                    const f16_t* k_cache, const f16_t* v_cache, float* out, Scratch& S) {
+                    const KvView& k_cache, const KvView& v_cache, float* out, Scratch& S) {
   const int D = a.head_dim, group = a.n_head / a.n_kv_head, bs = a.block_size;
-  const size_t kv_row = (size_t)a.n_kv_head * D;
-  const float* h2f = f16_table();
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[tile.t0] * rows.max_blocks;
   const int R = tile.n * group;  // row r: batch row t0 + r / group, query head kvh * group + r % group
   S.kt.assign((size_t)D * KC, 0.f);
   S.vc.assign((size_t)KC * D, 0.f);
+  S.kr.assign(D, 0.f);
   S.acc.assign((size_t)R * D, 0.f);
   S.m.assign(R, neg_inf);
   S.l.assign(R, 0.f);
@@ -67,10 +67,11 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       const int j = jc + k;
       if (j < jlo) continue;
       const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
-      const f16_t* kr = k_cache + slot * kv_row + (size_t)kvh * D;
-      const f16_t* vr = v_cache + slot * kv_row + (size_t)kvh * D;
-      for (int d = 0; d < D; ++d) S.kt[(size_t)d * KC + k] = h2f[kr[d]];
-      for (int d = 0; d < D; ++d) S.vc[(size_t)k * D + d] = h2f[vr[d]];
+      kv_dequantize_row(k_cache.type, k_cache.data + slot * k_cache.row_bytes + kvh * k_cache.head_bytes, D,
+                        S.kr.data());
+      for (int d = 0; d < D; ++d) S.kt[(size_t)d * KC + k] = S.kr[d];
+      kv_dequantize_row(v_cache.type, v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes, D,
+                        S.vc.data() + (size_t)k * D);
     }
     for (int r = 0; r < R; ++r) {
       const int t = tile.t0 + r / group;
@@ -122,8 +123,8 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
 
 }  // namespace
 
-void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const f16_t* k_cache,
-                     const f16_t* v_cache, float* out, ThreadPool& pool) {
+void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const KvView& k_cache,
+                     const KvView& v_cache, float* out, ThreadPool& pool) {
   // tiles: runs of up to QT consecutive batch rows of one sequence
   std::vector<Tile> tiles;
   for (int t = 0; t < rows.T; ++t) {

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "quant_formats.h"
+#include "kv_cache.h"
 #include "thread_pool.h"
 
 namespace lll {
@@ -26,11 +26,12 @@ struct AttentionRows {
   int max_blocks;
 };
 
-// q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] f16;
-// out: [T][n_head][head_dim]. Tasks are (tile of up to 16 consecutive rows of one sequence, kv head) pairs
+// q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] in their KV row
+// formats, each chunk's keys and values dequantized (kv_dequantize_row) into per-thread scratch as they are
+// read, never the whole cache; out: [T][n_head][head_dim]. Tasks are (tile of up to 16 consecutive rows of one sequence, kv head) pairs
 // spread over the pool; each reads its keys once per tile, in chunks of 16 with an online softmax. A row's
 // result does not depend on the tiling (prefill and decode compute the same numbers).
-void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const f16_t* k_cache,
-                     const f16_t* v_cache, float* out, ThreadPool& pool);
+void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const KvView& k_cache,
+                     const KvView& v_cache, float* out, ThreadPool& pool);
 
 }  // namespace lll

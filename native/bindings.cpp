@@ -238,7 +238,7 @@ struct PyModel {
   std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
 
   PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, int n_blocks, int block_size,
-          int threads) {
+          const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads) {
     const char* C = "config";
     ModelConfig c;
     c.n_vocab = get_key<int>(cfg, "n_vocab", C);
@@ -293,7 +293,13 @@ struct PyModel {
       w.layers.push_back(L);
     }
     const KernelTable* kt = &backend().kernels();
-    model.reset(new Model(c, std::move(w), n_blocks, block_size, kt, threads));
+    KvConfig kv;
+    kv.k_type = kv_type_of(k_type, "k_type");
+    kv.v_type = kv_type_of(v_type, "v_type");
+    kv.rotate = kv_rotate;
+    kv.center = kv_center;
+    kv.equalize = kv_equalize;
+    model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads));
   }
 
   py::array_t<float> forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
@@ -338,17 +344,88 @@ struct PyModel {
   }
 };
 
+// x: float32 [n, k] C-contiguous (k whole blocks of the type) -> a copy; names the argument otherwise
+py::array_t<float> kv_rows_in(const py::array& x, const char* name) {
+  auto a = py::array_t<float, py::array::c_style>::ensure(x);
+  if (!a || a.ndim() != 2 || !py::isinstance<py::array_t<float>>(x))
+    throw std::invalid_argument(std::string(name) + " must be a 2-D float32 array");
+  return a;
+}
+
+// x: float32 [n, k] -> uint8 [n, kv_row_bytes(type, k)]: the KV cache's write, row by row
+py::array_t<uint8_t> kv_quantize_py(const std::string& type, const py::array& x) {
+  const KvType t = kv_type_of(type, "type");
+  auto a = kv_rows_in(x, "x");
+  const int n = (int)a.shape(0), k = (int)a.shape(1);
+  kv_check_len(t, k, "x");
+  const size_t rb = kv_row_bytes(t, k);
+  py::array_t<uint8_t> out({(py::ssize_t)n, (py::ssize_t)rb});
+  for (int r = 0; r < n; ++r) kv_quantize_row(t, a.data() + (size_t)r * k, k, out.mutable_data() + r * rb);
+  return out;
+}
+
+// rows: uint8 [n, kv_row_bytes(type, k)] -> float32 [n, k]: what the attention reads
+py::array_t<float> kv_dequantize_py(const std::string& type, const py::array& rows, int k) {
+  const KvType t = kv_type_of(type, "type");
+  kv_check_len(t, k, "k");
+  auto a = py::array_t<uint8_t, py::array::c_style>::ensure(rows);
+  const size_t rb = kv_row_bytes(t, k);
+  if (!a || a.ndim() != 2 || !py::isinstance<py::array_t<uint8_t>>(rows) || (size_t)a.shape(1) != rb)
+    throw std::invalid_argument("rows must be a uint8 array [n, " + std::to_string(rb) + "] for " + std::to_string(k) +
+                                " " + type + " values");
+  const int n = (int)a.shape(0);
+  py::array_t<float> out({(py::ssize_t)n, (py::ssize_t)k});
+  for (int r = 0; r < n; ++r) kv_dequantize_row(t, a.data() + r * rb, k, out.mutable_data() + (size_t)r * k);
+  return out;
+}
+
+// x: float32 [n, dim] -> a rotated copy (hadamard_rotate)
+py::array_t<float> hadamard_py(const py::array& x) {
+  auto a = kv_rows_in(x, "x");
+  if (a.shape(1) < 1) throw std::invalid_argument("x must have at least one column");
+  py::array_t<float> out({a.shape(0), a.shape(1)});
+  std::memcpy(out.mutable_data(), a.data(), (size_t)a.size() * sizeof(float));
+  hadamard_rotate(out.mutable_data(), (int)a.shape(0), (int)a.shape(1));
+  return out;
+}
+
 void bind_model(py::module_& m) {
+  m.def("kv_quantize", &kv_quantize_py, py::arg("type"), py::arg("x"),
+        "KV rows float32 [n, k] -> uint8 [n, row bytes] in 'f16', 'q8_0' or 'q4_0'");
+  m.def("kv_dequantize", &kv_dequantize_py, py::arg("type"), py::arg("rows"), py::arg("k"),
+        "KV rows uint8 [n, row bytes] -> float32 [n, k]");
+  m.def("hadamard", &hadamard_py, py::arg("x"), "float32 [n, dim] -> H x / sqrt(m) per group of m dims");
   py::class_<PyModel>(m, "Model",
-                      "the decoder block over mmapped weights and a paged f16 KV cache (private: use localllm.model)")
-      .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, int>(), py::arg("config"),
-           py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"), py::arg("threads"))
+                      "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model)")
+      .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, const std::string&,
+                    const std::string&, bool, bool, bool, int>(),
+           py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"),
+           py::arg("k_type"), py::arg("v_type"), py::arg("kv_rotate"), py::arg("kv_center"), py::arg("kv_equalize"), py::arg("threads"))
       .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),
            py::arg("seq_index"), py::arg("block_tables"), py::arg("context_lens"), py::arg("logits_rows"),
            "one engine step -> logits [len(logits_rows), n_vocab] float32")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_cache().n_blocks(); })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_cache().block_size(); })
       .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_cache().bytes(); })
+      .def_property_readonly("k_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().k_type()); })
+      .def_property_readonly("v_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().v_type()); })
+      .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->rotate_k(); })
+      .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->rotate_v(); })
+      .def_property_readonly("center_k", [](const PyModel& p) { return p.model->center_k(); })
+      .def_property_readonly("center_v", [](const PyModel& p) { return p.model->center_v(); })
+      .def_property_readonly("equalize_k", [](const PyModel& p) { return p.model->equalize_k(); })
+      .def_property_readonly(
+          "k_scales",
+          [](const PyModel& p) -> py::object {
+            if (!p.model->equalize_k()) return py::none();
+            const ModelConfig& c = p.model->config();
+            const int kvd = c.n_kv_head * c.head_dim;
+            py::array_t<float> out({(py::ssize_t)c.n_layers, (py::ssize_t)kvd});
+            for (int l = 0; l < c.n_layers; ++l)
+              std::memcpy(out.mutable_data() + (size_t)l * kvd, p.model->k_scale(l).data(), kvd * sizeof(float));
+            return out;
+          },
+          "float32 [n_layers, n_kv_head * head_dim]: K's per-channel divisors, or None")
       .def_property_readonly("threads", [](const PyModel& p) { return p.model->threads(); });
 }
 

@@ -1,6 +1,7 @@
 #include "forward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -31,13 +32,15 @@ void check_matrix(const KernelTable& kt, const WeightView& w, int rows, int row_
 
 }  // namespace
 
-Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int block_size, const KernelTable* kt,
-             int n_threads)
+Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int block_size, const KvConfig& kv,
+             const KernelTable* kt, int n_threads)
     : cfg_(cfg),
       w_(std::move(weights)),
       kt_(kt),
       pool_(std::max(1, n_threads)),
-      kv_(cfg.n_layers, n_blocks, block_size, cfg.n_kv_head, cfg.head_dim) {
+      kv_(cfg.n_layers, n_blocks, block_size, cfg.n_kv_head, cfg.head_dim, kv.k_type, kv.v_type),
+      rotate_k_(kv.rotate && kv.k_type != KvType::F16),
+      rotate_v_(kv.rotate && kv.v_type != KvType::F16) {
   const ModelConfig& c = cfg_;
   for (int v : {c.n_vocab, c.d_model, c.n_layers, c.n_head, c.n_kv_head, c.head_dim, c.n_ff})
     if (v <= 0) throw std::invalid_argument("model dimensions must be positive");
@@ -85,6 +88,50 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     N.post_ffn = opt(L.post_ffw_norm, d, "post_ffw_norm");
     if (!N.q_norm != !N.k_norm) throw std::invalid_argument(b + ": attn_q_norm and attn_k_norm must come together");
     norms_.push_back(N);
+  }
+  const bool all_k_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.k_bias; });
+  const bool all_v_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.v_bias; });
+  center_k_ = kv.center && kv.k_type != KvType::F16 && all_k_bias && c.attn_softcap == 0.f;
+  center_v_ = kv.center && kv.v_type != KvType::F16 && all_v_bias;
+  if (kv.equalize && kv.k_type != KvType::F16) make_k_scales();
+}
+
+void Model::make_k_scales() {
+  const ModelConfig& c = cfg_;
+  const int d = c.d_model, hd = c.head_dim, kvd = c.n_kv_head * hd, half = c.n_rot / 2;
+  std::vector<float> wk((size_t)kvd * d);  // [kvd][d_model]
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const LayerNorms& N = norms_[l];
+    lll::dequantize(*kt_, L.attn_k.type, L.attn_k.data, L.attn_k.row_bytes, kvd, d, wk.data());
+    std::vector<double> sig(kvd);  // expected |k| per channel for a normed input of unit entries
+    for (int r = 0; r < kvd; ++r) {
+      double ss = 0;
+      for (int i = 0; i < d; ++i) ss += (double)wk[(size_t)r * d + i] * wk[(size_t)r * d + i] * N.attn_norm[i] * N.attn_norm[i];
+      sig[r] = std::sqrt(ss);
+    }
+    std::vector<float> s(kvd);
+    for (int h = 0; h < c.n_kv_head; ++h) {
+      double* g = sig.data() + (size_t)h * hd;
+      if (N.k_norm) {  // the head is normalised: relative magnitudes times the norm weight
+        double ms = 0;
+        for (int i = 0; i < hd; ++i) ms += g[i] * g[i] / hd;
+        for (int i = 0; i < hd; ++i) g[i] = std::fabs(N.k_norm[i]) * g[i] / std::sqrt(ms + 1e-30);
+      }
+      for (int i = 0; i < half; ++i) {  // RoPE mixes a pair: one scale for both
+        const int ia = c.neox ? i : 2 * i, ib = c.neox ? i + half : 2 * i + 1;
+        g[ia] = g[ib] = std::sqrt((g[ia] * g[ia] + g[ib] * g[ib]) / 2);
+      }
+      // s = sqrt(magnitude): the channel imbalance split evenly between k and q (SmoothQuant's 0.5), which
+      // measured better than flattening k fully (s = magnitude) on smollm2 and gemma3
+      double ms = 0;
+      for (int i = 0; i < hd; ++i) ms += g[i] / hd;  // mean of sqrt(g)^2
+      for (int i = 0; i < hd; ++i) {
+        const double v = std::sqrt(g[i] / (ms + 1e-30));
+        s[(size_t)h * hd + i] = (float)(v > 1e-3 ? v : 1e-3);  // a dead channel: keep the division finite
+      }
+    }
+    k_scale_.push_back(std::move(s));
   }
 }
 
@@ -219,10 +266,37 @@ void Model::forward(const StepBatch& b, float* logits) {
       rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
       rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
     }
+    auto sub_heads = [&](float* x, const float* bias) {  // x: [T][n_kv_head * head_dim] -= bias
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < kvd; ++i) x[(size_t)t * kvd + i] -= bias[i];
+    };
+    if (center_k_) sub_heads(k.data(), N.k_bias);  // scores shift by -q . b_k per query: softmax-invariant
+    if (center_v_) sub_heads(v.data(), N.v_bias);
+    if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
+      const float* ks = k_scale_[l].data();
+      const int group = c.n_head / c.n_kv_head;
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < kvd; ++i) k[(size_t)t * kvd + i] /= ks[i];
+        for (int h = 0; h < c.n_head; ++h)
+          for (int i = 0; i < hd; ++i) q[(size_t)t * qd + (size_t)h * hd + i] *= ks[(size_t)(h / group) * hd + i];
+      }
+    }
+    if (rotate_k_) {  // (H q) . (H k) = q . k
+      hadamard_rotate(q.data(), T * c.n_head, hd);
+      hadamard_rotate(k.data(), T * c.n_kv_head, hd);
+    }
+    if (rotate_v_) hadamard_rotate(v.data(), T * c.n_kv_head, hd);
     kv_.write(l, k.data(), v.data(), b.slot_mapping, T);
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     paged_attention(shape, rows, q.data(), kv_.k(l), kv_.v(l), att.data(), pool_);
+    if (rotate_v_) hadamard_rotate(att.data(), T * c.n_head, hd);  // sum p (H v) = H sum p v; H H = I
+    if (center_v_) {  // sum p (v - b_v) + b_v = sum p v: head h reads kv head h / group
+      const int group = c.n_head / c.n_kv_head;
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < c.n_head; ++h)
+          for (int i = 0; i < hd; ++i) att[(size_t)t * qd + (size_t)h * hd + i] += N.v_bias[(size_t)(h / group) * hd + i];
+    }
     matmul(L.attn_output, att.data(), T, a.data());
     add_bias(a.data(), N.o_bias, T, d);
     if (N.post_attn) rms_norm(a.data(), N.post_attn, T, d, c.rms_eps, a.data());

@@ -74,15 +74,38 @@ struct StepBatch {
   const int32_t* logits_rows = nullptr;   // [n_logits] rows of the batch whose logits are returned
 };
 
+// The KV cache's row formats, and two exact transforms of what a quantized K or V stores (f16 is stored as is):
+// center: with a K bias b_k and no attention soft-cap, K is stored as k - b_k (after RoPE): each query's
+//   scores all shift by -q . b_k, which the softmax ignores, while the large constant channels of the bias
+//   (Qwen's outliers) leave the quantized values; with a V bias, V is stored as v - b_v and b_v added back
+//   to the attention output (the softmax weights sum to 1).
+// rotate: K is stored Hadamard-rotated per head (kv_format.h) with q rotated alike, so q . k is unchanged
+//   while outlier channels are spread over the head; V is stored rotated and the attention output rotated back.
+// equalize: K is stored divided per channel by s (q multiplied by s, so q . k is unchanged), s the square root
+//   of the channel's expected magnitude estimated from the weights (the attn_k row norm scaled by attn_norm,
+//   times the k-norm weight where there is one; one value per RoPE pair; rms 1 per head), so that a few
+//   large channels no longer set every block's scale.
+struct KvConfig {
+  KvType k_type = KvType::F16, v_type = KvType::F16;
+  bool rotate = true, center = true, equalize = true;
+};
+
 class Model {
  public:
   // Checks every weight's shape against cfg (std::invalid_argument naming the tensor); 1-D weights
   // that are not F32 are dequantized once. The KV pool holds n_blocks blocks of block_size tokens.
-  Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int block_size, const KernelTable* kt,
-        int n_threads);
+  Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int block_size, const KvConfig& kv,
+        const KernelTable* kt, int n_threads);
 
   const ModelConfig& config() const { return cfg_; }
   const KvCache& kv_cache() const { return kv_; }
+  bool rotate_k() const { return rotate_k_; }
+  bool rotate_v() const { return rotate_v_; }
+  bool center_k() const { return center_k_; }
+  bool center_v() const { return center_v_; }
+  bool equalize_k() const { return !k_scale_.empty(); }
+  // [n_kv_head * head_dim]: the per-channel divisor of layer l's K (equalize_k() only)
+  const std::vector<float>& k_scale(int l) const { return k_scale_.at(l); }
   int threads() const { return pool_.size(); }
 
   // logits: [n_logits][n_vocab]. Checks the batch (std::invalid_argument naming the array and index)
@@ -102,6 +125,9 @@ class Model {
   const KernelTable* kt_;
   ThreadPool pool_;
   KvCache kv_;
+  bool rotate_k_, rotate_v_, center_k_ = false, center_v_ = false;  // center_*: set once the biases are known
+  std::vector<std::vector<float>> k_scale_;  // [n_layers][n_kv_head * head_dim] when K is equalized, else empty
+  void make_k_scales();
   std::vector<LayerNorms> norms_;
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;

@@ -118,8 +118,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
   // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
   const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
   const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
-  static const bool no_fused = std::getenv("LLL_NOFUSED") != nullptr;
-  const auto fused = gemv && !no_fused ? kt.qgemv_fused[(int)ti.type] : nullptr;
+  const auto fused = gemv ? kt.qgemv_fused[(int)ti.type] : nullptr;
   const int n_panels = (n + CB - 1) / CB, n_pad = gemv ? n : n_panels * CB;
   thread_local std::vector<int8_t> tls_xp;
   std::vector<int8_t>& xp = tls_xp;

@@ -1,6 +1,8 @@
 """The user-facing model handle: one GGUF file, its tokenizer and the native model.
 
     llm = LLM("model.gguf", n_threads=2, ctx_size=4096)   # a .gguf path or a store name
+    LLM("model.gguf", kv_type="q8_0")                # KV cache K and V in q8_0 (f16, q8_0, q4_0)
+    LLM("model.gguf", k_type="q8_0", v_type="q4_0")  # or each on its own (overriding kv_type)
     ids = llm.tokenize("Hello")                      # list[int]
     llm.logits(ids)                                  # float32 [len(ids), n_vocab], teacher-forced, fresh context
     llm.greedy(ids, 32)                              # 32 greedy tokens: one prefill step, then decode steps
@@ -20,6 +22,7 @@ import numpy as np
 
 from .generate import Chunk, generate
 from .gguf import GGUFFile
+from .kv_types import kv_types
 from .model import BLOCK_SIZE, Model
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -28,9 +31,26 @@ DEFAULT_CTX_SIZE = 4096
 
 
 class LLM:
-    def __init__(self, path: str | os.PathLike, n_threads: int | None = None, ctx_size: int = DEFAULT_CTX_SIZE):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        n_threads: int | None = None,
+        ctx_size: int = DEFAULT_CTX_SIZE,
+        kv_type: str = "f16",
+        k_type: str | None = None,
+        v_type: str | None = None,
+        kv_rotate: bool = True,
+        kv_center: bool = True,
+        kv_equalize: bool = True,
+    ):
+        """kv_type: the KV cache's K and V type, "f16", "q8_0" or "q4_0"; k_type / v_type override it for one
+        of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
+        model's K / V bias; K divided per channel by sqrt of its expected magnitude, q multiplied; Hadamard-rotated
+        per head) that keep q4_0 usable on models with outlier channels (Qwen); f16 is stored as is. See
+        native/forward.h (KvConfig)."""
         if not isinstance(ctx_size, int) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
+        self.k_type, self.v_type = kv_types(kv_type, k_type, v_type)
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
             from .store import resolve_model  # raises ModelNotFoundError (a ValueError) naming the model
@@ -40,7 +60,8 @@ class LLM:
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
             n_blocks = -(-ctx_size // BLOCK_SIZE)
-            self.model = Model(self._file, n_blocks=n_blocks, threads=n_threads)
+            self.model = Model(self._file, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type,
+                               v_type=self.v_type, kv_rotate=kv_rotate, kv_center=kv_center, kv_equalize=kv_equalize)
         except Exception:
             self._file.close()
             raise

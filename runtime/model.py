@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _native, kernels
 from .gguf import GGUFFile, TensorInfo
+from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
 
 BLOCK_SIZE = 16  # tokens per KV block
@@ -43,8 +44,20 @@ class Model:
         threads: int | None = None,
         spec: ModelSpec | None = None,
         block_size: int = BLOCK_SIZE,
+        k_type: str = "f16",
+        v_type: str = "f16",
+        kv_rotate: bool = True,
+        kv_center: bool = True,
+        kv_equalize: bool = True,
     ):
-        """f stays open as long as this model (its tensors are views into f's map)."""
+        """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
+        A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
+        channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
+        when kv_rotate; none changes the attention output beyond rounding (native/forward.h, KvConfig)."""
+        k_type, v_type = kv_types("f16", k_type, v_type)
+        for name, flag in (("kv_rotate", kv_rotate), ("kv_center", kv_center), ("kv_equalize", kv_equalize)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
         if not isinstance(n_blocks, int) or n_blocks < 1:
             raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -74,7 +87,10 @@ class Model:
                 if name is not None:
                     d[key] = _view(tensor(name))
             layers.append(d)
-        self._native = _native.Model(config, weights, layers, n_blocks, block_size, threads or kernels.physical_cores())
+        self._native = _native.Model(
+            config, weights, layers, n_blocks, block_size, k_type, v_type, kv_rotate, kv_center, kv_equalize,
+            threads or kernels.physical_cores(),
+        )
 
     @property
     def n_vocab(self) -> int:
@@ -91,6 +107,34 @@ class Model:
     @property
     def kv_bytes(self) -> int:
         return self._native.kv_bytes
+
+    @property
+    def k_type(self) -> str:
+        return self._native.k_type
+
+    @property
+    def v_type(self) -> str:
+        return self._native.v_type
+
+    @property
+    def kv_rotated(self) -> tuple[bool, bool]:
+        """(K rotated, V rotated): kv_rotate and the type quantized."""
+        return self._native.rotate_k, self._native.rotate_v
+
+    @property
+    def kv_centered(self) -> tuple[bool, bool]:
+        """(K stored minus its bias, V likewise): kv_center, the type quantized and the bias present."""
+        return self._native.center_k, self._native.center_v
+
+    @property
+    def kv_equalized(self) -> bool:
+        """K stored divided per channel by its expected magnitude: kv_equalize and K quantized."""
+        return self._native.equalize_k
+
+    @property
+    def k_scales(self) -> np.ndarray | None:
+        """float32 [n_layers, n_kv_head * head_dim]: K is stored divided by these (q multiplied), or None."""
+        return self._native.k_scales
 
     @property
     def threads(self) -> int:

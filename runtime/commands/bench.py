@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
+
 DEFAULT_MODELS = ["qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"]
 TEST_CACHE_NAMES = {"qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
                     "qwen2.5-coder:1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m"}
@@ -38,6 +40,7 @@ def register(sub) -> None:
     p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--pull", action="store_true", help="pull catalog models that are not in the store yet")
+    add_kv_arguments(p)  # bench MODEL only
     p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
                    help="buffer for the read-bandwidth measurement (default 1024: far past any cache)")
     p.add_argument("--stream-mib", type=int, default=512, metavar="MIB",
@@ -139,9 +142,9 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
     return " ".join(cells)
 
 
-def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int) -> dict:
+def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int, kv: dict | None = None) -> dict:
     """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
-    steps from a one-token context, as llama-bench measures them."""
+    steps from a one-token context, as llama-bench measures them. kv: LLM's KV cache keyword arguments."""
     import resource
 
     import numpy as np
@@ -149,8 +152,9 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
     from localllm.llm import LLM
 
     t0 = time.perf_counter()
-    llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16)
+    llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16, **(kv or {}))
     load_s = time.perf_counter() - t0
+    kv_name = kv_label(llm)
     rng = np.random.default_rng(0)
     ids = rng.integers(100, min(llm.n_vocab, 30000), size=n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
@@ -174,7 +178,7 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
     llm.close()
     bw = read_bandwidth(mib=bw_mib)
     return {
-        "model": path.name, "threads": threads, "load_s": load_s,
+        "model": path.name, "threads": threads, "kv": kv_name, "load_s": load_s,
         "pp_tps": n_prompt / pp, "tg_tps": n_gen / tg, "n_prompt": n_prompt, "n_gen": n_gen,
         "weights_streamed_mb": streamed / 1e6, "tg_gbs": streamed * n_gen / tg / 1e9, "read_bandwidth_gbs": bw,
         "peak_rss_mb": peak_rss,
@@ -192,11 +196,11 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{name} must be positive")
         path = _resolve(args.what, args.pull)
         threads = (args.threads or [kernels.physical_cores()])[0]
-        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib)
+        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib, kv_kwargs(args))
         if args.json:
             print(json.dumps(r, indent=1))
         else:
-            print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}")
+            print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}")
             print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
             print(f"  pp{r['n_prompt']:<10} {r['pp_tps']:.1f} tok/s")
             print(f"  tg{r['n_gen']:<10} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "

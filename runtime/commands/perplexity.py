@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
+
 
 def register(sub) -> None:
     p = sub.add_parser("perplexity", help="perplexity of a model over a text file", description=__doc__)
@@ -14,6 +16,7 @@ def register(sub) -> None:
     p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per chunk (default 512)")
     p.add_argument("--chunks", type=int, default=4, help="chunks to evaluate, 0 = all (default 4)")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
+    add_kv_arguments(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.set_defaults(func=run)
@@ -29,10 +32,13 @@ def run(args: argparse.Namespace) -> int:
     with open(args.file, encoding="utf-8") as fh:
         text = fh.read()
     path = resolve(args.model, pull=args.pull)
-    with LLM(path, n_threads=args.threads, ctx_size=args.ctx) as llm:
+    kv = kv_kwargs(args)
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx, **kv) as llm:
         r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)
+        label = kv_label(llm)
     if args.json:
-        print(json.dumps({"model": str(path), "kv": "f16", **r.__dict__}))
+        print(json.dumps({"model": str(path), "kv": label, "k_type": llm.k_type, "v_type": llm.v_type,
+                          "kv_rotate": kv["kv_rotate"], "kv_center": kv["kv_center"], **r.__dict__}))
     else:
-        print(f"perplexity {r.ppl:.4f} over {r.chunks} chunks of {args.ctx} ({r.scored} predictions, kv f16)")
+        print(f"perplexity {r.ppl:.4f} over {r.chunks} chunks of {args.ctx} ({r.scored} predictions, kv {label})")
     return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from localllm.commands.kv import add_kv_arguments, kv_kwargs
+
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="generate text from a prompt", description=__doc__.split("\n\n")[0])
@@ -30,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
+    add_kv_arguments(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("-v", "--verbose", action="store_true", help="print prompt and decode tokens/s to stderr")
     p.set_defaults(func=run)
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt:
         raise ValueError("empty prompt: give one as an argument or on stdin")
-    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size) as llm:
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args)) as llm:
         if args.raw or llm.tokenizer.chat_template.is_fallback:
             stream = llm.generate(prompt, params=params)
         else:

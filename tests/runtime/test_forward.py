@@ -324,3 +324,179 @@ def test_llm_refuses_bad_ids_and_full_context():
         assert len(llm.greedy(ids, 32 - len(ids))) == 32 - len(ids)  # fills the context exactly
     with pytest.raises(ValueError, match="closed"):
         llm.logits(ids)
+
+
+# -- quantized KV cache (q8_0, q4_0) on tiny models with head_dim 64 ----------------------------------
+
+QHEAD = 64
+# Measured at most 4e-6 where both K and V are quantized (the reference feeds the quantizers the same float32
+# values up to the last bit of rope and matmul: no rounding flips at this seed). With one part in f16, one f16
+# rounding falls the other way between the native float32 and the reference float64 rope/matmul (one f16 ulp,
+# 2^-11 relative; measured 3e-5), as TINY_ATOL's comment notes. A single q8_0 / q4_0 rounding flip or a wrong
+# transform moves these logits by 1e-2 or more.
+QUANT_ATOL = 1e-4
+
+
+def fwht32(x: np.ndarray) -> np.ndarray:
+    """float32 [..., dim]: native/kv_format.h's hadamard_rotate, the same float32 butterflies in the same order."""
+    dim = x.shape[-1]
+    m = dim & -dim
+    g = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, m)
+    h = 1
+    while h < m:
+        g = g.reshape(-1, m // (2 * h), 2, h)
+        g = np.stack([g[:, :, 0] + g[:, :, 1], g[:, :, 0] - g[:, :, 1]], axis=2).reshape(-1, m)
+        h *= 2
+    return (g * (np.float32(1) / np.sqrt(np.float32(m)))).reshape(x.shape)
+
+
+def fwht64(x: np.ndarray) -> np.ndarray:
+    """float64 [..., dim]: the same rotation in float64 (its own inverse)."""
+    dim = x.shape[-1]
+    m = dim & -dim
+    g = np.asarray(x, dtype=np.float64).reshape(-1, m)
+    h = 1
+    while h < m:
+        g = g.reshape(-1, m // (2 * h), 2, h)
+        g = np.stack([g[:, :, 0] + g[:, :, 1], g[:, :, 0] - g[:, :, 1]], axis=2).reshape(-1, m)
+        h *= 2
+    return (g / np.sqrt(m)).reshape(x.shape)
+
+
+def roundtrip(x32: np.ndarray, kv_type: str) -> np.ndarray:
+    """float32 [..., head_dim] -> the float64 values a KV row of kv_type holds (gguf.quants as the reference)."""
+    if kv_type == "f16":
+        return x32.astype(np.float16).astype(np.float64)
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    qt = GGMLQuantizationType.Q8_0 if kv_type == "q8_0" else GGMLQuantizationType.Q4_0
+    flat = x32.reshape(-1, x32.shape[-1])
+    return dequantize(quantize(flat, qt), qt).reshape(x32.shape).astype(np.float64)
+
+
+class QuantCacheReference(ReferenceModel):
+    """The numpy reference with K (after norm and rope) and V stored as the native cache stores them: for a
+    quantized part, minus the bias (center), divided by the per-channel scales (K, equalize), Hadamard-rotated
+    (rotate), each in float32 as the native code does; then rounded through gguf.quants and mapped back
+    exactly (float64) into the attention, which these transforms leave unchanged."""
+
+    def __init__(self, f, k_type, v_type, center, rotate, k_scales):
+        super().__init__(f)
+        self.k_type, self.v_type, self.center, self.rotate, self.k_scales = k_type, v_type, center, rotate, k_scales
+
+    def store(self, x, kv_type, bias, scale, rotate):
+        """x: [T, n_kv_head, head_dim] -> the values the attention reads, float64."""
+        x32 = x.astype(np.float32)
+        if kv_type == "f16":
+            return roundtrip(x32, "f16")
+        if bias is not None:
+            x32 = x32 - bias.astype(np.float32).reshape(x32.shape[1:])
+        if scale is not None:
+            x32 = x32 / scale.reshape(x32.shape[1:])
+        if rotate:
+            x32 = fwht32(x32)
+        y = roundtrip(x32, kv_type)
+        if rotate:
+            y = fwht64(y)
+        if scale is not None:
+            y = y * scale.reshape(x32.shape[1:]).astype(np.float64)
+        if bias is not None:
+            y = y + bias.astype(np.float32).reshape(x32.shape[1:])
+        return y
+
+    def linear(self, x, w, b=None):
+        y = super().linear(x, w, b)
+        if not w.endswith("attn_v.weight"):
+            return y
+        layer, s = self._layer, self.spec
+        bias = self.weight(layer.attn_v_bias) if self.center and layer.attn_v_bias else None
+        v = self.store(y.reshape(len(y), s.n_kv_head, s.head_dim), self.v_type, bias, None, self.rotate)
+        return v.reshape(y.shape)
+
+    def attention(self, layer, x, pos):
+        rope, calls, s = reference_forward.rope, [], self.spec
+        idx = s.layers.index(layer)
+        center_k = self.center and layer.attn_k_bias is not None and not s.attn_softcap
+        bias = self.weight(layer.attn_k_bias) if center_k else None
+        scale = None if self.k_scales is None else self.k_scales[idx]
+
+        def rope_k(*args):  # attention() ropes q first, then k
+            calls.append(None)
+            out = rope(*args)
+            return self.store(out, self.k_type, bias, scale, self.rotate) if len(calls) == 2 else out
+
+        self._layer = layer
+        reference_forward.rope = rope_k
+        try:
+            return super().attention(layer, x, pos)
+        finally:
+            reference_forward.rope = rope
+
+
+def write_qhead_model(path, arch: str):
+    """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks)."""
+    from test_model_spec import D, N_HEAD, N_KV
+
+    extra = {
+        "blk.{}.attn_q.weight": (N_HEAD * QHEAD, D), "blk.{}.attn_k.weight": (N_KV * QHEAD, D),
+        "blk.{}.attn_v.weight": (N_KV * QHEAD, D), "blk.{}.attn_output.weight": (D, N_HEAD * QHEAD),
+    }
+    if arch == "qwen2":
+        extra.update({"blk.{}.attn_q.bias": (N_HEAD * QHEAD,), "blk.{}.attn_k.bias": (N_KV * QHEAD,),
+                      "blk.{}.attn_v.bias": (N_KV * QHEAD,)})
+    if arch == "gemma3":
+        extra.update({"blk.{}.attn_q_norm.weight": (QHEAD,), "blk.{}.attn_k_norm.weight": (QHEAD,)})
+    kv = {f"{arch}.attention.key_length": QHEAD, f"{arch}.attention.value_length": QHEAD}
+    kv.update(TINY_CASES.get(arch, {}).get("kv", {}))
+    shapes = {k.format(i): v for k, v in extra.items() for i in range(2)}
+    if arch == "llama":
+        shapes["rope_freqs.weight"] = (QHEAD // 2,)
+    return write_model(path, arch, kv=kv, extra=shapes, seed=3)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
+@pytest.mark.parametrize(
+    "k_type,v_type,transforms",
+    [("q8_0", "q8_0", True), ("q4_0", "q4_0", True), ("q4_0", "q4_0", False), ("q4_0", "f16", True),
+     ("f16", "q8_0", True)],
+)
+def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transforms):
+    """Native attention over a quantized cache equals the reference attention over the same quantized values
+    (same float32 inputs to the same quantizer), prefill and decode alike: the bound is TINY_ATOL's."""
+    path = write_qhead_model(tmp_path / "m.gguf", arch)
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=4, threads=2, block_size=4, k_type=k_type, v_type=v_type, kv_rotate=transforms,
+                      kv_center=transforms, kv_equalize=transforms)
+        assert model.kv_rotated == (transforms and k_type != "f16", transforms and v_type != "f16")
+        assert model.kv_centered == (transforms and arch == "qwen2" and k_type != "f16",
+                                     transforms and arch == "qwen2" and v_type != "f16")
+        expected = QuantCacheReference(f, k_type, v_type, transforms, transforms, model.k_scales).logits(ids)
+        got = one_sequence(model, ids)
+        steps = np.concatenate([one_sequence(model, ids[i : i + 1], start=i) for i in range(len(ids))])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=QUANT_ATOL)
+    np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
+def test_k_scales_follow_the_weights(tmp_path, arch):
+    """K's per-channel divisors (native/forward.h, KvConfig::equalize) recomputed in float64 numpy."""
+    path = write_qhead_model(tmp_path / "m.gguf", arch)
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0")
+        assert Model(f, n_blocks=2, threads=1, block_size=4).k_scales is None  # f16 K: none
+        ref, s = ReferenceModel(f), model.spec
+        want = []
+        for layer in s.layers:
+            wk = ref.weight(layer.attn_k).astype(np.float64) * ref.weight(layer.attn_norm).astype(np.float64)
+            g = np.sqrt((wk**2).sum(axis=1)).reshape(s.n_kv_head, s.head_dim)
+            if layer.attn_k_norm:
+                g = np.abs(ref.weight(layer.attn_k_norm)) * g / np.sqrt((g**2).mean(axis=1, keepdims=True))
+            half = s.rope.n_rot // 2
+            i = np.arange(half)
+            ia, ib = (i, i + half) if s.rope.neox else (2 * i, 2 * i + 1)
+            pair = np.sqrt((g[:, ia] ** 2 + g[:, ib] ** 2) / 2)
+            g[:, ia], g[:, ib] = pair, pair
+            want.append(np.maximum(np.sqrt(g / g.mean(axis=1, keepdims=True)), 1e-3).ravel())
+        np.testing.assert_allclose(model.k_scales, np.array(want), rtol=1e-6)

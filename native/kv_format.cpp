@@ -1,0 +1,115 @@
+#include "kv_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "ops.h"
+
+namespace lll {
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F16: return "f16";
+    case KvType::Q8_0: return "q8_0";
+    case KvType::Q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+KvType kv_type_of(const std::string& name, const char* what) {
+  for (KvType t : {KvType::F16, KvType::Q8_0, KvType::Q4_0})
+    if (name == kv_type_name(t)) return t;
+  throw std::invalid_argument(std::string(what) + ": '" + name + "' is not one of f16, q8_0, q4_0");
+}
+
+size_t kv_row_bytes(KvType t, int n) {
+  switch (t) {
+    case KvType::F16: return (size_t)n * sizeof(f16_t);
+    case KvType::Q8_0: return (size_t)(n / QK) * sizeof(block_q8_0);
+    case KvType::Q4_0: return (size_t)(n / QK) * sizeof(block_q4_0);
+  }
+  return 0;
+}
+
+void kv_check_len(KvType t, int n, const char* what) {
+  if (n <= 0 || (t != KvType::F16 && n % QK))
+    throw std::invalid_argument(std::string(what) + ": " + kv_type_name(t) + " needs a head_dim that is a multiple of " +
+                                std::to_string(QK) + ", got " + std::to_string(n));
+}
+
+void kv_quantize_row(KvType t, const float* x, int n, uint8_t* dst) {
+  if (t == KvType::F16) {
+    f16_t* y = (f16_t*)dst;
+    for (int i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+    return;
+  }
+  for (int b = 0; b < n / QK; ++b) {
+    const float* xb = x + (size_t)b * QK;
+    if (t == KvType::Q8_0) {
+      block_q8_0* y = (block_q8_0*)dst + b;
+      float amax = 0.f;
+      for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+      y->d = f32_to_f16(d);
+      for (int j = 0; j < QK; ++j) y->qs[j] = (int8_t)std::roundf(xb[j] * id);
+    } else {
+      block_q4_0* y = (block_q4_0*)dst + b;
+      float amax = 0.f, max = 0.f;
+      for (int j = 0; j < QK; ++j)
+        if (std::fabs(xb[j]) > amax) {
+          amax = std::fabs(xb[j]);
+          max = xb[j];
+        }
+      const float d = max / -8.f, id = d ? 1.f / d : 0.f;
+      y->d = f32_to_f16(d);
+      for (int j = 0; j < QK / 2; ++j) {
+        const int q0 = std::min(15, (int)(int8_t)(xb[j] * id + 8.5f));
+        const int q1 = std::min(15, (int)(int8_t)(xb[j + QK / 2] * id + 8.5f));
+        y->qs[j] = (uint8_t)(q0 | q1 << 4);
+      }
+    }
+  }
+}
+
+void kv_dequantize_row(KvType t, const uint8_t* src, int n, float* y) {
+  const float* h2f = f16_table();
+  if (t == KvType::F16) {
+    const f16_t* x = (const f16_t*)src;
+    for (int i = 0; i < n; ++i) y[i] = h2f[x[i]];
+    return;
+  }
+  for (int b = 0; b < n / QK; ++b) {
+    float* yb = y + (size_t)b * QK;
+    if (t == KvType::Q8_0) {
+      const block_q8_0* x = (const block_q8_0*)src + b;
+      const float d = h2f[x->d];
+      for (int j = 0; j < QK; ++j) yb[j] = d * x->qs[j];
+    } else {
+      const block_q4_0* x = (const block_q4_0*)src + b;
+      const float d = h2f[x->d];
+      for (int j = 0; j < QK / 2; ++j) {
+        yb[j] = d * ((x->qs[j] & 15) - 8);
+        yb[j + QK / 2] = d * ((x->qs[j] >> 4) - 8);
+      }
+    }
+  }
+}
+
+void hadamard_rotate(float* x, int n_vecs, int dim) {
+  const int m = dim & -dim;  // largest power of two dividing dim
+  const float scale = 1.f / std::sqrt((float)m);
+  for (size_t g = 0; g < (size_t)n_vecs * dim / m; ++g) {
+    float* v = x + g * m;
+    for (int h = 1; h < m; h *= 2)
+      for (int i = 0; i < m; i += 2 * h)
+        for (int j = i; j < i + h; ++j) {
+          const float a = v[j], b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+    for (int j = 0; j < m; ++j) v[j] *= scale;
+  }
+}
+
+}  // namespace lll
