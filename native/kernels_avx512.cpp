@@ -424,6 +424,9 @@ static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc,
       }
       for (int i = 0; i < rn; ++i) {
         const Block* b = rows[i] + 2 * z;
+        // the same blocks of the row R ahead: the next pass (or tile) streams them
+        _mm_prefetch((const char*)b + R * row_bytes, _MM_HINT_T0);
+        if (sizeof(Block) * 2 > 64) _mm_prefetch((const char*)b + R * row_bytes + 64, _MM_HINT_T0);
         const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
         const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
         for (int j = 0; j < C; ++j) {
@@ -523,6 +526,8 @@ static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, co
         }
         const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
         for (int i = 0; i < rn; ++i) {
+          // this quarter of the same super-block R rows ahead: the next pass (or tile) streams it
+          _mm_prefetch((const char*)b[i] + R * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T0);
           const __m512i wv = LD::weights(*b[i], z);
           const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
           for (int j = 0; j < C; ++j) {
