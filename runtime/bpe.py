@@ -12,12 +12,13 @@ text, so piece -> ids is cached.
 
 from __future__ import annotations
 
-import heapq
 import warnings
 from itertools import repeat
 from dataclasses import dataclass
 
 import regex
+
+from .bigram_queue import merge_by_queue
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -284,34 +285,6 @@ class BPE:
         return parts
 
     def _merge_long(self, parts: list[str]) -> list[str]:
-        """merge() through llama.cpp's bigram queue: (rank, left index) min-heap over a linked list."""
+        """merge() through llama.cpp's bigram queue, lowest rank first."""
         get = self._ranks.get
-        n = len(parts)
-        nxt = [*range(1, n), -1]
-        prv = [*range(-1, n - 1)]
-        heap = []
-        for i in range(n - 1):
-            r = get(parts[i] + " " + parts[i + 1])
-            if r is not None:
-                heap.append((r, i, i + 1, len(parts[i]) + len(parts[i + 1])))
-        heapq.heapify(heap)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            a, b = parts[left], parts[right]
-            if not a or not b or len(a) + len(b) != size:
-                continue  # one side was merged away or grew since this pair was queued
-            parts[left], parts[right] = a + b, ""
-            nx = nxt[right]
-            nxt[left] = nx
-            if nx >= 0:
-                prv[nx] = left
-            pv = prv[left]
-            if pv >= 0:
-                r = get(parts[pv] + " " + parts[left])
-                if r is not None:
-                    heapq.heappush(heap, (r, pv, left, len(parts[pv]) + len(parts[left])))
-            if nx >= 0:
-                r = get(parts[left] + " " + parts[nx])
-                if r is not None:
-                    heapq.heappush(heap, (r, left, nx, len(parts[left]) + len(parts[nx])))
-        return [p for p in parts if p]
+        return merge_by_queue(parts, lambda a, b: get(a + " " + b))

@@ -17,12 +17,13 @@ chunks repeat enough to cache.
 
 from __future__ import annotations
 
-import heapq
 import math
 import re
 
 import numpy as np
 import regex
+
+from .bigram_queue import merge_by_queue
 
 SPACE = "\u2581"
 _CUTS = regex.compile(f"(?<=[^{SPACE}])(?={SPACE})")  # where chunks may start
@@ -113,34 +114,11 @@ class SPM:
         return parts
 
     def _merge_long(self, parts: list[str]) -> list[str]:
-        """merge() through llama.cpp's bigram queue: (-score, left index) min-heap over a linked list."""
+        """merge() through llama.cpp's bigram queue, highest score first."""
         get = self._score.get
-        n = len(parts)
-        nxt = [*range(1, n), -1]
-        prv = [*range(-1, n - 1)]
-        heap = []
-        for i in range(n - 1):
-            s = get(parts[i] + parts[i + 1])
-            if s is not None:
-                heap.append((-s, i, i + 1, len(parts[i]) + len(parts[i + 1])))
-        heapq.heapify(heap)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            a, b = parts[left], parts[right]
-            if not a or not b or len(a) + len(b) != size:
-                continue  # one side was merged away or grew since this pair was queued
-            parts[left], parts[right] = a + b, ""
-            nx = nxt[right]
-            nxt[left] = nx
-            if nx >= 0:
-                prv[nx] = left
-            pv = prv[left]
-            if pv >= 0:
-                s = get(parts[pv] + parts[left])
-                if s is not None:
-                    heapq.heappush(heap, (-s, pv, left, len(parts[pv]) + len(parts[left])))
-            if nx >= 0:
-                s = get(parts[left] + parts[nx])
-                if s is not None:
-                    heapq.heappush(heap, (-s, left, nx, len(parts[left]) + len(parts[nx])))
-        return [p for p in parts if p]
+
+        def priority(a: str, b: str):
+            s = get(a + b)
+            return None if s is None else -s
+
+        return merge_by_queue(parts, priority)
