@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
 namespace lll {
@@ -315,6 +316,31 @@ static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const flo
   }
 }
 
+// ---- small N: shared pieces ------------------------------------------------------------------------
+// Activation lanes l .. l + 15 (64 weights) of columns c0 .. c0 + C - 1: xq bytes, the offset correction
+// and dx per lane. m8 / m32 mask the second half away for a last step of 32 weights.
+template <int C>
+struct XStep {
+  __m512i xv[C], xc[C];
+  __m512 d[C];
+};
+template <int C>
+static inline void load_x(const XLanes& X, int c0, size_t l, __mmask64 m8, __mmask16 m32, XStep<C>& x) {
+  for (int j = 0; j < C; ++j) {
+    const size_t c = c0 + j;
+    x.xv[j] = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 4 * l);
+    x.xc[j] = _mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + l);
+    x.d[j] = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + l);
+  }
+}
+// cols(c0, C) for column pairs, then a last single column: C is a std::integral_constant
+template <class F>
+static inline void by_column_pairs(int n, F&& cols) {
+  int c = 0;
+  for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
+  if (c < n) cols(c, std::integral_constant<int, 1>{});
+}
+
 // ---- small N: one row at a time, lanes along k --------------------------------------------------
 template <int G, bool MIN, int C>
 static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* m_rows, int sw, int kc, int,
@@ -334,20 +360,14 @@ static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* 
       const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
       const int g = GPZ * z;
       const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(g & 15));
-      __m512i xv[C], xc[C];
-      __m512 d[C];
-      for (int j = 0; j < C; ++j) {
-        const size_t c = c0 + j;
-        xv[j] = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
-        xc[j] = _mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z);
-        d[j] = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
-      }
+      XStep<C> x;
+      load_x(X, c0, (size_t)16 * z, m8, m32, x);
       for (int i = 0; i < R; ++i) {
         const __m512i w = _mm512_maskz_loadu_epi8(m8, u_rows + (size_t)(r0 + i) * kc + 64 * z);
         const __m512 se = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(s_rows + (size_t)(r0 + i) * sw + (g & ~15)));
         for (int j = 0; j < C; ++j) {
-          const __m512i a = _mm512_dpbusd_epi32(xc[j], w, xv[j]);
-          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+          const __m512i a = _mm512_dpbusd_epi32(x.xc[j], w, x.xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
         }
       }
     }
@@ -414,14 +434,8 @@ static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc,
       if (half && kc % 64 == 0) break;
       const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
       const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
-      __m512i xv[C], xc[C];
-      __m512 d[C];
-      for (int j = 0; j < C; ++j) {
-        const size_t c = c0 + j;
-        xv[j] = _mm512_maskz_loadu_epi8(m8, X.xq + c * X.ldx + 64 * z);
-        xc[j] = _mm512_maskz_loadu_epi32(m32, X.xce + c * X.ldl + 16 * z);
-        d[j] = _mm512_maskz_loadu_ps(m32, X.dxe + c * X.ldl + 16 * z);
-      }
+      XStep<C> x;
+      load_x(X, c0, (size_t)16 * z, m8, m32, x);
       for (int i = 0; i < rn; ++i) {
         const Block* b = rows[i] + 2 * z;
         // the same blocks of the row R ahead: the next pass (or tile) streams them
@@ -430,8 +444,8 @@ static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc,
         const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
         const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
         for (int j = 0; j < C; ++j) {
-          const __m512i a = _mm512_dpbusd_epi32(xc[j], wv, xv[j]);
-          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+          const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
         }
       }
     }
@@ -442,9 +456,7 @@ static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc,
 
 template <class LD>
 static void qgemv_fused(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
-  int c = 0;
-  for (; c + 2 <= n; c += 2) qgemv_fused_cols<LD, 2>(w, row_bytes, nr, kc, X, c, acc);
-  if (c < n) qgemv_fused_cols<LD, 1>(w, row_bytes, nr, kc, X, c, acc);
+  by_column_pairs(n, [&](int c, auto C) { qgemv_fused_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, acc); });
 }
 
 // ---- small N, fused, K-quants (Q4_K, Q6_K): per 256-weight super-block, scales once, 4 x 64 weights --
@@ -516,14 +528,8 @@ static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, co
       }
       for (int z = 0; z < 4; ++z) {
         const size_t l = (size_t)sb * 64 + 16 * z;  // lane index (4 weights a lane)
-        __m512i xv[C], xc[C];
-        __m512 d[C];
-        for (int j = 0; j < C; ++j) {
-          const size_t c = c0 + j;
-          xv[j] = _mm512_loadu_si512((const void*)(X.xq + c * X.ldx + 4 * l));
-          xc[j] = _mm512_loadu_si512((const void*)(X.xce + c * X.ldl + l));
-          d[j] = _mm512_loadu_ps(X.dxe + c * X.ldl + l);
-        }
+        XStep<C> x;
+        load_x(X, c0, l, ~(__mmask64)0, (__mmask16)0xFFFF, x);
         const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
         for (int i = 0; i < rn; ++i) {
           // this quarter of the same super-block R rows ahead: the next pass (or tile) streams it
@@ -531,8 +537,8 @@ static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, co
           const __m512i wv = LD::weights(*b[i], z);
           const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
           for (int j = 0; j < C; ++j) {
-            const __m512i a = _mm512_dpbusd_epi32(xc[j], wv, xv[j]);
-            af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, d[j]), af[j][i]);
+            const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
+            af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
           }
         }
       }
@@ -549,17 +555,13 @@ static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, co
 
 template <class LD>
 static void qgemv_kq(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
-  int c = 0;
-  for (; c + 2 <= n; c += 2) qgemv_kq_cols<LD, 2>(w, row_bytes, nr, kc, X, c, acc);
-  if (c < n) qgemv_kq_cols<LD, 1>(w, row_bytes, nr, kc, X, c, acc);
+  by_column_pairs(n, [&](int c, auto C) { qgemv_kq_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, acc); });
 }
 
 template <int G, bool MIN>
 static void qgemv_layout(const uint8_t* u_rows, const float* s, const float* m, int sw, int kc, int nr, int n,
                          const XLanes& X, float* acc) {
-  int c = 0;
-  for (; c + 2 <= n; c += 2) qgemv_cols<G, MIN, 2>(u_rows, s, m, sw, kc, nr, X, c, acc);
-  if (c < n) qgemv_cols<G, MIN, 1>(u_rows, s, m, sw, kc, nr, X, c, acc);
+  by_column_pairs(n, [&](int c, auto C) { qgemv_cols<G, MIN, decltype(C)::value>(u_rows, s, m, sw, kc, nr, X, c, acc); });
 }
 
 static void qgemv_chunk_avx512(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
