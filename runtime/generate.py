@@ -4,7 +4,8 @@
         print(chunk.text, end="")        # the last chunk also has .finish_reason and .stats
 
 finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens, or the context
-is full: generation ends there, it never truncates the prompt silently). Text is emitted as soon as it is
+is full, which stats.context_full tells apart: generation ends there; the prompt is never truncated or shifted
+silently, and a prompt with no room left to generate raises ValueError). Text is emitted as soon as it is
 whole UTF-8 and cannot be the start of a stop string.
 """
 
@@ -29,6 +30,7 @@ class Stats:
     draft_accepted: int = 0
     draft_proposed: int = 0
     ctx_size: int = 0
+    context_full: bool = False  # generation ended because prompt + completion filled ctx_size
 
 
 @dataclass
@@ -75,5 +77,6 @@ def generate(llm, ids, params: SamplingParams) -> Iterator[Chunk]:
     t2 = time.perf_counter()
     if t_first is not None and stats.completion_tokens > 1:
         stats.decode_tps = (stats.completion_tokens - 1) / max(t2 - t_first, 1e-9)
+    stats.context_full = finish == "length" and stats.completion_tokens < (params.max_tokens or llm.ctx_size + 1)
     tail = "" if stop.stopped else stop.push(detok.flush()) + stop.flush()
     yield Chunk(tail, [], finish, stats)

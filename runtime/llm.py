@@ -3,6 +3,7 @@
     llm = LLM("model.gguf", n_threads=2, ctx_size=4096)   # a .gguf path or a store name
     LLM("model.gguf", kv_type="q8_0")                # KV cache K and V in q8_0 (f16, q8_0, q4_0)
     LLM("model.gguf", k_type="q8_0", v_type="q4_0")  # or each on its own (overriding kv_type)
+    LLM("model.gguf", ctx_size=32768, kv_budget_mib=256)  # KV pool capped at 256 MiB: ctx_size shrinks to fit
     ids = llm.tokenize("Hello")                      # list[int]
     llm.logits(ids)                                  # float32 [len(ids), n_vocab], teacher-forced, fresh context
     llm.greedy(ids, 32)                              # 32 greedy tokens: one prefill step, then decode steps
@@ -10,7 +11,9 @@
     for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
 
 One sequence at a time owns the whole KV pool here (blocks 0, 1, ... in order); batching many sequences
-is the scheduler's job. A prompt that does not fit ctx_size raises ValueError.
+is the scheduler's job. The pool holds ctx_size tokens, or fewer when kv_budget_mib caps it (whole blocks of
+BLOCK_SIZE tokens; llm.ctx_size is what it holds). A prompt that does not fit raises ValueError; generation
+that fills the context ends with finish_reason "length" and stats.context_full (generate.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import numpy as np
 from .generate import Chunk, generate
 from .gguf import GGUFFile
 from .kv_types import kv_types
-from .model import BLOCK_SIZE, Model
+from .model import BLOCK_SIZE, Model, kv_block_bytes
+from .models import spec_from_gguf
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
@@ -42,14 +46,19 @@ class LLM:
         kv_rotate: bool = True,
         kv_center: bool = True,
         kv_equalize: bool = True,
+        kv_budget_mib: float | None = None,
     ):
         """kv_type: the KV cache's K and V type, "f16", "q8_0" or "q4_0"; k_type / v_type override it for one
         of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
         model's K / V bias; K divided per channel by sqrt of its expected magnitude, q multiplied; Hadamard-rotated
         per head) that keep q4_0 usable on models with outlier channels (Qwen); f16 is stored as is. See
-        native/forward.h (KvConfig)."""
-        if not isinstance(ctx_size, int) or ctx_size < 1:
+        native/forward.h (KvConfig). kv_budget_mib: the most MiB the KV pool may take (ValueError when that is
+        less than one block)."""
+        if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
+        if kv_budget_mib is not None and (isinstance(kv_budget_mib, bool) or not isinstance(kv_budget_mib, (int, float))
+                                          or not kv_budget_mib > 0):
+            raise ValueError(f"kv_budget_mib must be a positive number of MiB, got {kv_budget_mib!r}")
         self.k_type, self.v_type = kv_types(kv_type, k_type, v_type)
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
@@ -59,8 +68,17 @@ class LLM:
         self._file = GGUFFile(self.path)
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
+            spec = spec_from_gguf(self._file)
             n_blocks = -(-ctx_size // BLOCK_SIZE)
-            self.model = Model(self._file, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type,
+            if kv_budget_mib is not None:
+                per_block = kv_block_bytes(spec, self.k_type, self.v_type)
+                fit = int(kv_budget_mib * (1 << 20)) // per_block
+                if fit < 1:
+                    raise ValueError(
+                        f"kv_budget_mib {kv_budget_mib} is less than one KV block ({per_block / (1 << 20):.3f} MiB "
+                        f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})")
+                n_blocks = min(n_blocks, fit)
+            self.model = Model(self._file, n_blocks=n_blocks, spec=spec, threads=n_threads, k_type=self.k_type,
                                v_type=self.v_type, kv_rotate=kv_rotate, kv_center=kv_center, kv_equalize=kv_equalize)
         except Exception:
             self._file.close()

@@ -30,6 +30,14 @@ _LAYER_WEIGHTS = (
 )
 
 
+def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = BLOCK_SIZE) -> int:
+    """Bytes one KV block takes over all layers: block_size tokens of K and V rows (Model.kv_bytes / n_blocks)."""
+    k_type, v_type = kv_types("f16", k_type, v_type)
+    row = spec.n_kv_head * spec.head_dim
+    per_row = {"f16": lambda n: 2 * n, "q8_0": lambda n: n // 32 * 34, "q4_0": lambda n: n // 32 * 18}
+    return spec.n_layers * block_size * (per_row[k_type](row) + per_row[v_type](row))
+
+
 def _view(t: TensorInfo) -> tuple[int, np.ndarray, int]:
     """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
     kernels._check(t.type, t.name)

@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 130
         sys.stdout.write("\n")
+        if last is not None and last.stats is not None and last.stats.context_full:
+            print(f"localllm: context full ({llm.ctx_size} tokens): generation stopped; "
+                  f"raise --ctx-size for longer replies", file=sys.stderr)
         if args.verbose and last is not None and last.stats is not None:
             s = last.stats
             print(f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "

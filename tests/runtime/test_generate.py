@@ -71,6 +71,9 @@ def test_context_full_ends_with_length(tmp_path):
         chunks = list(llm.generate(ids, temperature=0.0, max_tokens=1000, ignore_eos=True))
         assert chunks[-1].finish_reason == "length"
         assert len(ids) + chunks[-1].stats.completion_tokens == llm.ctx_size
+        assert chunks[-1].stats.context_full
+        short = list(llm.generate(ids, temperature=0.0, max_tokens=3, ignore_eos=True))
+        assert short[-1].finish_reason == "length" and not short[-1].stats.context_full
         with pytest.raises(ValueError, match="context size"):
             list(llm.generate(list(range(40)), temperature=0.0))
 
@@ -103,3 +106,26 @@ def test_run_cli_streams_only_text_to_stdout():
     assert bad.returncode == 1 and bad.stderr.startswith("error: empty prompt")
     bad = run_cli(path, "hi", "--top-p", "2")
     assert bad.returncode == 1 and "top_p" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    full = run_cli(path, "one two three", "--raw", "--ignore-eos", "-n", "500", "-c", "64", "--kv-budget", "0.8")
+    assert full.returncode == 0 and "context full (32 tokens)" in full.stderr, full.stderr
+    assert "context full" not in full.stdout
+
+
+def test_kv_budget_caps_the_pool():
+    from localllm.model import BLOCK_SIZE, kv_block_bytes
+
+    with LLM(model_file(SMOL), n_threads=1, ctx_size=4096, kv_budget_mib=1) as llm:
+        per_block = kv_block_bytes(llm.model.spec, "f16", "f16")
+        assert llm.model.kv_bytes == llm.model.n_blocks * per_block <= 1 << 20
+        assert llm.ctx_size == (1 << 20) // per_block * BLOCK_SIZE < 4096
+        ids = llm.tokenize("a b c")
+        chunks = list(llm.generate(ids, temperature=0.0, max_tokens=10000, ignore_eos=True))
+        assert chunks[-1].stats.context_full and len(ids) + chunks[-1].stats.completion_tokens == llm.ctx_size
+    with LLM(model_file(SMOL), n_threads=1, ctx_size=64, kv_budget_mib=1000) as llm:
+        assert llm.ctx_size == 64  # a budget larger than ctx_size needs leaves ctx_size alone
+    with LLM(model_file(SMOL), n_threads=1, ctx_size=4096, kv_type="q4_0", kv_budget_mib=1) as llm:
+        assert llm.model.kv_bytes <= 1 << 20 and llm.ctx_size > 3 * (1 << 20) // per_block * BLOCK_SIZE
+    with pytest.raises(ValueError, match="kv_budget_mib .* less than one KV block"):
+        LLM(model_file(SMOL), n_threads=1, kv_budget_mib=0.01)
+    with pytest.raises(ValueError, match="kv_budget_mib must be"):
+        LLM(model_file(SMOL), n_threads=1, kv_budget_mib=-5)
