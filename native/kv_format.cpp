@@ -38,6 +38,46 @@ void kv_check_len(KvType t, int n, const char* what) {
                                 std::to_string(QK) + ", got " + std::to_string(n));
 }
 
+// The q4_0 scale d of one block of QK values with the least squared error sum (x - d q)^2, q = clamp(round(x / d),
+// -8, 7): ggml's reference scale (the signed extreme maps to -8) and 2 * 10 scales around it, each refined to the
+// least-squares d for its q (llama.cpp's make_qx_quants search). Never worse than the reference scale.
+static float q4_0_scale(const float* x) {
+  float amax = 0.f, max = 0.f;
+  for (int j = 0; j < QK; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  if (amax == 0.f) return 0.f;
+  float best_d = max / -8.f, best_err = INFINITY;
+  for (int is = -10; is <= 10; ++is) {
+    const float id = -(8.f + 0.1f * is) / max;
+    double sxq = 0, sqq = 0;
+    int q[QK];
+    for (int j = 0; j < QK; ++j) {
+      q[j] = std::max(-8, std::min(7, (int)std::lround(x[j] * id)));
+      sxq += (double)x[j] * q[j];
+      sqq += (double)q[j] * q[j];
+    }
+    if (sqq <= 0) continue;
+    for (const float d : {(float)(sxq / sqq), 1.f / id}) {
+      const float d16 = f16_table()[f32_to_f16(d)];  // the scale as stored
+      const float idd = d16 ? 1.f / d16 : 0.f;
+      double err = 0;
+      for (int j = 0; j < QK; ++j) {
+        const int qq = std::max(-8, std::min(7, (int)std::lround(x[j] * idd)));
+        const double e = x[j] - (double)d16 * qq;
+        err += e * e;
+      }
+      if (err < best_err) {
+        best_err = (float)err;
+        best_d = d16;
+      }
+    }
+  }
+  return best_d;
+}
+
 void kv_quantize_row(KvType t, const float* x, int n, uint8_t* dst) {
   if (t == KvType::F16) {
     f16_t* y = (f16_t*)dst;
@@ -55,17 +95,11 @@ void kv_quantize_row(KvType t, const float* x, int n, uint8_t* dst) {
       for (int j = 0; j < QK; ++j) y->qs[j] = (int8_t)std::roundf(xb[j] * id);
     } else {
       block_q4_0* y = (block_q4_0*)dst + b;
-      float amax = 0.f, max = 0.f;
-      for (int j = 0; j < QK; ++j)
-        if (std::fabs(xb[j]) > amax) {
-          amax = std::fabs(xb[j]);
-          max = xb[j];
-        }
-      const float d = max / -8.f, id = d ? 1.f / d : 0.f;
+      const float d = q4_0_scale(xb), id = d ? 1.f / d : 0.f;
       y->d = f32_to_f16(d);
       for (int j = 0; j < QK / 2; ++j) {
-        const int q0 = std::min(15, (int)(int8_t)(xb[j] * id + 8.5f));
-        const int q1 = std::min(15, (int)(int8_t)(xb[j + QK / 2] * id + 8.5f));
+        const int q0 = std::max(0, std::min(15, (int)std::lround(xb[j] * id) + 8));
+        const int q1 = std::max(0, std::min(15, (int)std::lround(xb[j + QK / 2] * id) + 8));
         y->qs[j] = (uint8_t)(q0 | q1 << 4);
       }
     }

@@ -1,7 +1,10 @@
 """The KV cache row formats (native/kv_format.h, through localllm.kv_types) against gguf.quants and numpy.
 
-- q8_0 / q4_0 quantize: the same float32 operations as ggml's reference quantizers (and gguf.quants, which
-  reproduces them bit for bit), so the bytes must be equal; dequantize is d * q in float32: equal too.
+- q8_0 quantize: the same float32 operations as ggml's reference quantizer (and gguf.quants, which reproduces
+  it bit for bit), so the bytes must be equal; dequantize is d * q in float32: equal too.
+- q4_0 quantize searches the block scale for the least squared error (kv_format.cpp, q4_0_scale): the bytes are
+  GGML q4_0 blocks (gguf.quants decodes them to exactly our values), and every block's squared error is at most
+  that of ggml's reference quantizer (whose scale is one of the candidates) and lower in total.
 - f16: round to nearest even, equal to numpy's float16 cast.
 - Hadamard: float32 butterflies; against the float64 product with the normalised Sylvester matrix each
   output is a sum of m terms of the same magnitude rounded log2(m) times, so the error is at most
@@ -35,7 +38,25 @@ def kv_rows(n: int, k: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize("k", [32, 64, 128, 256, 96])
-@pytest.mark.parametrize("name", list(QTYPES))
+def test_q4_0_is_ggml_q4_0_with_less_error(k):
+    x = kv_rows(64, k)
+    got = kv_quantize("q4_0", x)
+    ref = ref_quantize(x, T.Q4_0)
+    assert got.dtype == np.uint8 and got.shape == ref.shape
+    back = kv_dequantize("q4_0", got, k)
+    np.testing.assert_array_equal(back, ref_dequantize(got, T.Q4_0).reshape(64, k))
+    err = ((back.astype(np.float64) - x) ** 2).reshape(-1, 32).sum(axis=1)
+    ref_err = ((ref_dequantize(ref, T.Q4_0).reshape(64, k).astype(np.float64) - x) ** 2).reshape(-1, 32).sum(axis=1)
+    # per block: no worse than the reference (1e-6 relative slack for float32 rounding of the candidates' errors)
+    assert np.all(err <= ref_err * (1 + 1e-6) + 1e-30)
+    g = np.random.default_rng(1).standard_normal((500, k)).astype(np.float32)  # no outliers: 0.886 measured
+    sq = lambda q: float(((q.reshape(g.shape).astype(np.float64) - g) ** 2).sum())  # noqa: E731
+    assert sq(kv_dequantize("q4_0", kv_quantize("q4_0", g), k)) < 0.92 * sq(ref_dequantize(ref_quantize(g, T.Q4_0), T.Q4_0))
+    assert np.all(back.reshape(64, -1, 32)[0, 0] == 0)  # the all-zero block stays zero
+
+
+@pytest.mark.parametrize("k", [32, 64, 128, 256, 96])
+@pytest.mark.parametrize("name", ["q8_0"])
 def test_quantize_and_dequantize_match_gguf(name, k):
     x = kv_rows(7, k)
     got = kv_quantize(name, x)

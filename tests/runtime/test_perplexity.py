@@ -41,9 +41,9 @@ def test_perplexity_matches_llama_cpp(name):
 
 @pytest.mark.parametrize(
     "name,kv_type,bound",
-    # measured (4 chunks, against llama.cpp's f16): smollm2 +4.3%, gemma3 +3.2%, qwen 1.5B +0.1%; qwen 0.5B +5.3%
-    # misses the 5% target and is held at 6% (against localllm's own f16, 5.754: +5.3% as well)
-    [(n, "q4_0", 0.06 if n == "qwen2.5-coder-0.5b-instruct-q4_k_m" else 0.05) for n in MODEL_NAMES]
+    # measured (4 chunks, against llama.cpp's f16; localllm's own f16 is within 0.5% of it): smollm2 +2.9%,
+    # gemma3 +2.0%, qwen 0.5B +3.9%, qwen 1.5B +0.5% (the least-squares q4_0 scale took qwen 0.5B from +5.3%)
+    [(n, "q4_0", 0.05) for n in MODEL_NAMES]
     + [("qwen2.5-coder-0.5b-instruct-q4_k_m", "q8_0", 0.01), ("gemma-3-270m-q4_k_m", "q8_0", 0.01)],
 )
 def test_perplexity_with_quantized_kv(name, kv_type, bound):
