@@ -1,30 +1,41 @@
 """The chat application: conversation view, message input and status bar over a ChatEngine.
 
-    app = ChatApp(ChatEngine(llm, "smollm2:135m"), system="Be brief.", temperature=0.8, top_p=0.95, max_tokens=None)
+    app = ChatApp(ChatEngine(llm, "smollm2:135m"), system="Be brief.", temperature=0.8, top_p=0.95, max_tokens=None,
+                  saved=History(path), store=Store(), load_model=lambda path: LLM(path, ctx_size=4096))
     app.run()
 
 One reply at a time: the engine's worker thread streams it, the app is woken (ReplyUpdated) and takes all the
 text that arrived since the last wake. The conversation sent to the model is self.history
 ([{"role", "content"}], without the system message); a reply stopped with Esc keeps its text in it, a turn the
-engine refused (an error) is shown but left out of it. With a History, each finished turn (user message and
-reply, a stopped reply included) is saved, and the side panel (Ctrl+B) lists, resumes and deletes conversations.
+engine refused (an error) is shown but left out of it. F4 loads the last message back into the input; sending it
+replaces that turn and everything after it. With a History, each finished turn (user message and reply, a
+stopped reply included) is saved with the conversation's settings (Ctrl+S: system prompt, temperature, top-p,
+max tokens; a new conversation starts from the constructor's), and the side panel (Ctrl+B) lists, resumes,
+renames and deletes conversations. Ctrl+O picks another model from the store: load_model(path) opens it on a
+worker thread, the engine swaps to it once loaded, and a failed load is an error line (the old model stays).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 
+from ..store import Model, Store
 from . import chat_input, sidebar
 from .chat_input import ChatInput
-from .conversation import AssistantMessage, Conversation
+from .conversation import AssistantMessage, Conversation, UserMessage
 from .engine import ChatEngine, End, Reply
 from .help import HelpScreen
 from .history import History, title_for
+from .model_picker import ModelPicker
+from .rename import RenameScreen
+from .settings import Settings, SettingsScreen
 from .sidebar import Sidebar
 from .status import StatusBar
 
@@ -35,6 +46,21 @@ class ReplyUpdated(Message):
     def __init__(self, reply: Reply):
         super().__init__()
         self.reply = reply
+
+
+class ModelLoaded(Message):
+    """Posted from the loading worker: `name` is the engine's model now, or `error` says why it is not."""
+
+    def __init__(self, name: str, error: str | None = None):
+        super().__init__()
+        self.name = name
+        self.error = error
+
+
+def open_llm(path: Path):
+    from ..llm import LLM
+
+    return LLM(path)
 
 
 class ChatApp(App):
@@ -50,6 +76,9 @@ class ChatApp(App):
         Binding("ctrl+n", "new", "new conversation", key_display="Ctrl+N"),
         Binding("ctrl+b", "toggle_sidebar", "show / hide the saved conversations", key_display="Ctrl+B"),
         Binding("ctrl+r", "regenerate", "regenerate the last reply", key_display="Ctrl+R"),
+        Binding("f4", "edit_last", "edit and resend your last message", key_display="F4"),
+        Binding("ctrl+s", "settings", "system prompt and sampling settings", key_display="Ctrl+S"),
+        Binding("ctrl+o", "pick_model", "pick a model from the store", key_display="Ctrl+O"),
         Binding("f3", "copy", "copy the last reply to the clipboard", key_display="F3"),
         Binding("ctrl+t", "toggle_theme", "light / dark theme", key_display="Ctrl+T"),
         Binding("pageup", "scroll_up", "scroll the conversation up", key_display="PgUp", priority=True),
@@ -58,17 +87,22 @@ class ChatApp(App):
     ]
 
     def __init__(self, engine: ChatEngine, system: str | None = None, temperature: float = 0.8,
-                 top_p: float = 0.95, max_tokens: int | None = None, saved: History | None = None):
+                 top_p: float = 0.95, max_tokens: int | None = None, saved: History | None = None,
+                 store: Store | None = None, load_model: Callable[[Path], Any] = open_llm):
         super().__init__()
         self.engine = engine
         self.saved = saved  # where conversations are kept; None: nothing is saved and there is no side panel
+        self.store = store if store is not None else Store()
+        self.load_model = load_model
         self.conversation_id: int | None = None  # the saved conversation on screen
-        self.system = system
-        self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        self.default_settings = Settings(system, temperature, top_p, max_tokens)  # a new conversation's
+        self.settings = self.default_settings  # the conversation on screen's
         self.history: list[dict] = []
         self.raw = False
         self.reply: Reply | None = None  # the reply in progress
         self.reply_view: AssistantMessage | None = None
+        self.editing: UserMessage | None = None  # the message F4 took back into the input
+        self.loading: str | None = None  # the model being loaded
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -98,7 +132,7 @@ class ChatApp(App):
 
     def help_rows(self) -> list[tuple[str, str]]:
         rows = list(chat_input.KEYS) + list(sidebar.KEYS)
-        for b in self.BINDINGS:
+        for b in [*Sidebar.BINDINGS, *self.BINDINGS]:
             rows.append((b.key_display or b.key, b.description))
         rows.append(("Tab, Shift+Tab", "move between the input and the conversation"))
         rows.append(("Up, Down", "scroll the conversation (when it is focused)"))
@@ -106,30 +140,53 @@ class ChatApp(App):
 
     def messages(self) -> list[dict]:
         """What the model is sent: the system message (if any), then the conversation."""
-        head = [{"role": "system", "content": self.system}] if self.system else []
+        system = self.settings.system
+        head = [{"role": "system", "content": system}] if system else []
         return head + [dict(m) for m in self.history]
+
+    def busy(self) -> str | None:
+        """Why the model cannot take a request now (a reply in progress, a model loading), or None."""
+        if self.reply is not None:
+            return "A reply is in progress: Esc stops it."
+        if self.loading is not None:
+            return f"Loading {self.loading}: one moment."
+        return None
 
     # -- sending and streaming ------------------------------------------------------------------------
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
         text = event.text.strip()
         if not text:
             return
-        if self.reply is not None:
-            self.notify("A reply is in progress: Esc stops it.", severity="warning")
+        if why := self.busy():
+            self.notify(why, severity="warning")
             return
         self.query_one(ChatInput).clear()
+        if self.editing is not None:
+            self._drop_from(self.editing)
         self.send(text)
 
     def send(self, text: str) -> None:
-        view = self.conversation
-        view.add_user(text)
+        self.conversation.add_user(text, turn=len(self.history))
         self.history.append({"role": "user", "content": text})
         self._start_reply()
+
+    def _drop_from(self, message: UserMessage) -> None:
+        """Removes `message` and everything after it, from the screen, the conversation and the saved copy."""
+        keep = message.turn if message.turn is not None else len(self.history)
+        self.history = self.history[:keep]
+        if self.saved is not None and self.conversation_id is not None:
+            self.saved.truncate(self.conversation_id, keep)
+        self.conversation.drop_from(message)
+        self._end_edit()
+
+    def _end_edit(self) -> None:
+        self.editing = None
+        self.query_one(ChatInput).border_title = None
 
     def _start_reply(self) -> None:
         """Streams a reply to self.history (which ends with the user's message) into a new message view."""
         self.reply_view = self.conversation.add_assistant(raw=self.raw)
-        self.reply = self.engine.start(self.messages(), notify=self._wake, **self.sampling)
+        self.reply = self.engine.start(self.messages(), notify=self._wake, **self.settings.sampling())
         self.status.set_busy(True)
 
     def _wake(self, reply: Reply) -> None:
@@ -159,6 +216,7 @@ class ChatApp(App):
             if view is not None and not view.text:
                 view.remove()
             self.history.pop()  # the refused user turn stays on screen, not in what the model is sent
+            conv.query(UserMessage).last().turn = None
             conv.add_error(end.error or "the engine failed")
             return
         self.history.append({"role": "assistant", "content": view.text if view is not None else ""})
@@ -176,6 +234,7 @@ class ChatApp(App):
             return
         if self.conversation_id is None:
             self.conversation_id = self.saved.create(title_for(turn[0]["content"]), self.engine.model_name)
+            self.saved.set_settings(self.conversation_id, self.settings.to_dict())
         for m in turn:
             self.saved.add(self.conversation_id, m["role"], m["content"])
         self.run_worker(self.refresh_sidebar(), group="sidebar")
@@ -184,13 +243,22 @@ class ChatApp(App):
         await self.action_new()
         self.conversation_id = message.conversation_id
         self.history = self.saved.messages(message.conversation_id)
+        self.settings = Settings.from_dict(self.saved.settings(message.conversation_id), self.default_settings)
         view = self.conversation
-        for m in self.history:
+        for i, m in enumerate(self.history):
             if m["role"] == "user":
-                view.add_user(m["content"])
+                view.add_user(m["content"], turn=i)
             else:
                 view.add_assistant(m["content"], raw=self.raw)
         await self.refresh_sidebar()
+
+    def on_sidebar_rename(self, message: Sidebar.Rename) -> None:
+        async def done(title: str | None) -> None:
+            if title:
+                self.saved.rename(message.conversation_id, title)
+                await self.refresh_sidebar()
+
+        self.push_screen(RenameScreen(message.title), done)
 
     async def on_sidebar_delete(self, message: Sidebar.Delete) -> None:
         self.saved.delete(message.conversation_id)
@@ -201,9 +269,13 @@ class ChatApp(App):
 
     # -- actions --------------------------------------------------------------------------------------
     def action_stop(self) -> None:
+        """Esc: stops the reply in progress, or else gives up editing a message."""
         if self.reply is not None:
             self.reply.stop()
             self._drain()
+        elif self.editing is not None:
+            self.query_one(ChatInput).clear()
+            self._end_edit()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -214,8 +286,9 @@ class ChatApp(App):
         self.conversation.set_raw(self.raw)
 
     async def action_new(self) -> None:
-        self.action_stop()
+        self.action_stop()  # the reply in progress, or else the message being edited
         self.conversation_id = None
+        self.settings = self.default_settings
         self.history = []
         await self.conversation.clear()
         self.status.reset()
@@ -223,13 +296,73 @@ class ChatApp(App):
 
     def action_regenerate(self) -> None:
         """Replaces the last reply with a new one to the same conversation."""
-        if self.reply is not None or not self.history or self.history[-1]["role"] != "assistant":
+        if self.busy() or not self.history or self.history[-1]["role"] != "assistant":
             return
         self.history.pop()
         self.conversation.drop_last_reply()
         if self.saved is not None and self.conversation_id is not None:
             self.saved.truncate(self.conversation_id, len(self.history) - 1)  # the turn is saved again, whole
         self._start_reply()
+
+    def action_edit_last(self) -> None:
+        """Puts the last message back in the input; sending it replaces that turn (see on_chat_input_submitted)."""
+        if why := self.busy():
+            self.notify(why, severity="warning")
+            return
+        mine = self.conversation.query(UserMessage)
+        if not mine:
+            self.notify("There is no message to edit yet.")
+            return
+        self.editing = mine.last()
+        box = self.query_one(ChatInput)
+        box.load_text(self.editing.text)
+        box.move_cursor(box.document.end)
+        box.border_title = "editing your last message: Enter resends it, Esc cancels"
+        box.focus()
+
+    def action_settings(self) -> None:
+        if len(self.screen_stack) == 1:
+            self.push_screen(SettingsScreen(self.settings), self._set_settings)
+
+    def _set_settings(self, settings: Settings | None) -> None:
+        if settings is None:
+            return
+        self.settings = settings
+        if self.saved is not None and self.conversation_id is not None:
+            self.saved.set_settings(self.conversation_id, settings.to_dict())
+        self.notify("Settings saved: the next reply uses them.")
+
+    def action_pick_model(self) -> None:
+        if len(self.screen_stack) == 1:
+            self.push_screen(ModelPicker(self.store.models(), self.engine.model_name), self._switch_model)
+
+    def _switch_model(self, model: Model | None) -> None:
+        if model is None or model.name == self.engine.model_name:
+            return
+        if why := self.busy():
+            self.notify(why, severity="warning")
+            return
+        self.loading = model.name
+        self.conversation.add_note(f"loading {model.name} …")
+        self.run_worker(lambda: self._load(model), thread=True, group="model")
+
+    def _load(self, model: Model) -> None:
+        """Worker thread: opens the model and hands it to the engine."""
+        try:
+            llm = self.load_model(model.path)
+        except Exception as e:  # noqa: BLE001 -- a file the engine cannot open is an error line, not a crash
+            self.post_message(ModelLoaded(model.name, str(e) or type(e).__name__))
+            return
+        self.engine.swap(llm, model.name)
+        self.post_message(ModelLoaded(model.name))
+
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        self.loading = None
+        if message.error is not None:
+            self.conversation.add_error(f"could not load {message.name}: {message.error}")
+            return
+        self.status.set_model(self.engine.model_name, self.engine.ctx_size, self.engine.kv_type)
+        self.conversation.add_note(f"now chatting with {message.name}")
 
     def action_copy(self) -> None:
         replies = [m["content"] for m in self.history if m["role"] == "assistant"]

@@ -1,12 +1,13 @@
 """The conversation view: a scrolling column of messages, anchored to the bottom while the user is there.
 
     view = Conversation()
-    view.add_user("hi")                        # -> UserMessage
+    view.add_user("hi", turn=0)                # -> UserMessage; turn: its index in the conversation sent to the model
     msg = view.add_assistant(raw=False)        # -> AssistantMessage; msg.append("Hel"); msg.append("lo")
     view.add_error("context full")             # a red error line
     view.add_note("stopped")                   # a dim line under a reply
     view.set_raw(True)                         # every assistant message shows its source text instead of Markdown
     view.drop_last_reply()                     # the last assistant message and the notes after it go
+    view.drop_from(widget)                     # that message and everything after it go
     await view.clear()
 
 Auto-scroll is Textual's anchor: new content keeps the view at the bottom until the user scrolls up, and it
@@ -23,9 +24,10 @@ from textual.widgets import Markdown, Static
 
 
 class UserMessage(Static):
-    def __init__(self, text: str):
+    def __init__(self, text: str, turn: int | None = None):
         super().__init__(text, markup=False)
         self.text = text
+        self.turn = turn  # its index in the conversation sent to the model; None when not in it (a refused turn)
         self.border_title = "you"
 
 
@@ -116,8 +118,8 @@ class Conversation(VerticalScroll):
     def on_mount(self) -> None:
         self.anchor()
 
-    def add_user(self, text: str) -> UserMessage:
-        w = UserMessage(text)
+    def add_user(self, text: str, turn: int | None = None) -> UserMessage:
+        w = UserMessage(text, turn)
         self.mount(w)
         return w
 
@@ -141,9 +143,11 @@ class Conversation(VerticalScroll):
         replies = self.query(AssistantMessage)
         if not replies:
             return
-        last = replies.last()
-        after = self.children[self.children.index(last):]
-        for w in list(after):
+        self.drop_from(replies.last())
+
+    def drop_from(self, widget: Widget) -> None:
+        """Removes `widget` (one of the messages) and everything after it."""
+        for w in list(self.children[self.children.index(widget):]):
             w.remove()
 
     def set_raw(self, raw: bool) -> None:

@@ -6,6 +6,7 @@
     text, end = reply.take()      # UI thread: all text since the last take; end: an End once the reply is over
     reply.stop()                  # Esc: take() returns End("stopped") at once; the worker quits after its chunk
     engine.close()                # waits for the worker to let go of the model (before llm.close())
+    engine.swap(new_llm, "qwen2.5-coder:0.5b")   # waits likewise, then replies use new_llm; the old one is closed
 
 llm: anything with `.chat(messages, **sampling)` -> iterator of chunks (.text, .token_ids; the last has
 .finish_reason and .stats), `.ctx_size`, and optionally `.k_type` / `.v_type`. Token updates are coalesced:
@@ -116,6 +117,14 @@ class ChatEngine:
             self._model_lock.release()
             return True
         return False
+
+    def swap(self, llm, model_name: str) -> None:
+        """Makes `llm` the model of the next replies and closes the one before (once no reply is using it)."""
+        with self._model_lock:
+            old, self.llm, self.model_name = self.llm, llm, model_name
+        close = getattr(old, "close", None)
+        if close is not None:
+            close()
 
     def _run(self, reply: Reply, messages: list[dict], sampling: dict) -> None:
         with self._model_lock:

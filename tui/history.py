@@ -6,6 +6,8 @@
     h.list() -> [Saved(id, title, model, updated, n_messages)]   # most recently updated first
     h.messages(cid) -> [{"role", "content"}]                      # oldest first
     h.truncate(cid, 1)                         # keeps the first message only
+    h.rename(cid, "a better title")
+    h.set_settings(cid, {"temperature": 0.2}); h.settings(cid) -> {"temperature": 0.2}   # any JSON object
     h.delete(cid)
 
 Used from the UI thread only (one connection, no sharing across threads). Every write commits.
@@ -13,6 +15,7 @@ Used from the UI thread only (one connection, no sharing across threads). Every 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -24,7 +27,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     title TEXT NOT NULL,
     model TEXT NOT NULL,
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    settings TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -58,6 +62,9 @@ class History:
         self._db = sqlite3.connect(self.path)
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(_SCHEMA)
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(conversations)")]
+        if "settings" not in columns:  # a file from before settings were saved
+            self._db.execute("ALTER TABLE conversations ADD COLUMN settings TEXT NOT NULL DEFAULT '{}'")
         self._db.commit()
 
     def create(self, title: str, model: str) -> int:
@@ -89,6 +96,23 @@ class History:
         self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id NOT IN (SELECT id FROM messages "
                          "WHERE conversation_id = ? ORDER BY id LIMIT ?)", (conversation_id, conversation_id, keep))
         self._db.commit()
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        self._db.commit()
+
+    def set_settings(self, conversation_id: int, settings: dict) -> None:
+        self._db.execute("UPDATE conversations SET settings = ? WHERE id = ?", (json.dumps(settings), conversation_id))
+        self._db.commit()
+
+    def settings(self, conversation_id: int) -> dict:
+        """The conversation's saved settings; {} when it has none (or there is no such conversation)."""
+        row = self._db.execute("SELECT settings FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        try:
+            value = json.loads(row[0]) if row else {}
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
     def delete(self, conversation_id: int) -> None:
         self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))

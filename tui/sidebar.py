@@ -2,7 +2,8 @@
 
     panel = Sidebar()
     await panel.show(history.list(), current=conversation_id)
-    # posts Sidebar.Resume(id) on Enter (or a click) and Sidebar.Delete(id) on Delete / d over an entry
+    # posts Sidebar.Resume(id) on Enter (or a click), Sidebar.Rename(id, title) on r and Sidebar.Delete(id) on
+    # Delete / d over an entry
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from textual.widgets import Label, ListItem, ListView, Static
 
 from .history import Saved
 
-# (keys, what they do): shown on the help screen
-KEYS = [
-    ("Enter (in the panel)", "resume the highlighted conversation"),
-    ("Delete, d (in the panel)", "delete the highlighted conversation"),
-]
+# (keys, what they do): shown on the help screen, with the BINDINGS
+KEYS = [("Enter (in the panel)", "resume the highlighted conversation")]
 
 
 class Sidebar(Vertical):
@@ -30,16 +28,26 @@ class Sidebar(Vertical):
             super().__init__()
             self.conversation_id = conversation_id
 
+    class Rename(Message):
+        def __init__(self, conversation_id: int, title: str):
+            super().__init__()
+            self.conversation_id = conversation_id
+            self.title = title
+
     class Delete(Message):
         def __init__(self, conversation_id: int):
             super().__init__()
             self.conversation_id = conversation_id
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("delete,d", "delete", "delete the highlighted conversation", show=False)]
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("r", "rename", "rename the highlighted conversation", key_display="r (in the panel)", show=False),
+        Binding("delete,d", "delete", "delete the highlighted conversation", key_display="Delete, d (in the panel)",
+                show=False),
+    ]
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.ids: list[int] = []  # conversation id of each list entry, in order
+        self.saved: list[Saved] = []  # the conversation of each list entry, in order
 
     def compose(self) -> ComposeResult:
         yield Static("conversations", id="sidebar-title")
@@ -49,21 +57,32 @@ class Sidebar(Vertical):
     def list_view(self) -> ListView:
         return self.query_one(ListView)
 
+    @property
+    def ids(self) -> list[int]:
+        return [s.id for s in self.saved]
+
     async def show(self, saved: list[Saved], current: int | None = None) -> None:
         lv = self.list_view
         await lv.clear()
-        self.ids = [s.id for s in saved]
+        self.saved = list(saved)
         await lv.extend(ListItem(Label(s.title, markup=False)) for s in saved)
         if current in self.ids:
             lv.index = self.ids.index(current)
 
+    @property
+    def highlighted(self) -> Saved | None:
+        i = self.list_view.index
+        return self.saved[i] if i is not None and i < len(self.saved) else None
+
     def on_list_view_selected(self, event: ListView.Selected) -> None:
         event.stop()
-        i = self.list_view.index
-        if i is not None and i < len(self.ids):
-            self.post_message(self.Resume(self.ids[i]))
+        if s := self.highlighted:
+            self.post_message(self.Resume(s.id))
+
+    def action_rename(self) -> None:
+        if s := self.highlighted:
+            self.post_message(self.Rename(s.id, s.title))
 
     def action_delete(self) -> None:
-        i = self.list_view.index
-        if i is not None and i < len(self.ids):
-            self.post_message(self.Delete(self.ids[i]))
+        if s := self.highlighted:
+            self.post_message(self.Delete(s.id))

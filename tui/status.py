@@ -4,6 +4,7 @@
     bar.set_stats(stats)      # a finished reply's Stats: prompt_tps, decode_tps, prompt_tokens + completion_tokens
     bar.set_busy(True)        # "Esc stops" shown until set_busy(False)
     bar.reset()               # a new conversation: context back to 0
+    bar.set_model("qwen2.5-coder:0.5b", 4096, "f16")   # another model: its name, context and KV type; reset()
 
   smollm2:135m │ pp 205 tg 17.0 t/s │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
 """
@@ -46,6 +47,10 @@ class StatusBar(Static):
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self._show()
+
+    def set_model(self, model: str, ctx_size: int, kv_type: str) -> None:
+        self.model, self.ctx_size, self.kv_type = model, max(int(ctx_size), 1), kv_type
+        self.reset()
 
     def reset(self) -> None:
         self.prompt_tps = self.decode_tps = None

@@ -1,8 +1,10 @@
 """`localllm chat [MODEL]`: the terminal chat (Textual), on a store name or a .gguf path.
 
 With no MODEL it opens the catalog's default model. Conversations are saved in <data dir>/chat.sqlite3
-(LOCALLLM_HOME, default ~/.local/share/localllm) unless --no-save. A model that is not in the store is one line on stderr
-saying how to get it (`localllm pull NAME`, or `--pull` here), exit status 1. Inside the chat, F1 lists the keys.
+(LOCALLLM_HOME, default ~/.local/share/localllm) unless --no-save. A catalog model that is not in the store yet is
+offered for pulling when stdin and stderr are a terminal ([y/N]); otherwise, or when declined, and for a name
+that cannot be pulled, it is one line on stderr saying how to get it (`localllm pull NAME`, or `--pull` here),
+exit status 1. Inside the chat, F1 lists the keys; Ctrl+O switches to another stored model.
 """
 
 from __future__ import annotations
@@ -42,14 +44,36 @@ def display_name(model: str, path: Path) -> str:
     return model
 
 
+def interactive() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def locate(model: str, pull: bool) -> Path:
+    """The model's file. A catalog model not in the store yet is pulled with pull=True, or when the user says so."""
+    from localllm.store import ModelNotPulledError, resolve_model
+
+    try:
+        return Path(resolve_model(os.path.expanduser(model), pull=pull))
+    except ModelNotPulledError:
+        if not interactive():
+            raise
+        print(f"{model} is not in the store yet. Pull it now? [y/N] ", end="", file=sys.stderr, flush=True)
+        try:
+            answer = input()
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            raise
+    return Path(resolve_model(os.path.expanduser(model), pull=True))
+
+
 def run(args: argparse.Namespace) -> int:
     from localllm.sampling import SamplingParams
-    from localllm.store import resolve_model
 
     # the same checks the engine makes, before the model loads and the screen switches
     SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     model = args.model or default_model()
-    path = Path(resolve_model(os.path.expanduser(model), pull=args.pull))
+    path = locate(model, args.pull)
     try:
         from localllm.tui.app import ChatApp
         from localllm.tui.engine import ChatEngine
@@ -60,21 +84,24 @@ def run(args: argparse.Namespace) -> int:
     from localllm.llm import LLM
     from localllm.store import default_home
 
+    def open_llm(p: Path) -> LLM:
+        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size)
+
     print(f"loading {model} ...", file=sys.stderr)
-    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size) as llm:
-        saved = None
-        if not args.no_save:
-            try:
-                saved = History(default_home() / "chat.sqlite3")
-            except (OSError, sqlite3.Error) as e:
-                print(f"warning: conversations will not be saved: {e}", file=sys.stderr)
-        engine = ChatEngine(llm, display_name(model, path))
-        app = ChatApp(engine, system=args.system, temperature=args.temperature, top_p=args.top_p,
-                      max_tokens=args.max_tokens, saved=saved)
+    engine = ChatEngine(open_llm(path), display_name(model, path))
+    saved = None
+    if not args.no_save:
         try:
-            app.run()
-        finally:
-            engine.close(app.reply)  # a reply still streaming at quit is stopped first
-            if saved is not None:
-                saved.close()
+            saved = History(default_home() / "chat.sqlite3")
+        except (OSError, sqlite3.Error) as e:
+            print(f"warning: conversations will not be saved: {e}", file=sys.stderr)
+    app = ChatApp(engine, system=args.system, temperature=args.temperature, top_p=args.top_p,
+                  max_tokens=args.max_tokens, saved=saved, load_model=open_llm)
+    try:
+        app.run()
+    finally:
+        engine.close(app.reply)  # a reply still streaming at quit is stopped first
+        engine.llm.close()  # the model in use at quit (Ctrl+O may have swapped the first one out and closed it)
+        if saved is not None:
+            saved.close()
     return 0

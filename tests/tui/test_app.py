@@ -15,6 +15,7 @@ from localllm.tui.chat_input import ChatInput
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note, UserMessage
 from localllm.tui.engine import ChatEngine
 from localllm.tui.help import HelpScreen
+from localllm.tui.sidebar import Sidebar
 from localllm.tui.status import StatusBar
 
 SIZE = (80, 24)
@@ -207,8 +208,11 @@ def test_help_screen_lists_every_binding():
             await pilot.press("f1")
             assert isinstance(app.screen, HelpScreen)
             described = [what for _, what in app.screen.rows]
-            for b in ChatApp.BINDINGS:
+            for b in [*ChatApp.BINDINGS, *Sidebar.BINDINGS]:
                 assert b.description in described
+            keys = [k for k, _ in app.screen.rows]
+            for k in ("F4", "Ctrl+S", "Ctrl+O", "r (in the panel)", "Delete, d (in the panel)"):
+                assert k in keys
             assert "send the message" in described and "new line in the message" in described
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)

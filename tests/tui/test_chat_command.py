@@ -58,3 +58,34 @@ def test_display_name(tmp_path):
     f.write_bytes(b"")
     assert chat.display_name(str(f), f) == "my-model.Q4_0"
     assert chat.display_name("smollm2:135m", tmp_path / "x.gguf") == "smollm2:135m"
+
+
+def test_missing_model_offers_to_pull_in_a_terminal(with_chat, capsys, monkeypatch):
+    from localllm import store
+
+    monkeypatch.setattr(chat, "interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda: "n")
+    assert cli.main(["chat", "smollm2:135m"]) == 1  # declined: the same one line
+    err = capsys.readouterr().err
+    assert "Pull it now? [y/N]" in err and "localllm pull smollm2:135m" in err and "Traceback" not in err
+
+    pulls = []
+    real = store.resolve_model
+
+    def resolve(name, pull=False):
+        if pull:
+            pulls.append(name)
+            raise ValueError("no network in this test")
+        return real(name, pull)
+
+    monkeypatch.setattr(store, "resolve_model", resolve)
+    monkeypatch.setattr("builtins.input", lambda: "y")
+    assert cli.main(["chat", "smollm2:135m"]) == 1
+    assert pulls == ["smollm2:135m"] and "no network in this test" in capsys.readouterr().err
+
+    def eof():
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", eof)  # Ctrl+D at the question: no
+    assert cli.main(["chat", "smollm2:135m"]) == 1
+    assert pulls == ["smollm2:135m"]

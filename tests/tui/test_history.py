@@ -105,3 +105,42 @@ def test_narrow_terminal_hides_the_panel(tmp_path):
             assert not app.query_one(Sidebar).display
 
     asyncio.run(go())
+
+
+def test_rename_persists_and_shows_in_the_panel(tmp_path):
+    from localllm.tui.rename import RenameScreen
+
+    async def go():
+        h = History(tmp_path / "chat.sqlite3")
+        app = ChatApp(ChatEngine(FakeLLM(["Hello"]), "fake:1b"), saved=h)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await send(pilot, "what is a monad")
+            cid = app.conversation_id
+            panel = app.query_one(Sidebar)
+            await wait_for(pilot, lambda: panel.ids == [cid])
+            panel.list_view.focus()
+            panel.list_view.index = 0
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RenameScreen))
+            box = app.screen.query_one("#new-title")
+            assert box.value == "what is a monad"
+            box.value = "   "
+            await pilot.press("enter")  # an empty title is refused, with the reason
+            assert isinstance(app.screen, RenameScreen)
+            assert "cannot be empty" in str(app.screen.query_one("#rename-foot").content)
+            box.value = "Monads,  explained"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: [s.title for s in panel.saved] == ["Monads, explained"])
+            assert [s.title for s in h.list()] == ["Monads, explained"]
+            label = panel.list_view.children[0].query_one("Label")
+            assert str(label.content) == "Monads, explained"
+            # Esc leaves the title as it was
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RenameScreen))
+            await pilot.press("x", "escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, RenameScreen))
+            assert [s.title for s in h.list()] == ["Monads, explained"]
+            h.rename(cid, "again")  # the file is the truth: a fresh History reads the new title
+            assert [s.title for s in History(tmp_path / "chat.sqlite3").list()] == ["again"]
+
+    asyncio.run(go())
