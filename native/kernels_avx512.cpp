@@ -417,41 +417,47 @@ static inline __m512 pair_scales(f16_t d0, f16_t d1) {
                                _mm512_castps128_ps512(d));
 }
 
-template <class LD, int C>
-static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+// RN rows r0 .. r0 + RN - 1 (RN a compile-time count, so the accumulators stay in registers)
+template <class LD, int C, int RN>
+static inline void qgemv_fused_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
+                                    float* acc) {
   using Block = typename LD::Block;
-  constexpr int R = 4;
+  constexpr int PF = 4;  // rows ahead to prefetch: the next pass of 4 rows (or the next tile)
   const int nz = kc / 64;
-  for (int r0 = 0; r0 < nr; r0 += R) {
-    const int rn = nr - r0 < R ? nr - r0 : R;
-    __m512 af[C][R];
-    for (int j = 0; j < C; ++j)
-      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
-    const Block* rows[R];
-    for (int i = 0; i < R; ++i) rows[i] = (const Block*)(w + (size_t)(r0 + (i < rn ? i : 0)) * row_bytes);
-    for (int z = 0; z <= nz; ++z) {
-      const bool half = z == nz;  // a last 32 weights
-      if (half && kc % 64 == 0) break;
-      const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
-      const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
-      XStep<C> x;
-      load_x(X, c0, (size_t)16 * z, m8, m32, x);
-      for (int i = 0; i < rn; ++i) {
-        const Block* b = rows[i] + 2 * z;
-        // the same blocks of the row R ahead: the next pass (or tile) streams them
-        _mm_prefetch((const char*)b + R * row_bytes, _MM_HINT_T0);
-        if (sizeof(Block) * 2 > 64) _mm_prefetch((const char*)b + R * row_bytes + 64, _MM_HINT_T0);
-        const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
-        const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
-        for (int j = 0; j < C; ++j) {
-          const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
-          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
-        }
+  __m512 af[C][RN];
+  for (int j = 0; j < C; ++j)
+    for (int i = 0; i < RN; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+  const Block* rows[RN];
+  for (int i = 0; i < RN; ++i) rows[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes);
+  for (int z = 0; z <= nz; ++z) {
+    const bool half = z == nz;  // a last 32 weights
+    if (half && kc % 64 == 0) break;
+    const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
+    const __mmask16 m32 = half ? (__mmask16)0xFF : (__mmask16)0xFFFF;
+    XStep<C> x;
+    load_x(X, c0, (size_t)16 * z, m8, m32, x);
+    for (int i = 0; i < RN; ++i) {
+      const Block* b = rows[i] + 2 * z;
+      _mm_prefetch((const char*)b + PF * row_bytes, _MM_HINT_T0);
+      if (sizeof(Block) * 2 > 64) _mm_prefetch((const char*)b + PF * row_bytes + 64, _MM_HINT_T0);
+      const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
+      const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
+      for (int j = 0; j < C; ++j) {
+        const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
+        af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
       }
     }
-    for (int j = 0; j < C; ++j)
-      for (int i = 0; i < rn; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
   }
+  for (int j = 0; j < C; ++j)
+    for (int i = 0; i < RN; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+}
+
+template <class LD, int C>
+static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+  constexpr int R = 4;  // rows per pass: activation loads are shared by R rows
+  int r0 = 0;
+  for (; r0 + R <= nr; r0 += R) qgemv_fused_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, acc);
+  for (; r0 < nr; ++r0) qgemv_fused_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, acc);
 }
 
 template <class LD>
@@ -507,50 +513,57 @@ struct LoadQ6_K {
   }
 };
 
-template <class LD, int C>
-static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+// RN rows r0 .. r0 + RN - 1 (RN a compile-time count, so the accumulators stay in registers)
+template <class LD, int C, int RN>
+static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
+                                 float* acc) {
   using Block = typename LD::Block;
-  constexpr int R = 4, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
+  constexpr int PF = 4, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
   const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
                                : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __mmask16 gmask = (__mmask16)((1u << GPS) - 1);
-  for (int r0 = 0; r0 < nr; r0 += R) {
-    const int rn = nr - r0 < R ? nr - r0 : R;
-    __m512 af[C][R];
-    for (int j = 0; j < C; ++j)
-      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
-    for (int sb = 0; sb < kc / QK_K; ++sb) {
-      __m512 sv[R], mv[R];
-      const Block* b[R];
-      for (int i = 0; i < rn; ++i) {
-        b[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes) + sb;
-        LD::scales(*b[i], sv[i], mv[i]);
-      }
-      for (int z = 0; z < 4; ++z) {
-        const size_t l = (size_t)sb * 64 + 16 * z;  // lane index (4 weights a lane)
-        XStep<C> x;
-        load_x(X, c0, l, ~(__mmask64)0, (__mmask16)0xFFFF, x);
-        const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
-        for (int i = 0; i < rn; ++i) {
-          // this quarter of the same super-block R rows ahead: the next pass (or tile) streams it
-          _mm_prefetch((const char*)b[i] + R * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T0);
-          const __m512i wv = LD::weights(*b[i], z);
-          const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
-          for (int j = 0; j < C; ++j) {
-            const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
-            af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
-          }
-        }
-      }
-      if (LD::MIN)
-        for (int j = 0; j < C; ++j) {
-          const __m512 xm = _mm512_maskz_loadu_ps(gmask, X.xm + (size_t)(c0 + j) * X.ldg + sb * GPS);
-          for (int i = 0; i < rn; ++i) af[j][i] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(gmask, mv[i]), xm, af[j][i]);
-        }
+  __m512 af[C][RN];
+  for (int j = 0; j < C; ++j)
+    for (int i = 0; i < RN; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+  for (int sb = 0; sb < kc / QK_K; ++sb) {
+    __m512 sv[RN], mv[RN];
+    const Block* b[RN];
+    for (int i = 0; i < RN; ++i) {
+      b[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes) + sb;
+      LD::scales(*b[i], sv[i], mv[i]);
     }
-    for (int j = 0; j < C; ++j)
-      for (int i = 0; i < rn; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+    for (int z = 0; z < 4; ++z) {
+      const size_t l = (size_t)sb * 64 + 16 * z;  // lane index (4 weights a lane)
+      XStep<C> x;
+      load_x(X, c0, l, ~(__mmask64)0, (__mmask16)0xFFFF, x);
+      const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
+      for (int i = 0; i < RN; ++i) {
+        // this quarter of the same super-block PF rows ahead: the next pass (or tile) streams it
+        _mm_prefetch((const char*)b[i] + PF * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T0);
+        const __m512i wv = LD::weights(*b[i], z);
+        const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
+        for (int j = 0; j < C; ++j) {
+          const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
+        }
+      }
+    }
+    if (LD::MIN)
+      for (int j = 0; j < C; ++j) {
+        const __m512 xm = _mm512_maskz_loadu_ps(gmask, X.xm + (size_t)(c0 + j) * X.ldg + sb * GPS);
+        for (int i = 0; i < RN; ++i) af[j][i] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(gmask, mv[i]), xm, af[j][i]);
+      }
   }
+  for (int j = 0; j < C; ++j)
+    for (int i = 0; i < RN; ++i) _mm512_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+}
+
+template <class LD, int C>
+static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+  constexpr int R = 4;  // rows per pass: activation loads are shared by R rows
+  int r0 = 0;
+  for (; r0 + R <= nr; r0 += R) qgemv_kq_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, acc);
+  for (; r0 < nr; ++r0) qgemv_kq_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, acc);
 }
 
 template <class LD>
