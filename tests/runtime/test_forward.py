@@ -364,9 +364,17 @@ def fwht64(x: np.ndarray) -> np.ndarray:
 
 
 def roundtrip(x32: np.ndarray, kv_type: str) -> np.ndarray:
-    """float32 [..., head_dim] -> the float64 values a KV row of kv_type holds (gguf.quants as the reference)."""
+    """float32 [..., head_dim] -> the float64 values a KV row of kv_type holds: gguf.quants for q8_0 (ggml's
+    reference quantizer); for q4_0 localllm's own least-squares quantizer (kv_types.kv_quantize), which
+    tests/native/test_kv_format.py checks against gguf's q4_0 format and error."""
     if kv_type == "f16":
         return x32.astype(np.float16).astype(np.float64)
+    if kv_type == "q4_0":
+        from localllm.kv_types import kv_dequantize, kv_quantize
+
+        flat = np.ascontiguousarray(x32.reshape(-1, x32.shape[-1]), dtype=np.float32)
+        back = kv_dequantize("q4_0", kv_quantize("q4_0", flat), flat.shape[1])
+        return back.reshape(x32.shape).astype(np.float64)
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
 
