@@ -6,7 +6,20 @@
 
 #include "ops.h"
 
+#if defined(LLL_X86) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 namespace lll {
+
+#if defined(LLL_X86) && defined(__GNUC__)
+// f16 -> f32 with the F16C instruction (exact, like the table): 8 values a step, n a multiple of 8
+__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const f16_t* x, int n, float* y) {
+  for (int i = 0; i < n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
+}
+static const bool have_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#endif
 
 const char* kv_type_name(KvType t) {
   switch (t) {
@@ -110,6 +123,9 @@ void kv_dequantize_row(KvType t, const uint8_t* src, int n, float* y) {
   const float* h2f = f16_table();
   if (t == KvType::F16) {
     const f16_t* x = (const f16_t*)src;
+#if defined(LLL_X86) && defined(__GNUC__)
+    if (have_f16c && n % 8 == 0) return f16_to_f32_f16c(x, n, y);  // the attention's hot path at long contexts
+#endif
     for (int i = 0; i < n; ++i) y[i] = h2f[x[i]];
     return;
   }
