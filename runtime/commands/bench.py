@@ -1,6 +1,11 @@
 """`localllm bench MODEL`: load time, prompt processing (pp512) and generation (tg128) speed, effective
 weight bandwidth against the roofline, and peak RSS.
 
+`localllm bench MODEL --compare`: the same measurements from llama.cpp (llama-cpp-python, run by the interpreter
+of its own virtual environment: --llama-python, $LOCALLLM_LLAMA_PYTHON, or ~/.cache/localllm/llama-venv) on the
+same model, threads, KV type and prompt tokens in the same run, plus the time from process start to the first
+token of a short prompt for `localllm run` and for a llama-cpp-python script; printed as ratios.
+
 `localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
 machine's streaming read bandwidth (the decode roofline).
 
@@ -40,6 +45,10 @@ def register(sub) -> None:
     p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--pull", action="store_true", help="pull catalog models that are not in the store yet")
+    p.add_argument("--compare", action="store_true", help="bench MODEL: run llama.cpp (llama-cpp-python) too, same run")
+    p.add_argument("--llama-python", default=None, metavar="PYTHON",
+                   help="interpreter that has llama-cpp-python (default $LOCALLLM_LLAMA_PYTHON or "
+                        "~/.cache/localllm/llama-venv/bin/python)")
     add_kv_arguments(p)  # bench MODEL only
     p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
                    help="buffer for the read-bandwidth measurement (default 1024: far past any cache)")
@@ -142,11 +151,100 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
     return " ".join(cells)
 
 
-def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int, kv: dict | None = None) -> dict:
-    """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
-    steps from a one-token context, as llama-bench measures them. kv: LLM's KV cache keyword arguments."""
+LLAMA_VENV_HINT = ("python -m venv ~/.cache/localllm/llama-venv && "
+                   "~/.cache/localllm/llama-venv/bin/pip install llama-cpp-python  (builds from source, ~11 min)")
+FIRST_TOKEN_PROMPT = "def fibonacci(n):"
+
+
+def llama_python(arg: str | None) -> str:
+    """The interpreter that has llama_cpp; ValueError saying how to make one when there is none."""
+    import subprocess
+
+    cand = arg or os.environ.get("LOCALLLM_LLAMA_PYTHON") or str(Path.home() / ".cache/localllm/llama-venv/bin/python")
+    try:
+        ok = subprocess.run([cand, "-c", "import llama_cpp"], capture_output=True, timeout=120).returncode == 0
+    except OSError:
+        ok = False
+    if not ok:
+        raise ValueError(f"--compare needs llama-cpp-python: {cand} cannot import llama_cpp; make it with: {LLAMA_VENV_HINT}")
+    return cand
+
+
+def _llama_script() -> str:
+    return str(Path(__file__).resolve().parent.parent / "llama_cpp_bench.py")
+
+
+def bench_llama_cpp(python: str, path: Path, threads: int, ids: list[int], n_gen: int, reps: int, ctx: int,
+                    kv: str) -> dict:
+    """llama.cpp's load, pp, tg and peak RSS in its own process (llama_cpp_bench.py)."""
+    import subprocess
+
+    args = {"mode": "bench", "model": str(path), "threads": threads, "n_prompt": len(ids), "n_gen": n_gen,
+            "reps": reps, "ctx": ctx, "token_ids": [int(i) for i in ids], "kv": kv}
+    r = subprocess.run([python, _llama_script(), json.dumps(args)], capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-cpp-python failed on {path.name}: {r.stderr.strip().splitlines()[-1:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def first_token_s(cmd: list[str], runs: int = 3) -> float:
+    """Best seconds from starting cmd to the first byte on its stdout (the process is then killed)."""
+    import subprocess
+
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=os.environ)
+        try:
+            if not p.stdout.read(1):
+                raise RuntimeError(f"no output from {' '.join(cmd[:4])} ...")
+            best = min(best, time.perf_counter() - t0)
+        finally:
+            p.kill()
+            p.wait()
+    return best
+
+
+def compare(path: Path, threads: int, r: dict, python: str, ids: list[int], reps: int, kv: dict) -> dict:
+    """llama.cpp's figures next to r (bench_llm's), and both times to first token."""
+    if kv["k_type"] not in (None, kv["kv_type"]) or kv["v_type"] not in (None, kv["kv_type"]):
+        raise ValueError("--compare runs one KV type for K and V: use --kv-type only")
+    ctx = max(len(ids), r["n_gen"] + 1) + 16
+    lr = bench_llama_cpp(python, path, threads, ids, r["n_gen"], reps, ctx, kv["kv_type"])
+    ours = [sys.executable, "-m", "localllm.cli", "run", str(path), FIRST_TOKEN_PROMPT, "--raw", "-n", "1",
+            "--temperature", "0", "-t", str(threads), "-c", "256"]
+    theirs = [python, _llama_script(), json.dumps({"mode": "first-token", "model": str(path), "threads": threads,
+                                                   "prompt": FIRST_TOKEN_PROMPT, "ctx": 256})]
+    lr["first_token_s"] = first_token_s(theirs)
+    r["first_token_s"] = first_token_s(ours)
+    return lr
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM where there is /proc, else ru_maxrss."""
     import resource
 
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prompt_ids(n_vocab: int, n: int):
+    """The benchmark's prompt: n token ids drawn with a fixed seed (the same for localllm and llama.cpp)."""
+    import numpy as np
+
+    return np.random.default_rng(0).integers(100, min(n_vocab, 30000), size=n)
+
+
+def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int, kv: dict | None = None,
+              ids=None) -> dict:
+    """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
+    steps from a one-token context, as llama-bench measures them. kv: LLM's KV cache keyword arguments."""
     import numpy as np
 
     from localllm.llm import LLM
@@ -155,8 +253,8 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
     llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16, **(kv or {}))
     load_s = time.perf_counter() - t0
     kv_name = kv_label(llm)
-    rng = np.random.default_rng(0)
-    ids = rng.integers(100, min(llm.n_vocab, 30000), size=n_prompt)
+    if ids is None:
+        ids = prompt_ids(llm.n_vocab, n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
     pp = tg = float("inf")
     for _ in range(reps):
@@ -174,7 +272,7 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
     f = llm._file
     streamed = sum(t.nbytes for name, t in f.tensors.items()
                    if name != "token_embd.weight" or "output.weight" not in f.tensors)
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_rss = peak_rss_mb()
     llm.close()
     bw = read_bandwidth(mib=bw_mib)
     return {
@@ -183,6 +281,12 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
         "weights_streamed_mb": streamed / 1e6, "tg_gbs": streamed * n_gen / tg / 1e9, "read_bandwidth_gbs": bw,
         "peak_rss_mb": peak_rss,
     }
+
+
+def _n_vocab(f) -> int:
+    from localllm.models import spec_from_gguf
+
+    return spec_from_gguf(f).n_vocab
 
 
 def run(args: argparse.Namespace) -> int:
@@ -196,9 +300,25 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{name} must be positive")
         path = _resolve(args.what, args.pull)
         threads = (args.threads or [kernels.physical_cores()])[0]
-        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib, kv_kwargs(args))
+        python = llama_python(args.llama_python) if args.compare else None
+        from localllm.gguf import GGUFFile
+
+        with GGUFFile(path) as f:
+            n_vocab = _n_vocab(f)
+        ids = prompt_ids(n_vocab, args.n_prompt)
+        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib, kv_kwargs(args),
+                      ids=ids)
+        lr = compare(path, threads, r, python, ids.tolist(), args.repetitions, kv_kwargs(args)) if python else None
         if args.json:
-            print(json.dumps(r, indent=1))
+            print(json.dumps({**r, "llama_cpp": lr} if lr else r, indent=1))
+        elif lr:
+            print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}; "
+                  f"llama-cpp-python {lr['version']}, same run")
+            print(f"  {'':<22}{'localllm':>10}{'llama.cpp':>11}{'ratio':>8}")
+            rows = [("load s", "load_s"), (f"pp{r['n_prompt']} tok/s", "pp_tps"), (f"tg{r['n_gen']} tok/s", "tg_tps"),
+                    ("peak RSS MiB", "peak_rss_mb"), ("first token s", "first_token_s")]
+            for label, key in rows:
+                print(f"  {label:<22}{r[key]:>10.2f}{lr[key]:>11.2f}{r[key] / lr[key]:>7.2f}x")
         else:
             print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}")
             print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")

@@ -69,3 +69,27 @@ def test_bench_kernels_json():
     assert types == {"Q4_1", "Q8_0"}  # smollm2's matrices; token_embd (Q8_0) is tied to the output
     for row in j["results"]:
         assert row["n1_gbs"] > 0 and row["n2_gflops"] > 0
+
+
+def test_bench_compare_without_llama_cpp_says_how_to_get_it(tmp_path):
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm("bench", str(path), "--compare", "--llama-python", str(tmp_path / "no-python"), "-p", "8", "-g", "2")
+    assert r.returncode == 1 and r.stdout == ""
+    line = r.stderr.strip()
+    assert line.startswith("error: --compare needs llama-cpp-python") and "pip install llama-cpp-python" in line
+
+
+def test_bench_compare_runs_both_in_one_run():
+    """Side by side with llama.cpp where llama-cpp-python's own environment exists (README: Performance)."""
+    from pathlib import Path
+
+    llama = Path.home() / ".cache" / "localllm" / "llama-venv" / "bin" / "python"
+    if not llama.exists():
+        pytest.skip(f"no llama-cpp-python environment at {llama}")
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm("bench", str(path), "--compare", "--llama-python", str(llama), "-p", "32", "-g", "4", "-r", "1",
+                 "--threads", "1", "--bandwidth-mib", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for side in (j, j["llama_cpp"]):
+        assert side["pp_tps"] > 0 and side["tg_tps"] > 0 and side["peak_rss_mb"] > 50 and 0 < side["first_token_s"] < 60
