@@ -305,8 +305,16 @@ void Model::forward(const StepBatch& b, float* logits) {
     rms_norm(h.data(), N.ffn_norm, T, d, c.rms_eps, a.data());
     matmul(L.ffn_gate, a.data(), T, g.data());
     matmul(L.ffn_up, a.data(), T, u.data());
-    if (c.ffn_act == FfnAct::Silu) silu_mul(g.data(), u.data(), g.size());
-    else gelu_tanh_mul(g.data(), u.data(), g.size());
+    {  // elementwise: split over the pool for prompts (one exp / tanh per element)
+      const size_t n = g.size();
+      const int parts = n >= (1u << 16) ? 4 * pool_.size() : 1;
+      const bool silu = c.ffn_act == FfnAct::Silu;
+      pool_.run(parts, [&](int p, int) {
+        const size_t lo = n * p / parts, hi = n * (p + 1) / parts;
+        if (silu) silu_mul(g.data() + lo, u.data() + lo, hi - lo);
+        else gelu_tanh_mul(g.data() + lo, u.data() + lo, hi - lo);
+      });
+    }
     matmul(L.ffn_down, g.data(), T, a.data());
     if (N.post_ffn) rms_norm(a.data(), N.post_ffn, T, d, c.rms_eps, a.data());
     for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];

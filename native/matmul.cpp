@@ -198,12 +198,12 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       const XGroups Xg{xp.data(), xd.data(), xc.data(), L.has_min ? xm.data() : nullptr, ng, k0 / G, n_panels};
       kt.qgemm_chunk(L, S.u_il, S.s, S.mm, kc, Xg, S.acc);
     }
+    if (!gemv) {  // one block copy per column: a row of y per column is a different page for large m
+      for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, S.acc + (size_t)c * TILE_M, sizeof(float) * nr);
+      return;
+    }
     for (int c = 0; c < n; ++c)
       for (int r = 0; r < nr; ++r) {
-        if (!gemv) {
-          y[(size_t)c * m + r0 + r] = S.acc[c * TILE_M + r];
-          continue;
-        }
         const float* a = S.acc + ((size_t)c * TILE_M + r) * 16;
         float t = 0.f;
         for (int l = 0; l < 16; ++l) t += a[l];
