@@ -422,7 +422,7 @@ template <class LD, int C, int RN>
 static inline void qgemv_fused_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
                                     float* acc) {
   using Block = typename LD::Block;
-  constexpr int PF = 4;  // rows ahead to prefetch: the next pass of 4 rows (or the next tile)
+  constexpr int PF = 8;  // rows ahead to prefetch: the next pass of 4 rows (or the next tile)
   const int nz = kc / 64;
   __m512 af[C][RN];
   for (int j = 0; j < C; ++j)
@@ -438,8 +438,8 @@ static inline void qgemv_fused_pass(const uint8_t* w, size_t row_bytes, int r0, 
     load_x(X, c0, (size_t)16 * z, m8, m32, x);
     for (int i = 0; i < RN; ++i) {
       const Block* b = rows[i] + 2 * z;
-      _mm_prefetch((const char*)b + PF * row_bytes, _MM_HINT_T0);
-      if (sizeof(Block) * 2 > 64) _mm_prefetch((const char*)b + PF * row_bytes + 64, _MM_HINT_T0);
+      _mm_prefetch((const char*)b + PF * row_bytes, _MM_HINT_T1);
+      if (sizeof(Block) * 2 > 64) _mm_prefetch((const char*)b + PF * row_bytes + 64, _MM_HINT_T1);
       const __m512i wv = half ? _mm512_castsi256_si512(LD::weights32(b)) : LD::weights(b);
       const __m512 se = pair_scales(b[0].d, half ? b[0].d : b[1].d);
       for (int j = 0; j < C; ++j) {
@@ -518,7 +518,7 @@ template <class LD, int C, int RN>
 static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
                                  float* acc) {
   using Block = typename LD::Block;
-  constexpr int PF = 4, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
+  constexpr int PF = 16, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
   const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
                                : _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __mmask16 gmask = (__mmask16)((1u << GPS) - 1);
@@ -539,7 +539,7 @@ static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int
       const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
       for (int i = 0; i < RN; ++i) {
         // this quarter of the same super-block PF rows ahead: the next pass (or tile) streams it
-        _mm_prefetch((const char*)b[i] + PF * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T0);
+        _mm_prefetch((const char*)b[i] + PF * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T1);
         const __m512i wv = LD::weights(*b[i], z);
         const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
         for (int j = 0; j < C; ++j) {

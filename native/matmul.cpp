@@ -180,6 +180,15 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     for (int k0 = 0; k0 < k; k0 += ck) {
       const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
+      if (!fused && r0 + TILE_M < m) {
+        // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside): an L1 prefetch
+        // (or none) leaves too few misses in flight to stream at full bandwidth
+        const size_t cbytes = (size_t)(kc / ti.block_size) * ti.type_size;
+        const int nn = std::min(TILE_M, m - r0 - TILE_M);
+        for (int r = 0; r < nn; ++r)
+          for (size_t off = 0; off < cbytes; off += 64)
+            __builtin_prefetch(w + (size_t)(r0 + TILE_M + r) * row_bytes + boff + off, 0, 2);
+      }
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
                         L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
@@ -210,8 +219,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
         y[(size_t)c * m + r0 + r] = t;
       }
   };
-  // tiles go out in contiguous ranges (a thread streams one span of weights: hardware prefetchers follow it;
-  // software prefetching measured no faster and stalled on full miss queues),
+  // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it),
   // a few ranges per thread so a thread the OS delays does not hold up the others
   const int n_parts = std::min(n_tiles, nt == 1 ? 1 : 4 * nt);
   pool.run(n_parts, [&](int part, int) {
