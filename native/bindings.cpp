@@ -158,6 +158,28 @@ py::tuple scan_strings_py(const py::array& buf, size_t pos, size_t count) {
   return py::make_tuple(starts, ends, pos);
 }
 
+// The strings at [starts[i], ends[i]) of buf (offsets from scan_strings) as a list of str, invalid UTF-8
+// replaced by U+FFFD: what bytes.decode("utf-8", "replace") gives, without a Python loop over 150k tokens.
+py::list decode_strings_py(const py::array& buf, const py::array_t<int64_t>& starts, const py::array_t<int64_t>& ends) {
+  if (buf.ndim() != 1 || buf.itemsize() != 1) throw std::invalid_argument("buf must be 1-D uint8");
+  if (starts.ndim() != 1 || ends.ndim() != 1 || starts.shape(0) != ends.shape(0))
+    throw std::invalid_argument("starts and ends must be 1-D of one length");
+  const char* p = (const char*)buf.data();
+  const int64_t size = (int64_t)buf.shape(0);
+  const int64_t* s = starts.data();
+  const int64_t* e = ends.data();
+  const py::ssize_t n = starts.shape(0);
+  for (py::ssize_t i = 0; i < n; ++i)
+    if (s[i] < 0 || s[i] > e[i] || e[i] > size) throw std::invalid_argument("string " + std::to_string(i) + " out of range");
+  py::list out(n);
+  for (py::ssize_t i = 0; i < n; ++i) {
+    PyObject* u = PyUnicode_DecodeUTF8(p + s[i], (Py_ssize_t)(e[i] - s[i]), "replace");
+    if (!u) throw py::error_already_set();
+    PyList_SET_ITEM(out.ptr(), i, u);
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- Model: the forward step (native/forward.h) ----------------------------------------------------
@@ -446,5 +468,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("quantize_x", &quantize_x_py, py::arg("x"), "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16])");
   m.def("stream_read", &stream_read_py, py::arg("buf"));
   m.def("scan_strings", &scan_strings_py, py::arg("buf"), py::arg("pos"), py::arg("count"));
+  m.def("decode_strings", &decode_strings_py, py::arg("buf"), py::arg("starts"), py::arg("ends"));
   bind_model(m);
 }

@@ -157,14 +157,6 @@ _DECODE_TABLE = {**{c: "\uffff" for c in [*range(0x80, 0xA1), 0xAD]},
                  **{ord(c): chr(b) for b, c in enumerate(BYTE_TO_UNICODE)}}
 
 
-def tokens_bytes(texts: list[str]) -> list[bytes]:
-    """token_bytes() of each text; one fast pass when every text is made of GPT-2 characters."""
-    try:
-        return [t.translate(_DECODE_TABLE).encode("latin-1") for t in texts]
-    except UnicodeEncodeError:
-        return [token_bytes(t) for t in texts]
-
-
 def token_bytes(text: str) -> bytes:
     """The bytes a normal byte-level BPE token stands for; characters outside GPT-2's table keep their UTF-8."""
     try:

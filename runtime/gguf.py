@@ -48,8 +48,8 @@ class GGUFError(ValueError):
 class StringArray(Sequence[str]):
     """A GGUF array of strings, decoded on access. Offsets were validated when the file was opened."""
 
-    def __init__(self, buf: memoryview, starts: np.ndarray, ends: np.ndarray):
-        self._buf, self._starts, self._ends = buf, starts, ends
+    def __init__(self, buf: memoryview, starts: np.ndarray, ends: np.ndarray, u8: np.ndarray | None = None):
+        self._buf, self._starts, self._ends, self._u8 = buf, starts, ends, u8
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -63,6 +63,10 @@ class StringArray(Sequence[str]):
         return bytes(self._buf[self._starts[i]:self._ends[i]])
 
     def tolist(self) -> list[str]:
+        if self._u8 is not None:  # the whole array decoded natively (tokenizer vocabularies: 150k strings)
+            from . import _native
+
+            return _native.decode_strings(self._u8, self._starts, self._ends)
         b, out = self._buf, []
         for s, e in zip(self._starts.tolist(), self._ends.tolist()):
             out.append(str(b[s:e], "utf-8", "replace"))
@@ -297,7 +301,7 @@ class GGUFFile:
             if problem == "truncated":
                 raise r.fail(f"truncated file: element {index.split()[-1]} of {key!r}") from None
             raise r.fail(f"{problem} in element {index.split()[-1]} of {key!r}") from None
-        return StringArray(r.buf, starts, ends)
+        return StringArray(r.buf, starts, ends, self._u8)
 
     # -- access ------------------------------------------------------------------------------------
     @property

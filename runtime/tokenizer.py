@@ -25,11 +25,11 @@ from __future__ import annotations
 import operator
 import os
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .bpe import BPE, tokens_bytes
+from .bpe import BPE, token_bytes
 from .chat_template import ChatTemplate, ChatTemplateError
 from .detokenizer import IncrementalDetokenizer
 from .gguf import GGUFFile, StringArray
@@ -130,7 +130,10 @@ class Tokenizer:
             self._spm = SPM(self._vocab, self.tokens, np.zeros(n) if scores is None else scores, self.unk_id)
 
         eog = self._end_of_generation(md)
-        self._pieces, self._visible_pieces = self._build_pieces()
+        # [n_vocab] bytes per token with special=True, and with control / unknown tokens hidden; built per token
+        # on first use (all 150k at load cost ~0.1 s of the time to the first token)
+        self._pieces = _Pieces(lambda i: self._piece(i, True), n)
+        self._visible_pieces = _Pieces(lambda i: self._piece(i, False), n)
         self._special_splitters: dict[bool, _SpecialSplitter] = {}
         self.chat_template = ChatTemplate(
             md.get("tokenizer.chat_template"), model=name,
@@ -246,28 +249,20 @@ class Tokenizer:
             raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.tokens)})")
         return i
 
-    def _build_pieces(self) -> tuple[list[bytes], list[bytes]]:
-        """[n_vocab] bytes per token with special=True, and with control / unknown tokens hidden."""
-        tokens, types = self.tokens, self._types
-        if self._spm is not None:
-            pieces = [t.replace(SPACE, " ").encode("utf-8", "surrogatepass") for t in tokens]
-        else:
-            pieces = tokens_bytes(tokens)
-        for i, kind in enumerate(types):
-            if kind == NORMAL:
-                continue
-            text = tokens[i]
-            if kind in (CONTROL, UNKNOWN, USER_DEFINED):
-                pieces[i] = text.encode("utf-8", "surrogatepass")
-            elif kind == BYTE and self._spm is not None and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
-                pieces[i] = bytes([int(text[3:5], 16)])
-            else:  # unused, undefined, and byte tokens of a BPE vocabulary: llama.cpp renders nothing
-                pieces[i] = b""
-        visible = pieces.copy()
-        for i, kind in enumerate(types):
-            if kind == CONTROL or kind == UNKNOWN:
-                visible[i] = b""
-        return pieces, visible
+    def _piece(self, i: int, special: bool) -> bytes:
+        """The bytes token i decodes to; special=False hides control / unknown tokens."""
+        kind, text = self._types[i], self.tokens[i]
+        if kind == NORMAL:
+            if self._spm is not None:
+                return text.replace(SPACE, " ").encode("utf-8", "surrogatepass")
+            return token_bytes(text)
+        if kind in (CONTROL, UNKNOWN):
+            return text.encode("utf-8", "surrogatepass") if special else b""
+        if kind == USER_DEFINED:
+            return text.encode("utf-8", "surrogatepass")
+        if kind == BYTE and self._spm is not None and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
+            return bytes([int(text[3:5], 16)])
+        return b""  # unused, undefined, and byte tokens of a BPE vocabulary: llama.cpp renders nothing
 
     def _splitter(self, parse_special: bool) -> "_SpecialSplitter":
         s = self._special_splitters.get(parse_special)
@@ -285,6 +280,24 @@ class Tokenizer:
             if tid is not None and self._types[tid] == CONTROL:
                 return tid
         return None
+
+
+class _Pieces(Sequence[bytes]):
+    """A read-only list of n byte strings, each made by piece(i) the first time it is read."""
+
+    def __init__(self, piece: Callable[[int], bytes], n: int):
+        self._piece, self._cache = piece, [None] * n
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        p = self._cache[i]
+        if p is None:
+            p = self._cache[i] = self._piece(operator.index(i) % len(self._cache))
+        return p
 
 
 class _SpecialSplitter:
