@@ -50,6 +50,7 @@ struct XLanes {
   size_t ldl;
   const float* xm;     // [n][K/G] dx * sum(xq over the group) (types with a min)
   size_t ldg;
+  const float* xd;     // [n][K/G] dx of the 32-block holding each group (leading dimension ldg)
 };
 
 // unpacks kc weights (whole blocks) of rows w + r * row_bytes, r < nrows <= 16, into u[r * kc + k],

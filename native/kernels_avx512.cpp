@@ -526,25 +526,33 @@ static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int
   for (int j = 0; j < C; ++j)
     for (int i = 0; i < RN; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
   for (int sb = 0; sb < kc / QK_K; ++sb) {
-    __m512 sv[RN], mv[RN];
+    // per row and column: the group scales times the activation's dx of each group, so a step's lanes
+    // take their scale with one permute (the same float products as scaling per step)
+    __m512 sx[C][RN], mv[RN];
     const Block* b[RN];
+    __m512 xdg[C];
+    for (int j = 0; j < C; ++j) xdg[j] = _mm512_maskz_loadu_ps(gmask, X.xd + (size_t)(c0 + j) * X.ldg + sb * GPS);
     for (int i = 0; i < RN; ++i) {
       b[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes) + sb;
-      LD::scales(*b[i], sv[i], mv[i]);
+      __m512 sv;
+      LD::scales(*b[i], sv, mv[i]);
+      for (int j = 0; j < C; ++j) sx[j][i] = _mm512_mul_ps(sv, xdg[j]);
     }
     for (int z = 0; z < 4; ++z) {
       const size_t l = (size_t)sb * 64 + 16 * z;  // lane index (4 weights a lane)
-      XStep<C> x;
-      load_x(X, c0, l, ~(__mmask64)0, (__mmask16)0xFFFF, x);
+      __m512i xv[C], xc[C];
+      for (int j = 0; j < C; ++j) {
+        xv[j] = _mm512_loadu_si512((const void*)(X.xq + (c0 + j) * X.ldx + 4 * l));
+        xc[j] = _mm512_loadu_si512((const void*)(X.xce + (c0 + j) * X.ldl + l));  // -offset * sum (Q6_K: 32)
+      }
       const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(GPZ * z));
       for (int i = 0; i < RN; ++i) {
         // this quarter of the same super-block PF rows ahead: the next pass (or tile) streams it
         _mm_prefetch((const char*)b[i] + PF * row_bytes + z * (sizeof(Block) + 3) / 4, _MM_HINT_T1);
         const __m512i wv = LD::weights(*b[i], z);
-        const __m512 se = _mm512_permutexvar_ps(idx, sv[i]);
         for (int j = 0; j < C; ++j) {
-          const __m512i a = _mm512_dpbusd_epi32(x.xc[j], wv, x.xv[j]);
-          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(se, x.d[j]), af[j][i]);
+          const __m512i a = _mm512_dpbusd_epi32(xc[j], wv, xv[j]);
+          af[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_permutexvar_ps(idx, sx[j][i]), af[j][i]);
         }
       }
     }

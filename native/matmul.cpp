@@ -191,7 +191,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       }
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
-                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng};
+                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng, xd.data() + k0 / G};
         if (fused) {
           fused(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, n, Xl, S.acc);
           continue;
