@@ -204,9 +204,32 @@ void Model::forward(const StepBatch& b, float* logits) {
   const ModelConfig& c = cfg_;
   const int T = b.n_tokens, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
   const int half = c.n_rot / 2;
-  // activations: h, a: [T][d]; q, att: [T][n_head][head_dim]; k, v: [T][n_kv_head][head_dim]; g, u: [T][n_ff]
-  std::vector<float> h((size_t)T * d), a((size_t)T * d), q((size_t)T * qd), att((size_t)T * qd);
-  std::vector<float> k((size_t)T * kvd), v((size_t)T * kvd), g((size_t)T * c.n_ff), u((size_t)T * c.n_ff);
+  // activations: h, a: [T][d]; q, att: [T][n_head][head_dim]; k, v: [T][n_kv_head][head_dim]; g, u: [T][n_ff],
+  // carved from one scratch buffer kept across calls (every one is written before it is read)
+  struct Span {
+    float* p;
+    size_t n;
+    float* data() const { return p; }
+    size_t size() const { return n; }
+    float& operator[](size_t i) const { return p[i]; }
+  };
+  const size_t sizes[8] = {(size_t)T * d, (size_t)T * d, (size_t)T * qd, (size_t)T * qd,
+                           (size_t)T * kvd, (size_t)T * kvd, (size_t)T * c.n_ff, (size_t)T * c.n_ff};
+  size_t total = 0;
+  for (size_t n : sizes) total += (n + 15) / 16 * 16;  // 64-byte aligned pieces
+  float* cur = act_.floats(total);
+  Span sp[8];
+  for (int i = 0; i < 8; ++i) {
+    sp[i] = {cur, sizes[i]};
+    cur += (sizes[i] + 15) / 16 * 16;
+  }
+  const Span h = sp[0], a = sp[1], q = sp[2], att = sp[3], k = sp[4], v = sp[5], g = sp[6], u = sp[7];
+  struct Trim {  // a long prompt's scratch is not kept for the decode steps after it
+    ScratchBuffer& buf;
+    ~Trim() {
+      if (buf.bytes() > (size_t(64) << 20)) buf.release();
+    }
+  } trim{act_};
 
   const WeightView& E = w_.token_embd;
   for (int t = 0; t < T; ++t) {

@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "kv_cache.h"
+#include "scratch_buffer.h"
 #include "thread_pool.h"
 
 namespace lll {
@@ -132,6 +133,7 @@ class Model {
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;
   std::vector<std::vector<float>> owned_;  // dequantized 1-D weights that were not F32
+  ScratchBuffer act_;                      // the step's activations (forward)
   std::mutex mu_;
 };
 
