@@ -9,7 +9,7 @@
 #include "ops.h"
 
 // The inner loops run over 16 independent lanes (16 keys, or 16 dims of a head) as one vector-extension value,
-// with every sum in a fixed order: every clone (and the scalar lowering) computes bit-identical results.
+// which never reorders a sum: every clone (and the scalar lowering) computes bit-identical results.
 #if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__)
 #define LLL_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -79,13 +79,8 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
       if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
       const float* qr = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-      // four partial sums (dims d mod 4), added in a fixed order: one chain of D adds was latency-bound
-      v16 s4[4] = {};
-      int d = 0;
-      for (; d + 4 <= D; d += 4)
-        for (int i = 0; i < 4; ++i) s4[i] += qr[d + i] * *(const v16u*)(S.kt.data() + (size_t)(d + i) * KC);
-      for (; d < D; ++d) s4[0] += qr[d] * *(const v16u*)(S.kt.data() + (size_t)d * KC);
-      const v16 sv = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+      v16 sv = {};
+      for (int d = 0; d < D; ++d) sv += qr[d] * *(const v16u*)(S.kt.data() + (size_t)d * KC);
       float s[KC];
       std::memcpy(s, &sv, sizeof(s));
       // keys jc + k for k in [k0, k1) are visible to this row
