@@ -15,6 +15,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from localllm.commands.kv import add_kv_arguments, kv_kwargs
+
 
 def register(sub) -> None:
     p = sub.add_parser("chat", help="chat with a model in the terminal", description=__doc__.split("\n\n")[0])
@@ -25,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("-n", "--max-tokens", type=int, default=None, help="tokens per reply at most (default: the context)")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
+    add_kv_arguments(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("--no-save", action="store_true", help="do not save conversations (no side panel)")
     p.set_defaults(func=run)
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from localllm.store import default_home
 
     def open_llm(p: Path) -> LLM:
-        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size)
+        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))
 
     print(f"loading {model} ...", file=sys.stderr)
     engine = ChatEngine(open_llm(path), display_name(model, path))

@@ -30,6 +30,10 @@ def test_arguments():
                "-n", "64"])
     assert (a.model, a.threads, a.ctx_size, a.temperature, a.system, a.top_p, a.max_tokens) == (
         "smollm2", 2, 512, 0.0, "Be brief.", 0.9, 64)
+    from localllm.commands.kv import kv_kwargs
+
+    kv = kv_kwargs(parse(["--kv-type", "q8_0", "--v-type", "q4_0", "--kv-budget", "64"]))
+    assert (kv["kv_type"], kv["v_type"], kv["kv_budget_mib"]) == ("q8_0", "q4_0", 64)
 
 
 def test_missing_model_is_one_line(with_chat, capsys):
