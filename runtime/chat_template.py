@@ -16,11 +16,19 @@ warning naming the model.
 Every failure is a ChatTemplateError (a ValueError) naming the model: a syntax error when the
 template is loaded, and at render time a bad message list, `raise_exception` from the template, or
 any error the template hits.
+
+A template is code from a downloaded file, so rendering is bounded: `+`, `*` and `**` may not build a
+value over MAX_RENDER_CHARS items (or an integer over 4096 bits), `range()` loops take at most
+MAX_RANGE_STEPS steps per render in all, and the prompt may not exceed MAX_RENDER_CHARS characters.
+(Jinja's `~` concatenation is not interceptable: doubling a string with it in a bounded loop can still
+allocate a lot before the prompt bound is checked.)
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+import operator
 import warnings
 from datetime import datetime
 from typing import Any, Mapping, Sequence
@@ -28,7 +36,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 CHATML = (
     "{% for message in messages %}"
@@ -40,6 +48,11 @@ CHATML = (
 # content markers for end_of_turn(): the text a template puts right after an assistant message
 _PROBE_USER = "localllm-probe-question"
 _PROBE_ASSISTANT = "localllm-probe-answer"
+
+
+MAX_RENDER_CHARS = 1 << 24    # a rendered prompt (16 Mi characters: far past any context) or a built value
+MAX_RANGE_STEPS = 1 << 20     # range() iterations per render, all loops together
+_steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("chat_template_range_steps")
 
 
 class ChatTemplateError(ValueError):
@@ -77,9 +90,42 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+class _TemplateTooBig(Exception):
+    """A render that would go past the bounds in the module docstring."""
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset(["*", "**", "+"])
+
+    def call_binop(self, context, operator_name: str, left: Any, right: Any) -> Any:
+        if operator_name == "+":
+            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) \
+                    and len(left) + len(right) > MAX_RENDER_CHARS:
+                raise _TemplateTooBig(f"'+' would build {len(left) + len(right)} items")
+            return operator.add(left, right)
+        if operator_name == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_RENDER_CHARS:
+                    raise _TemplateTooBig(f"'*' would build {len(seq) * n} items")
+            return operator.mul(left, right)
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and left.bit_length() * right > 4096:
+            raise _TemplateTooBig(f"'**' would build an integer of about {left.bit_length() * right} bits")
+        return operator.pow(left, right)
+
+
+def _range(*args: int):
+    r = safe_range(*args)  # the sandbox's own cap: 100000 per range
+    steps = _steps.get(None)
+    if steps is not None:
+        steps[0] += len(r)
+        if steps[0] > MAX_RANGE_STEPS:
+            raise _TemplateTooBig(f"range() loops went past {MAX_RANGE_STEPS} steps")
+    return r
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, _Generation])
+    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _Generation])
+    env.globals["range"] = _range
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -132,14 +178,25 @@ class ChatTemplate:
             "tools": None if tools is None else list(tools),
             "add_generation_prompt": bool(add_generation_prompt),
         }
+        token = _steps.set([0])
         try:
-            return self._template.render(**context)
+            parts, n = [], 0
+            for part in self._template.generate(**context):
+                n += len(part)
+                if n > MAX_RENDER_CHARS:
+                    raise _TemplateTooBig(f"the prompt would pass {MAX_RENDER_CHARS} characters")
+                parts.append(part)
+            return "".join(parts)
+        except _TemplateTooBig as e:
+            raise ChatTemplateError(f"{self.model}: the chat template went past its bounds: {e}") from None
         except _TemplateRaised as e:
             raise ChatTemplateError(f"{self.model}: the chat template refused these messages: {e}") from None
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"{self.model}: chat template error: {e}") from None
         except Exception as e:  # a template is code: any error it hits is reported, never a traceback
             raise ChatTemplateError(f"{self.model}: chat template error: {type(e).__name__}: {e}") from None
+        finally:
+            _steps.reset(token)
 
     def end_of_turn(self) -> str | None:
         """The text the template puts right after an assistant message (e.g. "<|im_end|>\\n"), or None

@@ -148,3 +148,28 @@ def test_messages_are_not_mutated():
         warnings.simplefilter("ignore")
         ChatTemplate(None, model="m").render(msgs)
     assert msgs == [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize("source, what", [
+    ("{{ 'x' * 100000000 }}", "'*' would build"),
+    ("{{ [1] * 100000000 }}", "'*' would build"),
+    ("{{ 9 ** 100000 }}", "'**' would build"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range() loops"),
+    ("{% for i in range(100000) %}{{ messages[0]['content'] }}{% endfor %}", "the prompt would pass"),
+])
+def test_rendering_is_bounded(source, what):
+    from localllm.chat_template import ChatTemplate, ChatTemplateError
+
+    import re
+
+    t = ChatTemplate(source, model="evil.gguf")
+    with pytest.raises(ChatTemplateError, match=re.escape(f"evil.gguf: the chat template went past its bounds: {what}")):
+        t.render([{"role": "user", "content": "y" * 1000}])
+
+
+def test_bounded_operators_still_compute():
+    from localllm.chat_template import ChatTemplate
+
+    t = ChatTemplate("{{ '=' * 3 }}{{ 2 ** 10 }}{{ 'a' + 'b' }}{{ 1 + 2 }}{{ 3 * 4 }}{% for i in range(3) %}{{ i }}{% endfor %}",
+                     model="m")
+    assert t.render([{"role": "user", "content": "hi"}]) == "===1024ab312012"
