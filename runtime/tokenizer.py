@@ -302,7 +302,7 @@ class _Pieces(Sequence[bytes]):
 
 class _SpecialSplitter:
     """Splits text into raw fragments and special-token ids the way llama.cpp's tokenizer_st_partition
-    does: special tokens in order of decreasing length, each taking its leftmost non-overlapping
+    does: special tokens in order of decreasing byte length, each taking its leftmost non-overlapping
     occurrences in what the longer ones left.
 
     When no special token can overlap a shorter-or-equal one (a proper suffix of one is a proper prefix
@@ -312,7 +312,8 @@ class _SpecialSplitter:
     """
 
     def __init__(self, specials: list[tuple[str, int]]):
-        order = sorted(range(len(specials)), key=lambda k: (-len(specials[k][0]), k))
+        # by decreasing length in UTF-8 bytes, as llama.cpp sorts them (std::string::size)
+        order = sorted(range(len(specials)), key=lambda k: (-len(specials[k][0].encode("utf-8", "surrogatepass")), k))
         self._ordered = [specials[k] for k in order]
         self._id: dict[str, int] = {}
         for text, tid in self._ordered:
@@ -364,8 +365,8 @@ class _SpecialSplitter:
 
 def _can_overlap(texts: list[str]) -> bool:
     """True when an occurrence of one text can start inside an occurrence of another text no longer than
-    it (a proper suffix of the shorter-or-equal one is a proper prefix of the other); runs of a single
-    repeated character overlap harmlessly and do not count."""
+    it in UTF-8 bytes, the order the texts are applied in (a proper suffix of the shorter-or-equal one is a
+    proper prefix of the other); runs of a single repeated character overlap harmlessly and do not count."""
     suffixes: dict[str, list[str]] = {}
     for s in texts:
         for k in range(1, len(s)):
@@ -374,10 +375,13 @@ def _can_overlap(texts: list[str]) -> bool:
     def run(x: str) -> bool:
         return x.count(x[0]) == len(x)
 
+    def nbytes(x: str) -> int:
+        return len(x.encode("utf-8", "surrogatepass"))
+
     for t in texts:
         for j in range(1, len(t)):
             for s in suffixes.get(t[:j], ()):
-                if len(s) <= len(t) and not (run(s) and run(t) and s[0] == t[0]):
+                if nbytes(s) <= nbytes(t) and not (run(s) and run(t) and s[0] == t[0]):
                     return True
     return False
 

@@ -210,3 +210,9 @@ def test_trie_pattern_prefers_longest():
 
     pat = re.compile(_trie_pattern(["<a>", "<ab>", "<", "x.y"]))
     assert pat.findall("<ab><a><x.y xzy") == ["<ab>", "<a>", "<", "x.y"]
+
+
+def test_special_tokens_apply_longest_in_bytes_first():
+    # "céé" is 3 characters but 5 UTF-8 bytes, "xabc" 4 and 4: llama.cpp applies "céé" first
+    s = _SpecialSplitter([("xabc", 0), ("céé", 1)])
+    assert s.split("xabcéé") == ["xab", 1]
