@@ -114,6 +114,25 @@ class Model:
                    context_length=m.get("context_length"))
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swaps two existing paths (Linux renameat2 RENAME_EXCHANGE); False where that is not
+    available (other systems, old kernels, file systems without it), having changed nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
 def _fsync_dir(d: Path) -> None:
     fd = os.open(d, os.O_RDONLY)
     try:
@@ -244,10 +263,12 @@ class Store:
             os.fsync(f.fileno())
         _fsync_dir(stage)
         self.models_dir.mkdir(parents=True, exist_ok=True)
-        old = tmp / f"old-{os.getpid()}"
-        if model.dir.exists():
-            os.replace(model.dir, old)
-        os.replace(stage, model.dir)
+        # replacing a model: one atomic swap where the system has it, so a crash leaves the old or the new
+        # model in place, never none; elsewhere two renames (a crash between them loses the old model)
+        if not (model.dir.exists() and _exchange(stage, model.dir)):
+            if model.dir.exists():
+                os.replace(model.dir, tmp / f"old-{os.getpid()}")
+            os.replace(stage, model.dir)
         _fsync_dir(self.models_dir)
         shutil.rmtree(tmp, ignore_errors=True)
         return model

@@ -101,6 +101,39 @@ def test_commit_replaces_a_stored_model(home):
     put(store, "x", make_gguf(seed=1))
     m = put(store, "x", DATA)
     assert m.path.read_bytes() == DATA and len(store.models()) == 1
+    assert not (home / "tmp" / key("x")).exists()
+
+
+def test_replacing_a_model_is_one_atomic_swap(home, monkeypatch):
+    """Where renameat2(RENAME_EXCHANGE) exists, the old directory is never moved out first: a crash at any
+    point leaves a whole model in place."""
+    import localllm.store as store_mod
+
+    store = Store()
+    first = put(store, "x", make_gguf(seed=1))
+    swapped = []
+    real = store_mod._exchange
+
+    def spy(a, b):
+        ok = real(a, b)
+        swapped.append(ok)
+        assert not ok or (b / "manifest.json").exists()  # the new model is in place at once
+        return ok
+
+    moved = []
+    real_replace = os.replace
+
+    def no_move_of_the_model(src, dst):
+        moved.append(Path(src))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(store_mod, "_exchange", spy)
+    monkeypatch.setattr(store_mod.os, "replace", no_move_of_the_model)
+    m = put(store, "x", DATA)
+    assert m.path.read_bytes() == DATA and swapped
+    if not swapped[0]:
+        pytest.skip("no renameat2 RENAME_EXCHANGE on this system or file system (two renames used)")
+    assert first.dir not in moved  # never renamed away before the new one was in place
 
 
 @pytest.mark.parametrize("bad", ["../evil.gguf", "a/b.gguf", "manifest.json", "", ".", "..", "a\\b.gguf", "x\0.gguf",
