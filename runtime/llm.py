@@ -69,6 +69,7 @@ class LLM:
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
             spec = spec_from_gguf(self._file)
+            capped = False
             n_blocks = -(-ctx_size // BLOCK_SIZE)
             if kv_budget_mib is not None:
                 per_block = kv_block_bytes(spec, self.k_type, self.v_type)
@@ -77,6 +78,7 @@ class LLM:
                     raise ValueError(
                         f"kv_budget_mib {kv_budget_mib} is less than one KV block ({per_block / (1 << 20):.3f} MiB "
                         f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})")
+                capped = fit < n_blocks
                 n_blocks = min(n_blocks, fit)
             self.model = Model(self._file, n_blocks=n_blocks, spec=spec, threads=n_threads, k_type=self.k_type,
                                v_type=self.v_type, kv_rotate=kv_rotate, kv_center=kv_center, kv_equalize=kv_equalize)
@@ -84,6 +86,7 @@ class LLM:
             self._file.close()
             raise
         self.ctx_size = n_blocks * BLOCK_SIZE
+        self._ctx_origin = "ctx_size, capped by kv_budget_mib" if capped else "ctx_size"
         self._n_vocab = self.model.n_vocab
         self._table = np.arange(n_blocks, dtype=np.int32)[None, :]  # [1, n_blocks]: the one sequence's blocks
 
@@ -105,7 +108,7 @@ class LLM:
             raise ValueError("ids must be a non-empty sequence of token ids")
         if len(a) + extra > self.ctx_size:
             raise ValueError(
-                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} (ctx_size)"
+                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
             )
         bad = np.flatnonzero((a < 0) | (a >= self.n_vocab))
         if len(bad):

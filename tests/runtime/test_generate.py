@@ -121,6 +121,8 @@ def test_kv_budget_caps_the_pool():
         ids = llm.tokenize("a b c")
         chunks = list(llm.generate(ids, temperature=0.0, max_tokens=10000, ignore_eos=True))
         assert chunks[-1].stats.context_full and len(ids) + chunks[-1].stats.completion_tokens == llm.ctx_size
+        with pytest.raises(ValueError, match="capped by kv_budget_mib"):
+            list(llm.generate(list(range(llm.ctx_size + 1)), temperature=0.0))
     with LLM(model_file(SMOL), n_threads=1, ctx_size=64, kv_budget_mib=1000) as llm:
         assert llm.ctx_size == 64  # a budget larger than ctx_size needs leaves ctx_size alone
     with LLM(model_file(SMOL), n_threads=1, ctx_size=4096, kv_type="q4_0", kv_budget_mib=1) as llm:
