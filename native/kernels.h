@@ -82,6 +82,9 @@ struct KernelTable {
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
+  // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][15], in that
+  // order on every path (bit-identical results); acc: [16 rows][16 lanes]
+  void (*reduce16)(const float* acc, int nr, float* y);
   // x: [k] float -> xq: [k] int8, dx: [k/32], sum16: [k/16] (sum of xq per 16)
   void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
 };

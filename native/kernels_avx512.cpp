@@ -596,6 +596,45 @@ static void qgemv_chunk_avx512(const QuantLayout& L, const uint8_t* u_rows, cons
   }
 }
 
+// 16 rows at once: transpose the 16 x 16 block (row r's lanes become lane r of 16 vectors), then add the
+// vectors in lane order from zero, which is each row's sequential sum exactly
+static void reduce16_avx512(const float* acc, int nr, float* y) {
+  if (nr != 16) {
+    for (int r = 0; r < nr; ++r) {
+      float t = 0.f;
+      for (int l = 0; l < 16; ++l) t += acc[r * 16 + l];
+      y[r] = t;
+    }
+    return;
+  }
+  __m512 v[16], u[16];
+  for (int r = 0; r < 16; ++r) v[r] = _mm512_loadu_ps(acc + r * 16);
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows: 32-bit interleave
+    u[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+    u[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // 64-bit interleave
+    v[i] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    v[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    v[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    v[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 8; ++i) {  // 128-bit lanes
+    const int a = i < 4 ? i : i + 4, b = a + 4;
+    u[i] = _mm512_shuffle_f32x4(v[a], v[b], _MM_SHUFFLE(2, 0, 2, 0));
+    u[i + 8] = _mm512_shuffle_f32x4(v[a], v[b], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 8; ++i) {
+    const int a = i < 4 ? i : i + 4, b = a + 4;
+    v[i] = _mm512_shuffle_f32x4(u[a], u[b], _MM_SHUFFLE(2, 0, 2, 0));
+    v[i + 8] = _mm512_shuffle_f32x4(u[a], u[b], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  // now v[l] lane r = acc[r][l]
+  __m512 t = _mm512_setzero_ps();
+  for (int l = 0; l < 16; ++l) t = _mm512_add_ps(t, v[l]);
+  _mm512_storeu_ps(y, t);
+}
+
 }  // namespace avx512
 
 const KernelTable* kernels_avx512() {
@@ -607,6 +646,7 @@ const KernelTable* kernels_avx512() {
     k.qgemm_chunk = avx512::qgemm_chunk_avx512;
     k.qgemm_cb = avx512::CB;
     k.qgemv_chunk = avx512::qgemv_chunk_avx512;
+    k.reduce16 = avx512::reduce16_avx512;
     k.qgemv_fused[(int)QType::Q8_0] = avx512::qgemv_fused<avx512::LoadQ8_0>;
     k.qgemv_fused[(int)QType::Q5_0] = avx512::qgemv_fused<avx512::LoadQ5_0>;
     k.qgemv_fused[(int)QType::Q4_K] = avx512::qgemv_kq<avx512::LoadQ4_K>;

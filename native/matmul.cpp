@@ -211,13 +211,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, S.acc + (size_t)c * TILE_M, sizeof(float) * nr);
       return;
     }
-    for (int c = 0; c < n; ++c)
-      for (int r = 0; r < nr; ++r) {
-        const float* a = S.acc + ((size_t)c * TILE_M + r) * 16;
-        float t = 0.f;
-        for (int l = 0; l < 16; ++l) t += a[l];
-        y[(size_t)c * m + r0 + r] = t;
-      }
+    for (int c = 0; c < n; ++c) kt.reduce16(S.acc + (size_t)c * TILE_M * 16, nr, y + (size_t)c * m + r0);
   };
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it),
   // a few ranges per thread so a thread the OS delays does not hold up the others
