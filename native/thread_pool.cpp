@@ -71,7 +71,12 @@ void ThreadPool::run(int n_tasks, const std::function<void(int, int)>& fn) {
   }
   cv_.notify_all();
   drain(0);
-  while (busy_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // the others finish within microseconds of this thread: spin with pause first, yield (a syscall) only
+  // if that takes long (an over-subscribed machine)
+  for (unsigned spins = 0; busy_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) cpu_relax();
+    else std::this_thread::yield();
+  }
 }
 
 }  // namespace lll
