@@ -214,9 +214,10 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     for (int c = 0; c < n; ++c) kt.reduce16(S.acc + (size_t)c * TILE_M * 16, nr, y + (size_t)c * m + r0);
   };
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it),
-  // a few ranges per thread so a thread the OS delays does not hold up the others (16 for small N, whose
-  // short calls otherwise leave one thread waiting up to an eighth of the call for the other)
-  const int n_parts = std::min(n_tiles, nt == 1 ? 1 : (gemv ? 16 : 4) * nt);
+  // a few ranges per thread so a thread the OS delays does not hold up the others (8 for small N, whose
+  // short calls otherwise leave one thread waiting up to an eighth of the call for the other; 16 measured
+  // slower on the 1.5B, its ranges too short for the prefetchers)
+  const int n_parts = std::min(n_tiles, nt == 1 ? 1 : (gemv ? 8 : 4) * nt);
   pool.run(n_parts, [&](int part, int) {
     const int t0 = (int)((int64_t)n_tiles * part / n_parts), t1 = (int)((int64_t)n_tiles * (part + 1) / n_parts);
     for (int t = t0; t < t1; ++t) tile_fn(t);
