@@ -47,8 +47,11 @@ async def wait_for(pilot, cond, timeout=5.0) -> None:
 
 
 async def send(pilot, text: str) -> None:
+    """Sends `text` and waits for its reply to be over: the turn (message and reply) is in the history."""
+    app = pilot.app
+    n = len(app.history)
     await pilot.press(*text, "enter")
-    await wait_for(pilot, lambda: pilot.app.reply is None)
+    await wait_for(pilot, lambda: app.reply is None and len(app.history) == n + 2)
 
 
 def test_app_saves_lists_resumes_and_deletes(tmp_path):
