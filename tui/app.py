@@ -261,10 +261,10 @@ class ChatApp(App):
         self.push_screen(RenameScreen(message.title), done)
 
     async def on_sidebar_delete(self, message: Sidebar.Delete) -> None:
-        self.saved.delete(message.conversation_id)
         if message.conversation_id == self.conversation_id:
-            await self.action_new()
+            await self.action_new()  # first: a reply in progress is stopped and saved before its row goes
             self.query_one(Sidebar).list_view.focus()
+        self.saved.delete(message.conversation_id)
         await self.refresh_sidebar()
 
     # -- actions --------------------------------------------------------------------------------------

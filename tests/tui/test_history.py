@@ -101,6 +101,38 @@ def test_app_saves_lists_resumes_and_deletes(tmp_path):
     asyncio.run(go())
 
 
+def test_deleting_the_conversation_while_its_reply_streams(tmp_path):
+    async def go():
+        h = History(tmp_path / "chat.sqlite3")
+        llm = FakeLLM(["Hello"])
+        app = ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+        async with app.run_test(size=(120, 30)) as pilot:
+            panel = app.query_one(Sidebar)
+            await send(pilot, "one")
+            first = app.conversation_id
+            await wait_for(pilot, lambda: panel.ids == [first])
+            llm.endless, llm.gate_after = True, 2
+            await pilot.press("t", "w", "o", "enter")
+            await wait_for(pilot, llm.waiting.is_set)  # the reply is streaming, its engine step in progress
+            panel.list_view.focus()
+            panel.list_view.index = 0
+            await pilot.press("delete")
+            await wait_for(pilot, lambda: panel.ids == [])
+            assert app.reply is None and app.conversation_id is None
+            assert not app.query(UserMessage) and not app.query(AssistantMessage)
+            assert h.list() == [] and h.messages(first) == []  # nothing saved under the deleted id, nothing new
+            llm.gate.set()
+            assert llm.closed.wait(2.0)
+            llm.endless, llm.gate_after = False, None
+            app.query_one("#input").focus()
+            await send(pilot, "three")  # the app keeps working: a new conversation
+            assert [s.id for s in h.list()] == [app.conversation_id]
+            assert h.messages(app.conversation_id) == [{"role": "user", "content": "three"},
+                                                       {"role": "assistant", "content": "Hello"}]
+
+    asyncio.run(go())
+
+
 def test_narrow_terminal_hides_the_panel(tmp_path):
     async def go():
         app = ChatApp(ChatEngine(FakeLLM(), "fake:1b"), saved=History(tmp_path / "c.sqlite3"))
