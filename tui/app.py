@@ -224,9 +224,18 @@ class ChatApp(App):
         if end.finish_reason == "stopped":
             conv.add_note("stopped")
         elif end.finish_reason == "length":
-            s = end.stats
-            full = s is not None and s.prompt_tokens + s.completion_tokens >= self.engine.ctx_size
+            full = self._context_full(end.stats)
             conv.add_note("context full: Ctrl+N starts a new conversation" if full else "max tokens reached")
+
+    def _context_full(self, stats) -> bool:
+        """Whether a "length" reply ended on a full context rather than on max tokens: the engine's
+        stats.context_full, or for stats without it, prompt + completion tokens reaching the context size."""
+        if stats is None:
+            return False
+        full = getattr(stats, "context_full", None)
+        if full is not None:
+            return bool(full)
+        return stats.prompt_tokens + stats.completion_tokens >= self.engine.ctx_size
 
     def _save(self, turn: list[dict]) -> None:
         """Appends a finished turn (user message, reply) to the saved conversation, creating it on the first."""

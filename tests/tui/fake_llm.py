@@ -5,6 +5,7 @@
     FakeLLM(error="context full")                   # chat() raises ValueError, as a template error would
     FakeLLM(["a"], fail_after="context full")       # raises ValueError in the middle of the stream
     FakeLLM(endless=True, gate_after=3)             # after 3 chunks, blocks (a slow engine step) until llm.gate.set()
+    FakeLLM(["a"], stats={"draft_proposed": 20})    # more fields of the final chunk's Stats
     llm.calls: [(messages, sampling kwargs)]; llm.closed: set once a stream was closed or ran out
 """
 
@@ -22,7 +23,7 @@ class FakeLLM:
     v_type = "f16"
 
     def __init__(self, pieces=("Hello", " **world**"), delay=0.0, endless=False, error=None, fail_after=None,
-                 finish="stop", prompt_tokens=20, gate_after=None):
+                 finish="stop", prompt_tokens=20, gate_after=None, stats=None):
         self.pieces = list(pieces)
         self.delay = delay
         self.endless = endless
@@ -31,6 +32,7 @@ class FakeLLM:
         self.finish = finish
         self.prompt_tokens = prompt_tokens
         self.gate_after = gate_after
+        self.stats = dict(stats or {})
         self.gate = threading.Event()
         self.waiting = threading.Event()  # set while a stream is blocked on the gate
         self.calls: list[tuple[list[dict], dict]] = []
@@ -58,7 +60,7 @@ class FakeLLM:
             if self.fail_after:
                 raise ValueError(self.fail_after)
             stats = Stats(prompt_tokens=self.prompt_tokens, completion_tokens=n, prompt_tps=123.4, decode_tps=45.6,
-                          ctx_size=self.ctx_size)
+                          ctx_size=self.ctx_size, **self.stats)
             yield Chunk("", [], self.finish, stats)
         finally:
             self.closed.set()

@@ -173,13 +173,18 @@ def test_engine_errors_are_lines_and_the_app_keeps_working():
 
 def test_context_full_note():
     async def go():
-        llm = FakeLLM(["a", "b"], finish="length", prompt_tokens=510)
+        # the engine's stats.context_full tells a full context from max tokens, whatever the token counts say
+        llm = FakeLLM(["a", "b"], finish="length", prompt_tokens=510, stats={"context_full": False})
         app = make_app(llm)
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, "long")
             await reply_done(pilot)
-            assert "context full" in str(app.query(Note).last().content)
+            assert str(app.query(Note).last().content) == "max tokens reached"
             assert "512/512" in app.query_one(StatusBar).line()
+            llm.prompt_tokens, llm.stats = 40, {"context_full": True}
+            await send(pilot, "longer")
+            await reply_done(pilot)
+            assert "context full" in str(app.query(Note).last().content)
 
     asyncio.run(go())
 
