@@ -393,6 +393,12 @@ class ChatApp(App):
         else:
             self.query_one(ChatInput).focus()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """PgUp / PgDn scroll the conversation only when it is on top; over a dialog they are the dialog's keys."""
+        if action in ("scroll_up", "scroll_down"):
+            return len(self.screen_stack) == 1
+        return True
+
     def action_scroll_up(self) -> None:
         self.conversation.scroll_page_up()
 

@@ -17,6 +17,7 @@ from localllm.tui.engine import ChatEngine
 from localllm.tui.help import HelpScreen
 from localllm.tui.sidebar import Sidebar
 from localllm.tui.status import StatusBar
+from textual.widgets import DataTable
 
 SIZE = (80, 24)
 
@@ -249,6 +250,36 @@ def test_help_screen_lists_every_binding():
             assert isinstance(app.screen, HelpScreen)
             await pilot.press("f1")
             assert not isinstance(app.screen, HelpScreen)
+
+    asyncio.run(go())
+
+
+def test_help_screen_fits_80x24_and_page_keys_scroll_it():
+    async def go():
+        app = make_app(FakeLLM(["line\n\n"] * 60))
+        async with app.run_test(size=SIZE) as pilot:
+            conv = app.query_one("#conversation")
+            await send(pilot, "long")
+            await reply_done(pilot)
+            await pilot.pause(0.1)
+            bottom = conv.scroll_y
+            assert bottom > 0
+            await pilot.press("f1")
+            await pilot.pause()
+            table = app.screen.query_one(DataTable)
+            # the whole box is on screen: its top border (the title) and its bottom border (how to close it)
+            assert table.region.y >= 0 and table.region.bottom <= SIZE[1]
+            assert "keys" in table.border_title and "closes" in table.border_subtitle
+            assert table.max_scroll_y > 0 and table.scroll_y == 0  # taller than 24 rows: it scrolls
+            await pilot.press("pagedown")
+            await wait_for(pilot, lambda: table.scroll_y == table.max_scroll_y)
+            assert conv.scroll_y == bottom  # the conversation behind the help stays put
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: table.scroll_y == 0)
+            assert conv.scroll_y == bottom
+            await pilot.press("escape")
+            await pilot.press("pageup")  # closed: PgUp scrolls the conversation again
+            await wait_for(pilot, lambda: conv.scroll_y < bottom)
 
     asyncio.run(go())
 
