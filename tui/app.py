@@ -11,7 +11,8 @@ engine refused (an error) is shown but left out of it. F4 loads the last message
 replaces that turn and everything after it. With a History, each finished turn (user message and reply, a
 stopped reply included) is saved with the conversation's settings (Ctrl+S: system prompt, temperature, top-p,
 max tokens; a new conversation starts from the constructor's), and the side panel (Ctrl+B) lists, resumes,
-renames and deletes conversations. Ctrl+O picks another model from the store: load_model(path) opens it on a
+renames and deletes conversations. Ctrl+R asks again: a new reply in place of the last one, or after an error
+the refused message resent. Ctrl+O picks another model from the store: load_model(path) opens it on a
 worker thread, the engine swaps to it once loaded, and a failed load is an error line (the old model stays).
 """
 
@@ -75,7 +76,7 @@ class ChatApp(App):
         Binding("f2", "toggle_raw", "replies as Markdown / raw text", key_display="F2"),
         Binding("ctrl+n", "new", "new conversation", key_display="Ctrl+N"),
         Binding("ctrl+b", "toggle_sidebar", "show / hide the saved conversations", key_display="Ctrl+B"),
-        Binding("ctrl+r", "regenerate", "regenerate the last reply", key_display="Ctrl+R"),
+        Binding("ctrl+r", "regenerate", "regenerate the last reply (or a failed one)", key_display="Ctrl+R"),
         Binding("f4", "edit_last", "edit and resend your last message", key_display="F4"),
         Binding("ctrl+s", "settings", "system prompt and sampling settings", key_display="Ctrl+S"),
         Binding("ctrl+o", "pick_model", "pick a model from the store", key_display="Ctrl+O"),
@@ -304,8 +305,19 @@ class ChatApp(App):
         self.query_one(ChatInput).focus()
 
     def action_regenerate(self) -> None:
-        """Replaces the last reply with a new one to the same conversation."""
-        if self.busy() or not self.history or self.history[-1]["role"] != "assistant":
+        """Replaces the last reply with a new one to the same conversation; after a reply the engine refused
+        (an error), sends that message again instead, in place of the failed attempt."""
+        if self.busy():
+            return
+        mine = self.conversation.query(UserMessage)
+        if mine and mine.last().turn is None:  # the engine refused it: it is not in self.history
+            if self.editing is not None:
+                self.action_stop()  # gives up editing it (F4), as Esc does
+            text = mine.last().text
+            self.conversation.drop_from(mine.last())
+            self.send(text)
+            return
+        if not self.history or self.history[-1]["role"] != "assistant":
             return
         self.history.pop()
         self.conversation.drop_last_reply()

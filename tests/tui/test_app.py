@@ -364,3 +364,36 @@ def test_regenerate_copy_and_theme(tmp_path):
             assert app.current_theme.dark != dark
 
     asyncio.run(go())
+
+
+def test_regenerate_after_an_error_resends_the_message(tmp_path):
+    from localllm.tui.history import History
+
+    async def go():
+        llm = FakeLLM(error="the engine failed to start")
+        h = History(tmp_path / "c.sqlite3")
+        app = make_app(llm, saved=h)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, "hello")
+            await wait_for(pilot, lambda: app.reply is None and app.query(ErrorLine))
+            llm.error = None
+            await pilot.press("ctrl+r")
+            msg = await reply_done(pilot)
+            assert msg.text == "Hello **world**"
+            assert [u.text for u in app.query(UserMessage)] == ["hello"]  # in place of the failed attempt
+            assert not app.query(ErrorLine)
+            assert llm.calls[1][0] == [{"role": "user", "content": "hello"}]
+            # a failure in the middle of a later reply: Ctrl+R sends that message again, after the earlier turn
+            llm.fail_after = "template error"
+            await send(pilot, "second")
+            await wait_for(pilot, lambda: app.reply is None and app.query(ErrorLine))
+            llm.fail_after = None
+            await pilot.press("f4", "ctrl+r")  # taken back into the input, then retried as it was: no edit left
+            await reply_done(pilot)
+            assert app.editing is None and app.query_one(ChatInput).text == ""
+            assert [u.text for u in app.query(UserMessage)] == ["hello", "second"]
+            assert len(app.query(AssistantMessage)) == 2 and not app.query(ErrorLine)
+            assert [m["content"] for m in llm.calls[-1][0]] == ["hello", "Hello **world**", "second"]
+            assert h.messages(app.conversation_id) == app.history and len(app.history) == 4
+
+    asyncio.run(go())
