@@ -82,20 +82,57 @@ static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float
 }
 
 
+// ---- interleave: u_rows [16][kc] -> u_il [kc/4][16][4] ------------------------------------------------
+// Per 32 weights, each half of 8 rows is an 8 x 8 dword transpose (unpack 32, unpack 64, swap 128-bit lanes).
+static inline void transpose8_epi32(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      u[i + h] = _mm256_unpacklo_epi64(t[i + h], t[i + 2 + h]);
+      u[i + 2 + h] = _mm256_unpackhi_epi64(t[i + h], t[i + 2 + h]);
+    }
+  // u[0..3]: rows 0..3, dwords (0,4) (2,6)... in lane halves; u[4..7]: rows 4..7
+  // after the two unpacks, u[i] for i < 4 holds dword d(i) of rows 0..3 in its low lane and d(i) + 4 in its high
+  // lane, with d = {0, 1, 2, 3} ordered as {0, 2, 1, 3} by the unpack pattern
+  const int dw[4] = {0, 2, 1, 3};
+  for (int i = 0; i < 4; ++i) {
+    r[dw[i]] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+    r[dw[i] + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+  }
+}
+static void interleave16_avx2(const uint8_t* u_rows, int kc, uint8_t* u_il) {
+  for (int k0 = 0; k0 < kc; k0 += 32) {
+    uint8_t* out = u_il + (k0 >> 2) * 64;
+    for (int h = 0; h < 2; ++h) {  // rows 8h .. 8h + 7
+      __m256i r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256((const __m256i*)(u_rows + (size_t)(8 * h + i) * kc + k0));
+      transpose8_epi32(r);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_si256((__m256i*)(out + j * 64 + 32 * h), r[j]);
+    }
+  }
+}
+
 // ---- small N: lanes along k, one 32-weight activation block a step ---------------------------------
 // acc: [n][16 rows][16 lanes] (kernels.h); lane l < 8 of a row sums int32 lane l of every step (4 weights a
 // lane); lanes 8..15 keep the caller's zeros. Per step and column: maddubs + madd (exact int32 sums of 4
 // products: unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use
 // |w| * sign(x, w)), the offset correction from X.xce, one float multiply-add by the group scale times dx.
+// Scales stay in registers (a span's 8 or 16 group scales, one lane each) and are broadcast per step with
+// a permute: spilling them, or building them in a byte array and reloading it wider, stalls on store
+// forwarding.
 static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles (16) | hi nibbles (16)]
-  const __m128i q = _mm_loadu_si128((const __m128i*)qs), m4 = _mm_set1_epi8(15);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
+  return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
 }
 static inline __m256i high_bit5(const uint8_t* qh) {  // bit j of a little-endian u32 -> 0x10 in byte j
-  uint32_t h;
+  int32_t h;
   std::memcpy(&h, qh, 4);
   // byte j takes byte j/8 of h, keeps bit j%8, and becomes 0x10 where that bit is set
-  const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+  const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32(h),
                                           _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                                             0x0101010101010101, 0x0000000000000000));
   const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
@@ -111,20 +148,32 @@ static inline __m256i dot4(__m256i u, __m256i x) {
                            : _mm256_maddubs_epi16(u, x);
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-// f16 at byte `off` of nb <= 8 consecutive blocks of `bs` bytes -> s[0..8) (zeros past nb)
-static inline void halves8(const uint8_t* p, int bs, int nb, int off, float* s) {
-  alignas(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < nb; ++i) std::memcpy(&h[i], p + i * bs + off, 2);
-  _mm256_storeu_ps(s, _mm256_cvtph_ps(_mm_load_si128((const __m128i*)h)));
+// the f16 at byte `off` of nb <= 8 consecutive blocks of `bs` bytes -> 8 floats (zeros past nb), built in
+// general registers (no store and wider reload)
+static inline __m256 halves8(const uint8_t* p, int bs, int nb, int off) {
+  uint64_t lo = 0, hi = 0;
+  for (int i = 0; i < nb && i < 4; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + i * bs + off, 2);
+    lo |= (uint64_t)h << (16 * i);
+  }
+  for (int i = 4; i < nb; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + i * bs + off, 2);
+    hi |= (uint64_t)h << (16 * (i - 4));
+  }
+  return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
+}
+static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + ahead + o, _MM_HINT_T1);
 }
 
 // A weight source yields a row's weights a span of up to 8 steps (256 weights) at a time:
 //   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected by X.xce;
 //   SIGNED: w = s*u with u signed (offset 128 types: no correction)
-//   prep(r, s0, ns, s, m): s[g] (and m[g] for MIN) for the ns*32/G groups of steps s0 .. s0+ns-1, zeros after
-//     them up to 8*32/G (s and m hold 16 floats)
+//   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
+//     m likewise for MIN; prefetches the span's bytes pf bytes ahead (fused sources)
 //   weights(r, s0, q): the 32 weights of step s0 + q in activation order
-//   addr(r, s0, q): an address inside that step's bytes (for prefetching rows ahead), or nullptr
 template <class D>  // simple 32-weight blocks: D gives Block, MIN, OFF, SIGNED, weights(const Block&)
 struct BlockSource {
   static constexpr int G = 32;
@@ -133,12 +182,13 @@ struct BlockSource {
   const uint8_t* w;
   size_t row_bytes;
   const Block* blk(int r, int step) const { return (const Block*)(w + (size_t)r * row_bytes) + step; }
-  void prep(int r, int s0, int ns, float* s, float* m) const {
-    halves8((const uint8_t*)blk(r, s0), sizeof(Block), ns, 0, s);  // d is the first field of every block
-    if (MIN) halves8((const uint8_t*)blk(r, s0), sizeof(Block), ns, 2, m);  // then m
+  void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256* m) const {
+    const uint8_t* p = (const uint8_t*)blk(r, s0);
+    prefetch_span(p, ns * sizeof(Block), pf);
+    s[0] = halves8(p, sizeof(Block), ns, 0);  // d is the first field of every block
+    if (MIN) m[0] = halves8(p, sizeof(Block), ns, 2);  // then m
   }
   __m256i weights(int r, int s0, int q) const { return D::weights(*blk(r, s0 + q)); }
-  const void* addr(int r, int s0, int q) const { return blk(r, s0 + q); }
 };
 struct DQ4_0 {
   using Block = block_q4_0;
@@ -177,20 +227,24 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   const uint8_t* w;
   size_t row_bytes;
   const block_q4_K* sb(int r, int s0) const { return (const block_q4_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
-  void prep(int r, int s0, int, float* s, float* m) const {
+  void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_K& b = *sb(r, s0);
-    uint8_t sc[16];
-    scales_k4(b.scales, sc);
-    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sc)));
-    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(sc + 8))));
-    _mm256_storeu_ps(s, _mm256_mul_ps(v, _mm256_set1_ps(fp16(b.d))));
-    _mm256_storeu_ps(m, _mm256_mul_ps(mn, _mm256_set1_ps(-fp16(b.dmin))));
+    prefetch_span(&b, sizeof(b), pf);
+    // the 12 packed bytes -> 8 six-bit scales (t0, t1) and 8 mins (t2, t3), as scales_k4, in registers
+    uint32_t a[3];
+    std::memcpy(a, b.scales, 12);
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const uint32_t t0 = a[0] & km1, t1 = (a[2] & km2) | (((a[0] >> 6) & km3) << 4);
+    const uint32_t t2 = a[1] & km1, t3 = ((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4);
+    const __m128i sc = _mm_set_epi32((int)t3, (int)t2, (int)t1, (int)t0);
+    s[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), _mm256_set1_ps(fp16(b.d)));
+    m[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))),
+                         _mm256_set1_ps(-fp16(b.dmin)));
   }
   __m256i weights(int r, int s0, int q) const {  // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high)
     const __m256i v = _mm256_loadu_si256((const __m256i*)(sb(r, s0)->qs + 32 * (q >> 1)));
     return _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
   }
-  const void* addr(int r, int s0, int q) const { return (const uint8_t*)sb(r, s0) + q * 18; }
 };
 struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 1
   static constexpr int G = 16;
@@ -198,12 +252,13 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
   const uint8_t* w;
   size_t row_bytes;
   const block_q6_K* sb(int r, int s0) const { return (const block_q6_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
-  void prep(int r, int s0, int, float* s, float*) const {
+  void prep(int r, int s0, int, size_t pf, __m256* s, __m256*) const {
     const block_q6_K& b = *sb(r, s0);
+    prefetch_span(&b, sizeof(b), pf);
     const __m256 d = _mm256_set1_ps(fp16(b.d));
     const __m128i sc = _mm_loadu_si128((const __m128i*)b.scales);
-    _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d));
-    _mm256_storeu_ps(s + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d));
+    s[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
+    s[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d);
   }
   // weights 128n + 32l + i: low 4 bits from ql[64n + 32(l&1) + i] (high nibble for l >= 2), bits 4..5 from
   // bits 2l..2l+1 of qh[32n + i]
@@ -222,7 +277,6 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
     }
     return _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
   }
-  const void* addr(int r, int s0, int q) const { return (const uint8_t*)sb(r, s0) + q * 26; }
 };
 
 template <bool Min, bool Off, bool Signed, int Group>  // rows from unpack: u [16][kc], s and m [16][sw]
@@ -233,62 +287,61 @@ struct UnpackedSource {
   const float* s;
   const float* m;
   int sw, kc;
-  void prep(int r, int s0, int ns, float* so, float* mo) const {
+  void prep(int r, int s0, int ns, size_t, __m256* so, __m256* mo) const {
     const int g0 = s0 * 32 / G, ng = ns * 32 / G;
-    for (int g = 0; g < 16; ++g) so[g] = g < ng ? s[(size_t)r * sw + g0 + g] : 0.f;
-    if (MIN)
-      for (int g = 0; g < 16; ++g) mo[g] = g < ng ? m[(size_t)r * sw + g0 + g] : 0.f;
+    for (int h = 0; h < 32 / G; ++h) {
+      const __m256i gm = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      so[h] = _mm256_maskload_ps(s + (size_t)r * sw + g0 + 8 * h, gm);
+      if (MIN) mo[h] = _mm256_maskload_ps(m + (size_t)r * sw + g0 + 8 * h, gm);
+    }
   }
   __m256i weights(int r, int s0, int q) const {
     const __m256i v = _mm256_loadu_si256((const __m256i*)(u + (size_t)r * kc + 32 * (s0 + q)));
     return SIGNED ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;  // u = q + 128 -> q
   }
-  const void* addr(int, int, int) const { return nullptr; }
 };
 
 // RN rows r0 .. r0 + RN - 1, C columns c0 .. c0 + C - 1 (compile-time counts: accumulators stay in registers)
 template <class S, int C, int RN>
-static inline void gemv_pass(const S& src, size_t pf_bytes, int r0, int kc, const XLanes& X, int c0, float* acc) {
-  constexpr int G = S::G, GS = 32 / G;  // groups per step
+static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLanes& X, int c0, float* acc) {
+  constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
   __m256 af[C][RN];
   for (int j = 0; j < C; ++j)
     for (int i = 0; i < RN; ++i) af[j][i] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
   const int nsteps = kc / 32;
   for (int s0 = 0; s0 < nsteps; s0 += 8) {
     const int ns = std::min(8, nsteps - s0), ng = ns * GS;
-    alignas(32) float sx[RN][C][16];  // group scale * dx of the group's activation block
-    __m256i gmask[GS];                // the span's groups among each 8
+    __m256i gmask[GS];  // the span's groups among each 8
     for (int h = 0; h < GS; ++h)
       gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 sx[RN][C][GS];  // group scale * dx of the group's activation block, lane g = group 8h + g
     for (int i = 0; i < RN; ++i) {
-      alignas(32) float s[16], m[16];
-      src.prep(r0 + i, s0, ns, s, m);
+      __m256 sv[GS], mv[GS];
+      src.prep(r0 + i, s0, ns, pf, sv, mv);
       for (int j = 0; j < C; ++j) {
         const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
         for (int h = 0; h < GS; ++h) {
-          _mm256_store_ps(&sx[i][j][8 * h],
-                          _mm256_mul_ps(_mm256_load_ps(s + 8 * h), _mm256_maskload_ps(X.xd + xo + 8 * h, gmask[h])));
-          if (S::MIN)
-            af[j][i] = _mm256_fmadd_ps(_mm256_load_ps(m + 8 * h), _mm256_maskload_ps(X.xm + xo + 8 * h, gmask[h]),
-                                       af[j][i]);
+          sx[i][j][h] = _mm256_mul_ps(sv[h], _mm256_maskload_ps(X.xd + xo + 8 * h, gmask[h]));
+          if (S::MIN) af[j][i] = _mm256_fmadd_ps(mv[h], _mm256_maskload_ps(X.xm + xo + 8 * h, gmask[h]), af[j][i]);
         }
       }
     }
     for (int q = 0; q < ns; ++q) {
+      // lanes of the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
+      const __m256i sel = G == 32 ? _mm256_set1_epi32(q)
+                                  : _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1, 2 * q + 1,
+                                                      2 * q + 1);
       __m256i xv[C], xc[C];
       for (int j = 0; j < C; ++j) {
         xv[j] = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 32 * (s0 + q)));
         if (S::OFF) xc[j] = _mm256_loadu_si256((const __m256i*)(X.xce + (size_t)(c0 + j) * X.ldl + 8 * (s0 + q)));
       }
       for (int i = 0; i < RN; ++i) {
-        if (const void* a = src.addr(r0 + i, s0, q)) _mm_prefetch((const char*)a + pf_bytes, _MM_HINT_T1);
         const __m256i u = src.weights(r0 + i, s0, q);
         for (int j = 0; j < C; ++j) {
           __m256i v = dot4<S::SIGNED>(u, xv[j]);
           if (S::OFF) v = _mm256_add_epi32(v, xc[j]);
-          const __m256 sc = G == 32 ? _mm256_broadcast_ss(&sx[i][j][q])
-                                    : _mm256_set_m128(_mm_broadcast_ss(&sx[i][j][2 * q + 1]),
-                                                      _mm_broadcast_ss(&sx[i][j][2 * q]));
+          const __m256 sc = _mm256_permutevar8x32_ps(sx[i][j][G == 32 ? 0 : q >> 2], sel);
           af[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, af[j][i]);
         }
       }
@@ -332,6 +385,27 @@ static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const 
   else gemv_unpacked<false, true, false, 16>(u_rows, s, m, sw, kc, nr, n, X, acc);
 }
 
+// 8 rows at a time: transpose the 8 x 16 block (two 8 x 8 dword transposes), then add the 16 lane vectors in
+// lane order from zero: each row's sequential sum exactly (the contract in kernels.h)
+static void reduce16_avx2(const float* acc, int nr, float* y) {
+  int r0 = 0;
+  for (; r0 + 8 <= nr; r0 += 8) {
+    __m256 t = _mm256_setzero_ps();
+    for (int h = 0; h < 2; ++h) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256((const __m256i*)(acc + (r0 + i) * 16 + 8 * h));
+      transpose8_epi32(v);  // v[l] lane i = acc[r0 + i][8h + l]
+      for (int l = 0; l < 8; ++l) t = _mm256_add_ps(t, _mm256_castsi256_ps(v[l]));
+    }
+    _mm256_storeu_ps(y + r0, t);
+  }
+  for (int r = r0; r < nr; ++r) {
+    float t = 0.f;
+    for (int l = 0; l < 16; ++l) t += acc[r * 16 + l];
+    y[r] = t;
+  }
+}
+
 }  // namespace avx2
 }  // namespace lll
 
@@ -344,6 +418,8 @@ const KernelTable* kernels_avx2() {
     k.qgemm_chunk = avx2::qgemm_chunk_avx2;
     k.qgemm_cb = avx2::CB;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
+    k.interleave16 = avx2::interleave16_avx2;
+    k.reduce16 = avx2::reduce16_avx2;
     k.qgemv_fused[(int)QType::Q4_0] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ4_0>>;
     k.qgemv_fused[(int)QType::Q4_1] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ4_1>>;
     k.qgemv_fused[(int)QType::Q5_0] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ5_0>>;
