@@ -8,7 +8,7 @@
 
 #include "ops.h"
 
-// The inner loops run over 16 independent lanes (16 keys, or 16 dims of a head) as one vector-extension value,
+// The inner loops run over 16 independent lanes (16 keys, or 16 dims of a head) as two vector-extension values,
 // which never reorders a sum: every clone (and the scalar lowering) computes bit-identical results.
 #if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__)
 #define LLL_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -23,10 +23,12 @@ namespace {
 constexpr int QT = 16;  // query rows (of one sequence) per tile
 constexpr int KC = 16;  // keys per chunk; chunks start at multiples of KC, whatever the tile
 
-// 16 independent float lanes (GCC/Clang vector extension: one zmm, two ymm or four xmm registers);
-// v16u reads and writes float arrays at any float alignment
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+// 8 independent float lanes (GCC/Clang vector extension: one ymm or two xmm registers), used in pairs for 16
+// lanes; v8u reads and writes float arrays at any float alignment. (A 64-byte vector type is not kept in
+// registers by the avx2 clone: GCC spills it in 16-byte pieces and reloads it whole, a store-forwarding stall
+// every step.)
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 
 struct Tile {
   int t0, n;  // batch rows t0 .. t0 + n - 1, all of one sequence
@@ -79,10 +81,15 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
       if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
       const float* qr = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-      v16 sv = {};
-      for (int d = 0; d < D; ++d) sv += qr[d] * *(const v16u*)(S.kt.data() + (size_t)d * KC);
+      v8 sv0 = {}, sv1 = {};
+      for (int d = 0; d < D; ++d) {
+        const float* kd = S.kt.data() + (size_t)d * KC;
+        sv0 += qr[d] * *(const v8u*)kd;
+        sv1 += qr[d] * *(const v8u*)(kd + 8);
+      }
       float s[KC];
-      std::memcpy(s, &sv, sizeof(s));
+      std::memcpy(s, &sv0, sizeof(sv0));
+      std::memcpy(s + 8, &sv1, sizeof(sv1));
       // keys jc + k for k in [k0, k1) are visible to this row
       const int k0 = std::max(0, lo - jc), k1 = std::min(nk, hi - jc + 1);
       for (int k = 0; k < KC; ++k) s[k] *= a.scale;
@@ -102,9 +109,14 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       float* ar = S.acc.data() + (size_t)r * D;
       int d0 = 0;
       for (; d0 + 16 <= D; d0 += 16) {
-        v16 o = *(const v16u*)(ar + d0) * corr;
-        for (int k = 0; k < nk; ++k) o += s[k] * *(const v16u*)(S.vc.data() + (size_t)k * D + d0);
-        *(v16u*)(ar + d0) = o;
+        v8 o0 = *(const v8u*)(ar + d0) * corr, o1 = *(const v8u*)(ar + d0 + 8) * corr;
+        for (int k = 0; k < nk; ++k) {
+          const float* vk = S.vc.data() + (size_t)k * D + d0;
+          o0 += s[k] * *(const v8u*)vk;
+          o1 += s[k] * *(const v8u*)(vk + 8);
+        }
+        *(v8u*)(ar + d0) = o0;
+        *(v8u*)(ar + d0 + 8) = o1;
       }
       for (int d = d0; d < D; ++d) {
         float o = ar[d] * corr;

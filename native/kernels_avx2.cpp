@@ -14,10 +14,11 @@ namespace avx2 {
 // 16 rows x C columns: lanes are rows (two 8-row halves). vpmaddubsw multiplies unsigned weight bytes by
 // signed activation bytes into saturating int16 pairs, so it is used only where it cannot saturate:
 // u <= 127 (2 * 127 * 127 < 32768). Types with offset 128 (Q8_0, IQ4) use the signed value u - 128 with
-// the sign trick |w| * sign(x, w) and skip the offset correction, which is exactly that shift.
+// the sign trick |w| * sign(x, w) and skip the offset correction, which is exactly that shift. Unsigned
+// types sum NSUM int16 products before widening (bounded by the largest u of the type).
 constexpr int CB = 3;
 
-template <int G, bool MIN, bool SIGNED>
+template <int G, bool MIN, bool SIGNED, int NSUM>
 static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
                         float* acc) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
@@ -29,23 +30,36 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
     const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
     __m256i ai[CB][2];
     for (int j = 0; j < CB; ++j) ai[j][0] = ai[j][1] = _mm256_set1_epi32(SIGNED ? 0 : X.xc[gi * CB + j]);
-    for (int q = 0; q < G / 4; ++q) {
-      const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
-      __m256i wv[2];
-      for (int h = 0; h < 2; ++h) {
-        wv[h] = _mm256_loadu_si256((const __m256i*)(wq + 32 * h));
-        if (SIGNED) wv[h] = _mm256_xor_si256(wv[h], flip);
-      }
-      for (int j = 0; j < CB; ++j) {
-        int32_t xv;
-        std::memcpy(&xv, xg + j * G + 4 * q, 4);
-        const __m256i xb = _mm256_set1_epi32(xv);
-        for (int h = 0; h < 2; ++h) {
-          const __m256i p16 = SIGNED ? _mm256_maddubs_epi16(_mm256_sign_epi8(wv[h], wv[h]), _mm256_sign_epi8(xb, wv[h]))
-                                     : _mm256_maddubs_epi16(wv[h], xb);
-          ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16, ones));
+    if (SIGNED) {
+      for (int q = 0; q < G / 4; ++q) {
+        const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
+        __m256i wv[2];
+        for (int h = 0; h < 2; ++h) wv[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(wq + 32 * h)), flip);
+        for (int j = 0; j < CB; ++j) {
+          int32_t xv;
+          std::memcpy(&xv, xg + j * G + 4 * q, 4);
+          const __m256i xb = _mm256_set1_epi32(xv);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv[h], wv[h]), _mm256_sign_epi8(xb, wv[h]));
+            ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16, ones));
+          }
         }
       }
+    } else {
+      // unsigned weights u <= 31 (NSUM 4) or <= 63 (NSUM 2): NSUM int16 pair sums of at most 2 * u * 127 each
+      // add up without saturating, so one madd widens NSUM steps
+      for (int q0 = 0; q0 < G / 4; q0 += NSUM)
+        for (int j = 0; j < CB; ++j)
+          for (int h = 0; h < 2; ++h) {
+            __m256i p16 = _mm256_setzero_si256();
+            for (int q = q0; q < q0 + NSUM; ++q) {
+              int32_t xv;
+              std::memcpy(&xv, xg + j * G + 4 * q, 4);
+              const __m256i wv = _mm256_loadu_si256((const __m256i*)(w + (size_t)(g * (G / 4) + q) * 64 + 32 * h));
+              p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xv)));
+            }
+            ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16, ones));
+          }
     }
     for (int h = 0; h < 2; ++h) {
       const __m256 sv = _mm256_loadu_ps(s + g * TILE_M + 8 * h);
@@ -63,9 +77,9 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
     for (int h = 0; h < 2; ++h) _mm256_storeu_ps(acc + (p * CB + j) * TILE_M + 8 * h, af[j][h]);
 }
 
-template <int G, bool MIN, bool SIGNED>
+template <int G, bool MIN, bool SIGNED, int NSUM = 4>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
-  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN, SIGNED>(w, s, m, kc / G, X, p, acc);
+  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN, SIGNED, NSUM>(w, s, m, kc / G, X, p, acc);
 }
 
 static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
@@ -76,8 +90,9 @@ static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float
     if (L.has_min) qgemm_layout<32, true, false>(w, s, m, kc, X, acc);
     else qgemm_layout<32, false, false>(w, s, m, kc, X, acc);
   } else {
-    if (L.has_min) qgemm_layout<16, true, false>(w, s, m, kc, X, acc);
-    else qgemm_layout<16, false, false>(w, s, m, kc, X, acc);
+    if (L.has_min) qgemm_layout<16, true, false>(w, s, m, kc, X, acc);        // Q2_K: u <= 3
+    else if (L.offset == 32) qgemm_layout<16, false, false, 2>(w, s, m, kc, X, acc);  // Q6_K: u <= 63
+    else qgemm_layout<16, false, false>(w, s, m, kc, X, acc);                  // Q3_K: u <= 7
   }
 }
 
