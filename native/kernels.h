@@ -80,6 +80,7 @@ struct KernelTable {
   // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
+  int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][15], in that

@@ -145,8 +145,12 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
   const int nt = pool.size();
-  const int ck = gemv ? GEMV_CHUNK_K : CHUNK_K;                // weights per chunk
-  const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);     // floats per row in the scale tables
+  // weights per chunk: the fused small-N kernels take what their table asks (AVX2: whole rows, each row
+  // streamed front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34); they keep no
+  // unpacked copy, so cu, the unpacked chunk, is 0 for them
+  const int ck = fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : gemv ? GEMV_CHUNK_K : CHUNK_K;
+  const int cu = fused ? 0 : ck;
+  const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);     // floats per row in the scale tables
   std::vector<float>& dxe = tls_dxe;
   std::vector<int32_t>& xce = tls_xce;
   dxe.resize(gemv ? (size_t)n * (k / 4) : 0);
@@ -158,7 +162,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
     }
   const size_t acc_n = (size_t)TILE_M * n_pad * (gemv ? 16 : 1);
-  const size_t scratch_bytes = 2 * padded(TILE_M * ck) + 4 * padded(sizeof(float) * TILE_M * sw) +
+  const size_t scratch_bytes = 2 * padded(TILE_M * cu) + 4 * padded(sizeof(float) * TILE_M * sw) +
                                padded(sizeof(float) * acc_n);
   struct Scratch {
     uint8_t *u_rows, *u_il;
@@ -168,8 +172,8 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(scratch_bytes);
     Scratch S;
-    S.u_rows = carve<uint8_t>(cur, TILE_M * ck);
-    S.u_il = carve<uint8_t>(cur, TILE_M * ck);
+    S.u_rows = carve<uint8_t>(cur, TILE_M * cu);
+    S.u_il = carve<uint8_t>(cur, TILE_M * cu);
     S.s_rows = carve<float>(cur, TILE_M * sw);
     S.m_rows = carve<float>(cur, TILE_M * sw);
     S.s = carve<float>(cur, TILE_M * sw);
