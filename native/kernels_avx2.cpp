@@ -189,14 +189,14 @@ static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
 
 // A weight source yields a row's weights a span of up to 8 steps (256 weights) at a time:
 //   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected by X.xce;
-//   SIGNED: w = s*u with u signed (offset 128 types: no correction)
+//   SIGNED: w = s*u with u signed (offset 128 types: no correction); FULL: spans are always 8 steps (K-quants)
 //   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
 //     m likewise for MIN; prefetches the span's bytes pf bytes ahead (fused sources)
 //   weights(r, s0, q): the 32 weights of step s0 + q in activation order
 template <class D>  // simple 32-weight blocks: D gives Block, MIN, OFF, SIGNED, weights(const Block&)
 struct BlockSource {
   static constexpr int G = 32;
-  static constexpr bool MIN = D::MIN, OFF = D::OFF, SIGNED = D::SIGNED;
+  static constexpr bool MIN = D::MIN, OFF = D::OFF, SIGNED = D::SIGNED, FULL = false;
   using Block = typename D::Block;
   const uint8_t* w;
   size_t row_bytes;
@@ -242,7 +242,7 @@ struct DIQ4_NL {
 
 struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   static constexpr int G = 32;
-  static constexpr bool MIN = true, OFF = false, SIGNED = false;
+  static constexpr bool MIN = true, OFF = false, SIGNED = false, FULL = true;
   const uint8_t* w;
   size_t row_bytes;
   const block_q4_K* sb(int r, int s0) const { return (const block_q4_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
@@ -267,7 +267,7 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
 };
 struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 1
   static constexpr int G = 16;
-  static constexpr bool MIN = false, OFF = true, SIGNED = false;
+  static constexpr bool MIN = false, OFF = true, SIGNED = false, FULL = true;
   const uint8_t* w;
   size_t row_bytes;
   const block_q6_K* sb(int r, int s0) const { return (const block_q6_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
@@ -301,7 +301,7 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
 template <bool Min, bool Off, bool Signed, int Group>  // rows from unpack: u [16][kc], s and m [16][sw]
 struct UnpackedSource {
   static constexpr int G = Group;
-  static constexpr bool MIN = Min, OFF = Off, SIGNED = Signed;
+  static constexpr bool MIN = Min, OFF = Off, SIGNED = Signed, FULL = false;
   const uint8_t* u;
   const float* s;
   const float* m;
@@ -329,10 +329,13 @@ static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLan
     for (int i = 0; i < RN; ++i) af[j][i] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
   const int nsteps = kc / 32;
   for (int s0 = 0; s0 < nsteps; s0 += 8) {
-    const int ns = std::min(8, nsteps - s0), ng = ns * GS;
+    const int ns = S::FULL ? 8 : std::min(8, nsteps - s0), ng = ns * GS;
     __m256i gmask[GS];  // the span's groups among each 8
     for (int h = 0; h < GS; ++h)
       gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
+      return S::FULL ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
+    };
     __m256 sx[RN][C][GS];  // group scale * dx of the group's activation block, lane g = group 8h + g
     for (int i = 0; i < RN; ++i) {
       __m256 sv[GS], mv[GS];
@@ -340,8 +343,8 @@ static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLan
       for (int j = 0; j < C; ++j) {
         const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
         for (int h = 0; h < GS; ++h) {
-          sx[i][j][h] = _mm256_mul_ps(sv[h], _mm256_maskload_ps(X.xd + xo + 8 * h, gmask[h]));
-          if (S::MIN) af[j][i] = _mm256_fmadd_ps(mv[h], _mm256_maskload_ps(X.xm + xo + 8 * h, gmask[h]), af[j][i]);
+          sx[i][j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
+          if (S::MIN) af[j][i] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), af[j][i]);
         }
       }
     }
