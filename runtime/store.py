@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalog as catalog_mod
-from . import hub
+
+
+def _hub():
+    """The hub module, imported when a name must be parsed: it pulls in the HTTP stack, which resolving a
+    local path (`localllm run model.gguf`) does not need."""
+    from . import hub
+
+    return hub
 
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
 
@@ -197,7 +204,7 @@ class Store:
         cat = _catalog()
         if cat and (e := cat.get(name)):
             spellings.append(e.name)
-        if ref := hub.parse(name):
+        if ref := _hub().parse(name):
             spellings.append(ref.name)
         for s in spellings:
             if m := self.get(s):
@@ -300,7 +307,7 @@ def looks_like_path(ref: str) -> bool:
     """True for references that can only be file paths: /abs, ./rel, ~/..., or a .gguf name that is no hub reference."""
     if ref.startswith(("/", "./", "../", "~")):
         return True
-    return ref.lower().endswith(".gguf") and hub.parse(ref) is None
+    return ref.lower().endswith(".gguf") and _hub().parse(ref) is None
 
 
 def resolve_model(name_or_path: str, pull: bool = False) -> Path:
@@ -317,7 +324,7 @@ def resolve_model(name_or_path: str, pull: bool = False) -> Path:
             raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
         return m.path
     cat = catalog_mod.load()
-    pullable = cat.get(name_or_path) is not None or hub.parse(name_or_path) is not None \
+    pullable = cat.get(name_or_path) is not None or _hub().parse(name_or_path) is not None \
         or name_or_path.startswith(("https://", "http://"))
     if not pullable:
         raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
