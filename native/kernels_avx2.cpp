@@ -373,6 +373,35 @@ static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLan
     for (int i = 0; i < RN; ++i) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
 }
 
+// unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
+template <class S>
+static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc, uint8_t* u, float* s, float* m,
+                          int sw) {
+  constexpr int GS = 32 / S::G;
+  const S src{w, row_bytes};
+  const int nsteps = kc / 32;
+  for (int r = 0; r < nrows; ++r)
+    for (int s0 = 0; s0 < nsteps; s0 += 8) {
+      const int ns = S::FULL ? 8 : std::min(8, nsteps - s0);
+      __m256 sv[GS], mv[GS];
+      src.prep(r, s0, ns, 0, sv, mv);
+      for (int h = 0; h < GS; ++h) {  // whole vectors: sw >= the chunk's groups rounded up to 8
+        _mm256_storeu_ps(s + (size_t)r * sw + s0 * GS + 8 * h, sv[h]);
+        if (S::MIN) _mm256_storeu_ps(m + (size_t)r * sw + s0 * GS + 8 * h, mv[h]);
+      }
+      for (int q = 0; q < ns; ++q) {
+        __m256i v = src.weights(r, s0, q);
+        if (S::SIGNED) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));  // u = q + 128
+        _mm256_storeu_si256((__m256i*)(u + (size_t)r * kc + 32 * (s0 + q)), v);
+      }
+    }
+  for (int r = nrows; r < TILE_M; ++r) {
+    std::memset(u + (size_t)r * kc, 0, kc);
+    std::memset(s + (size_t)r * sw, 0, sizeof(float) * sw);
+    std::memset(m + (size_t)r * sw, 0, sizeof(float) * sw);
+  }
+}
+
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
   const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
@@ -450,6 +479,14 @@ const KernelTable* kernels_avx2() {
     k.qgemv_fused[(int)QType::IQ4_NL] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DIQ4_NL>>;
     k.qgemv_fused[(int)QType::Q4_K] = avx2::qgemv_fused_avx2<avx2::Q4KSource>;
     k.qgemv_fused[(int)QType::Q6_K] = avx2::qgemv_fused_avx2<avx2::Q6KSource>;
+    k.unpack[(int)QType::Q4_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ4_0>>;
+    k.unpack[(int)QType::Q4_1] = avx2::unpack_source<avx2::BlockSource<avx2::DQ4_1>>;
+    k.unpack[(int)QType::Q5_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ5_0>>;
+    k.unpack[(int)QType::Q5_1] = avx2::unpack_source<avx2::BlockSource<avx2::DQ5_1>>;
+    k.unpack[(int)QType::Q8_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ8_0>>;
+    k.unpack[(int)QType::IQ4_NL] = avx2::unpack_source<avx2::BlockSource<avx2::DIQ4_NL>>;
+    k.unpack[(int)QType::Q4_K] = avx2::unpack_source<avx2::Q4KSource>;
+    k.unpack[(int)QType::Q6_K] = avx2::unpack_source<avx2::Q6KSource>;
     return k;
   }();
   return &t;
