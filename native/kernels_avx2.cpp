@@ -145,16 +145,15 @@ static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles
   return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
 }
 static inline __m256i high_bit5(const uint8_t* qh) {  // bit j of a little-endian u32 -> 0x10 in byte j
-  uint32_t h;
-  std::memcpy(&h, qh, 4);
-  // byte j (t = j % 8) takes bit j at bit t + 4 of byte j/8 of h << 4 when t < 4, else at bit t of byte j/8
-  // of h; masking that bit leaves 0 or a power of two >= 16, and min(., 16) makes it 0 or 16
-  const uint64_t hh = (uint64_t)h | (uint64_t)(h << 4) << 32;
-  const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)hh),
-                                          _mm256_set_epi64x(0x0303030307070707, 0x0202020206060606,
-                                                            0x0101010105050505, 0x0000000004040404));
-  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201080402010ull);
-  return _mm256_min_epu8(_mm256_and_si256(rep, bit), _mm256_set1_epi8(16));
+  int32_t h;
+  std::memcpy(&h, qh, 4);  // broadcast straight from memory (a load, no ALU slot)
+  // byte j takes byte j/8 of h, keeps bit j%8, and becomes 0x10 where that bit is set (a variant taking the
+  // fifth bit with min(., 16) needs h << 4 moved in from a general register: one instruction more)
+  const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32(h),
+                                          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                            0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit), _mm256_set1_epi8(16));
 }
 static inline __m256i iq4_values(__m256i idx) {  // nibbles -> kvalues_iq4nl (signed bytes)
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_iq4nl)), idx);
