@@ -319,13 +319,12 @@ struct UnpackedSource {
   }
 };
 
-// RN rows r0 .. r0 + RN - 1 (1 in use), C columns c0 .. c0 + C - 1 (compile-time counts: registers)
-template <class S, int C, int RN>
-static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLanes& X, int c0, float* acc) {
+// row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers)
+template <class S, int C>
+static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, float* acc) {
   constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
-  __m256 af[C][RN];
-  for (int j = 0; j < C; ++j)
-    for (int i = 0; i < RN; ++i) af[j][i] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+  __m256 af[C];
+  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
   const int nsteps = kc / 32;
   for (int s0 = 0; s0 < nsteps; s0 += 8) {
     const int ns = S::FULL ? 8 : std::min(8, nsteps - s0), ng = ns * GS;
@@ -335,16 +334,14 @@ static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLan
     auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
       return S::FULL ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
     };
-    __m256 sx[RN][C][GS];  // group scale * dx of the group's activation block, lane g = group 8h + g
-    for (int i = 0; i < RN; ++i) {
-      __m256 sv[GS], mv[GS];
-      src.prep(r0 + i, s0, ns, pf, sv, mv);
-      for (int j = 0; j < C; ++j) {
-        const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
-        for (int h = 0; h < GS; ++h) {
-          sx[i][j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
-          if (S::MIN) af[j][i] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), af[j][i]);
-        }
+    __m256 sx[C][GS];  // group scale * dx of the group's activation block, lane g = group 8h + g
+    __m256 sv[GS], mv[GS];
+    src.prep(r, s0, ns, pf, sv, mv);
+    for (int j = 0; j < C; ++j) {
+      const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
+      for (int h = 0; h < GS; ++h) {
+        sx[j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
+        if (S::MIN) af[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), af[j]);
       }
     }
     for (int q = 0; q < ns; ++q) {
@@ -352,24 +349,18 @@ static inline void gemv_pass(const S& src, size_t pf, int r0, int kc, const XLan
       const __m256i sel = G == 32 ? _mm256_set1_epi32(q)
                                   : _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1, 2 * q + 1,
                                                       2 * q + 1);
-      __m256i xv[C], xc[C];
+      const __m256i u = src.weights(r, s0, q);
       for (int j = 0; j < C; ++j) {
-        xv[j] = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 32 * (s0 + q)));
-        if (S::OFF) xc[j] = _mm256_loadu_si256((const __m256i*)(X.xce + (size_t)(c0 + j) * X.ldl + 8 * (s0 + q)));
-      }
-      for (int i = 0; i < RN; ++i) {
-        const __m256i u = src.weights(r0 + i, s0, q);
-        for (int j = 0; j < C; ++j) {
-          __m256i v = dot4<S::SIGNED>(u, xv[j]);
-          if (S::OFF) v = _mm256_add_epi32(v, xc[j]);
-          const __m256 sc = _mm256_permutevar8x32_ps(sx[i][j][G == 32 ? 0 : q >> 2], sel);
-          af[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, af[j][i]);
-        }
+        const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 32 * (s0 + q)));
+        __m256i v = dot4<S::SIGNED>(u, xv);
+        if (S::OFF)
+          v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i*)(X.xce + (size_t)(c0 + j) * X.ldl + 8 * (s0 + q))));
+        const __m256 sc = _mm256_permutevar8x32_ps(sx[j][G == 32 ? 0 : q >> 2], sel);
+        af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, af[j]);
       }
     }
   }
-  for (int j = 0; j < C; ++j)
-    for (int i = 0; i < RN; ++i) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16, af[j][i]);
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, af[j]);
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -408,7 +399,7 @@ static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, c
   // follow; passes of 2 or 4 rows (four interleaved streams) decoded the 0.5B at 24 tok/s instead of 34-40
   auto cols = [&](int c0, auto CC) {
     constexpr int C = decltype(CC)::value;
-    for (int r = 0; r < nr; ++r) gemv_pass<S, C, 1>(src, pf, r, kc, X, c0, acc);
+    for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, acc);
   };
   int c = 0;
   for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
@@ -470,22 +461,20 @@ const KernelTable* kernels_avx2() {
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
     k.interleave16 = avx2::interleave16_avx2;
     k.reduce16 = avx2::reduce16_avx2;
-    k.qgemv_fused[(int)QType::Q4_0] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ4_0>>;
-    k.qgemv_fused[(int)QType::Q4_1] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ4_1>>;
-    k.qgemv_fused[(int)QType::Q5_0] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ5_0>>;
-    k.qgemv_fused[(int)QType::Q5_1] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ5_1>>;
-    k.qgemv_fused[(int)QType::Q8_0] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DQ8_0>>;
-    k.qgemv_fused[(int)QType::IQ4_NL] = avx2::qgemv_fused_avx2<avx2::BlockSource<avx2::DIQ4_NL>>;
-    k.qgemv_fused[(int)QType::Q4_K] = avx2::qgemv_fused_avx2<avx2::Q4KSource>;
-    k.qgemv_fused[(int)QType::Q6_K] = avx2::qgemv_fused_avx2<avx2::Q6KSource>;
-    k.unpack[(int)QType::Q4_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ4_0>>;
-    k.unpack[(int)QType::Q4_1] = avx2::unpack_source<avx2::BlockSource<avx2::DQ4_1>>;
-    k.unpack[(int)QType::Q5_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ5_0>>;
-    k.unpack[(int)QType::Q5_1] = avx2::unpack_source<avx2::BlockSource<avx2::DQ5_1>>;
-    k.unpack[(int)QType::Q8_0] = avx2::unpack_source<avx2::BlockSource<avx2::DQ8_0>>;
-    k.unpack[(int)QType::IQ4_NL] = avx2::unpack_source<avx2::BlockSource<avx2::DIQ4_NL>>;
-    k.unpack[(int)QType::Q4_K] = avx2::unpack_source<avx2::Q4KSource>;
-    k.unpack[(int)QType::Q6_K] = avx2::unpack_source<avx2::Q6KSource>;
+    using namespace avx2;
+    auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack
+      using S = decltype(src);
+      k.qgemv_fused[(int)t] = qgemv_fused_avx2<S>;
+      k.unpack[(int)t] = unpack_source<S>;
+    };
+    source(QType::Q4_0, BlockSource<DQ4_0>{});
+    source(QType::Q4_1, BlockSource<DQ4_1>{});
+    source(QType::Q5_0, BlockSource<DQ5_0>{});
+    source(QType::Q5_1, BlockSource<DQ5_1>{});
+    source(QType::Q8_0, BlockSource<DQ8_0>{});
+    source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
+    source(QType::Q4_K, Q4KSource{});
+    source(QType::Q6_K, Q6KSource{});
     return k;
   }();
   return &t;
