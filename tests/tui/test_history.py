@@ -54,11 +54,16 @@ async def send(pilot, text: str) -> None:
     await wait_for(pilot, lambda: app.reply is None and len(app.history) == n + 2)
 
 
+
+def saved_app(tmp_path):
+    """A chat app on a fake engine answering "Hello", saving to a fresh History: (history, llm, app)."""
+    h = History(tmp_path / "chat.sqlite3")
+    llm = FakeLLM(["Hello"])
+    return h, llm, ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+
 def test_app_saves_lists_resumes_and_deletes(tmp_path):
     async def go():
-        h = History(tmp_path / "chat.sqlite3")
-        llm = FakeLLM(["Hello"])
-        app = ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+        h, llm, app = saved_app(tmp_path)
         async with app.run_test(size=(120, 30)) as pilot:
             panel = app.query_one(Sidebar)
             assert panel.display  # wide enough: the panel shows
@@ -103,9 +108,7 @@ def test_app_saves_lists_resumes_and_deletes(tmp_path):
 
 def test_deleting_the_conversation_while_its_reply_streams(tmp_path):
     async def go():
-        h = History(tmp_path / "chat.sqlite3")
-        llm = FakeLLM(["Hello"])
-        app = ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+        h, llm, app = saved_app(tmp_path)
         async with app.run_test(size=(120, 30)) as pilot:
             panel = app.query_one(Sidebar)
             await send(pilot, "one")
@@ -146,8 +149,7 @@ def test_rename_persists_and_shows_in_the_panel(tmp_path):
     from localllm.tui.rename import RenameScreen
 
     async def go():
-        h = History(tmp_path / "chat.sqlite3")
-        app = ChatApp(ChatEngine(FakeLLM(["Hello"]), "fake:1b"), saved=h)
+        h, _, app = saved_app(tmp_path)
         async with app.run_test(size=(120, 30)) as pilot:
             await send(pilot, "what is a monad")
             cid = app.conversation_id
