@@ -48,7 +48,7 @@ struct XLanes {
   const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights
   const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq (0 for types with a min)
   size_t ldl;
-  const float* xm;     // [n][K/G] dx * sum(xq over the group) (types with a min)
+  const float* xm;     // [n][K/G] dx * sum(xq over the group) (every type: offset types may use it instead of xce)
   size_t ldg;
   const float* xd;     // [n][K/G] dx of the 32-block holding each group (leading dimension ldg)
 };

@@ -136,10 +136,7 @@ static void interleave16_avx2(const uint8_t* u_rows, int kc, uint8_t* u_il) {
 // acc: [n][16 rows][16 lanes] (kernels.h); lane l < 8 of a row sums int32 lane l of every step (4 weights a
 // lane); lanes 8..15 keep the caller's zeros. Per step and column: maddubs + madd (exact int32 sums of 4
 // products: unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use
-// |w| * sign(x, w)), the offset correction from X.xce, one float multiply-add by the group scale times dx.
-// Scales stay in registers (a span's 8 or 16 group scales, one lane each) and are broadcast per step with
-// a permute: spilling them, or building them in a byte array and reloading it wider, stalls on store
-// forwarding.
+// |w| * sign(x, w)), one float multiply-add by the group scale times dx (gemv_row).
 static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles (16) | hi nibbles (16)]
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
   return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
@@ -187,8 +184,9 @@ static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
 }
 
 // A weight source yields a row's weights a span of up to 8 steps (256 weights) at a time:
-//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected by X.xce;
+//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected per span from X.xm;
 //   SIGNED: w = s*u with u signed (offset 128 types: no correction); FULL: spans are always 8 steps (K-quants)
+//   offset(): the OFF types' offset (w = s*(u - offset))
 //   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
 //     m likewise for MIN; prefetches the span's bytes pf bytes ahead (fused sources)
 //   weights(r, s0, q): the 32 weights of step s0 + q in activation order
@@ -199,6 +197,7 @@ struct BlockSource {
   using Block = typename D::Block;
   const uint8_t* w;
   size_t row_bytes;
+  static constexpr int offset() { return D::OFFSET; }
   const Block* blk(int r, int step) const { return (const Block*)(w + (size_t)r * row_bytes) + step; }
   void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256* m) const {
     const uint8_t* p = (const uint8_t*)blk(r, s0);
@@ -211,31 +210,37 @@ struct BlockSource {
 struct DQ4_0 {
   using Block = block_q4_0;
   static constexpr bool MIN = false, OFF = true, SIGNED = false;
+  static constexpr int OFFSET = 8;
   static __m256i weights(const Block& b) { return nibbles32(b.qs); }
 };
 struct DQ4_1 {
   using Block = block_q4_1;
   static constexpr bool MIN = true, OFF = false, SIGNED = false;
+  static constexpr int OFFSET = 0;
   static __m256i weights(const Block& b) { return nibbles32(b.qs); }
 };
 struct DQ5_0 {
   using Block = block_q5_0;
   static constexpr bool MIN = false, OFF = true, SIGNED = false;
+  static constexpr int OFFSET = 16;
   static __m256i weights(const Block& b) { return _mm256_or_si256(nibbles32(b.qs), high_bit5(b.qh)); }
 };
 struct DQ5_1 {
   using Block = block_q5_1;
   static constexpr bool MIN = true, OFF = false, SIGNED = false;
+  static constexpr int OFFSET = 0;
   static __m256i weights(const Block& b) { return _mm256_or_si256(nibbles32(b.qs), high_bit5(b.qh)); }
 };
 struct DQ8_0 {
   using Block = block_q8_0;
   static constexpr bool MIN = false, OFF = false, SIGNED = true;
+  static constexpr int OFFSET = 0;
   static __m256i weights(const Block& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
 };
 struct DIQ4_NL {
   using Block = block_iq4_nl;
   static constexpr bool MIN = false, OFF = false, SIGNED = true;
+  static constexpr int OFFSET = 0;
   static __m256i weights(const Block& b) { return iq4_values(nibbles32(b.qs)); }
 };
 
@@ -244,6 +249,7 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   static constexpr bool MIN = true, OFF = false, SIGNED = false, FULL = true;
   const uint8_t* w;
   size_t row_bytes;
+  static constexpr int offset() { return 0; }
   const block_q4_K* sb(int r, int s0) const { return (const block_q4_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_K& b = *sb(r, s0);
@@ -269,6 +275,7 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
   static constexpr bool MIN = false, OFF = true, SIGNED = false, FULL = true;
   const uint8_t* w;
   size_t row_bytes;
+  static constexpr int offset() { return 32; }
   const block_q6_K* sb(int r, int s0) const { return (const block_q6_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256*) const {
     const block_q6_K& b = *sb(r, s0);
@@ -304,7 +311,8 @@ struct UnpackedSource {
   const uint8_t* u;
   const float* s;
   const float* m;
-  int sw, kc;
+  int sw, kc, off;
+  int offset() const { return off; }
   void prep(int r, int s0, int ns, size_t, __m256* so, __m256* mo) const {
     const int g0 = s0 * 32 / G, ng = ns * 32 / G;
     for (int h = 0; h < 32 / G; ++h) {
@@ -319,12 +327,22 @@ struct UnpackedSource {
   }
 };
 
-// row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers)
+// row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers). Per step and
+// column: the weight bytes' dot4 with the activations, converted and multiplied by the step's scale (group
+// scale * dx, broadcast from a per-span table on the stack: a load, where a permute from a register costs a
+// shuffle and rebuilding its index another two), into one of two accumulators (even and odd steps: halves the
+// multiply-add dependency chain). The offset of OFF types is applied per span in float, as the min of MIN
+// types is: sum_g s_g * (-offset) * dx_g * sum(xq over g), from X.xm; vector ALU slots are what limits these
+// kernels (two cores reach the read bandwidth only below about 12 vector instructions per 32 weights).
 template <class S, int C>
 static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, float* acc) {
   constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
-  __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
+  __m256 a0[C], a1[C];  // even and odd steps
+  for (int j = 0; j < C; ++j) {
+    a0[j] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
+    a1[j] = _mm256_setzero_ps();
+  }
+  const __m256 moff = _mm256_set1_ps(-(float)src.offset());
   const int nsteps = kc / 32;
   for (int s0 = 0; s0 < nsteps; s0 += 8) {
     const int ns = S::FULL ? 8 : std::min(8, nsteps - s0), ng = ns * GS;
@@ -334,33 +352,52 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
     auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
       return S::FULL ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
     };
-    __m256 sx[C][GS];  // group scale * dx of the group's activation block, lane g = group 8h + g
+    // group scale * dx of the group's activation block, lane g = group 8h + g: G = 32 broadcasts a step's
+    // lane from a stack copy, G = 16 permutes two lanes out of the register
+    alignas(32) float sx[C][8];
+    __m256 sxv[C][GS];
     __m256 sv[GS], mv[GS];
     src.prep(r, s0, ns, pf, sv, mv);
     for (int j = 0; j < C; ++j) {
       const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
       for (int h = 0; h < GS; ++h) {
-        sx[j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
-        if (S::MIN) af[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), af[j]);
+        sxv[j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
+        if (G == 32) _mm256_store_ps(sx[j], sxv[j][h]);
+        if (S::MIN) a0[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), a0[j]);
+        if (S::OFF) a1[j] = _mm256_fmadd_ps(_mm256_mul_ps(sv[h], moff), xload(X.xm + xo + 8 * h, h), a1[j]);
       }
     }
-    for (int q = 0; q < ns; ++q) {
-      // lanes of the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
-      const __m256i sel = G == 32 ? _mm256_set1_epi32(q)
-                                  : _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1, 2 * q + 1,
-                                                      2 * q + 1);
+    auto step = [&](int q, __m256* a) {
       const __m256i u = src.weights(r, s0, q);
       for (int j = 0; j < C; ++j) {
         const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 32 * (s0 + q)));
-        __m256i v = dot4<S::SIGNED>(u, xv);
-        if (S::OFF)
-          v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i*)(X.xce + (size_t)(c0 + j) * X.ldl + 8 * (s0 + q))));
-        const __m256 sc = _mm256_permutevar8x32_ps(sx[j][G == 32 ? 0 : q >> 2], sel);
-        af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, af[j]);
+        const __m256i v = dot4<S::SIGNED>(u, xv);
+        // the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
+        const __m256 sc =
+            G == 32 ? _mm256_broadcast_ss(sx[j] + q)
+                    : _mm256_permutevar8x32_ps(sxv[j][(q >> 2) & (GS - 1)],
+                                               _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1,
+                                                                 2 * q + 1, 2 * q + 1));
+        a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, a[j]);
+      }
+    };
+    if (S::FULL) {  // a compile-time count: unrolled, each step's field offsets are constants
+#pragma GCC unroll 4
+      for (int q = 0; q < 8; q += 2) {
+        step(q, a0);
+        step(q + 1, a1);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int q = 0; q < 8; q += 2) {
+        if (q >= ns) break;
+        step(q, a0);
+        if (q + 1 < ns) step(q + 1, a1);
       }
     }
   }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, af[j]);
+  for (int j = 0; j < C; ++j)
+    _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm256_add_ps(a0[j], a1[j]));
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -412,18 +449,18 @@ static void qgemv_fused_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc,
 }
 
 template <bool Min, bool Off, bool Signed, int Group>
-static void gemv_unpacked(const uint8_t* u, const float* s, const float* m, int sw, int kc, int nr, int n,
+static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s, const float* m, int sw, int kc, int nr, int n,
                           const XLanes& X, float* acc) {
-  gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc}, 0, nr, kc, n, X, acc);
+  gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, acc);
 }
 
 static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
                              int kc, int nr, int n, const XLanes& X, float* acc) {
-  if (L.offset == 128) gemv_unpacked<false, false, true, 32>(u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.group == 32 && L.has_min) gemv_unpacked<true, false, false, 32>(u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.group == 32) gemv_unpacked<false, true, false, 32>(u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.has_min) gemv_unpacked<true, false, false, 16>(u_rows, s, m, sw, kc, nr, n, X, acc);
-  else gemv_unpacked<false, true, false, 16>(u_rows, s, m, sw, kc, nr, n, X, acc);
+  if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
+  else if (L.group == 32 && L.has_min) gemv_unpacked<true, false, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
+  else if (L.group == 32) gemv_unpacked<false, true, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
+  else if (L.has_min) gemv_unpacked<true, false, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
+  else gemv_unpacked<false, true, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
 }
 
 // 8 rows at a time: transpose the 8 x 16 block (two 8 x 8 dword transposes), then add the 16 lane vectors in

@@ -127,7 +127,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
   std::vector<int32_t>& xc = tls_xc;
   const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j] or, for the small-N path, [c][g]
   xd.assign(n_slots, 0.f);
-  xm.assign(L.has_min ? n_slots : 1, 0.f);
+  xm.assign(L.has_min || gemv ? n_slots : 1, 0.f);
   xc.assign(n_slots, 0);
   if (!gemv) xp.assign((size_t)n_pad * k, 0);
   for (int c = 0; c < n; ++c)
@@ -139,7 +139,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       const size_t slot = gemv ? (size_t)c * ng + g : ((size_t)(c / CB) * ng + g) * CB + c % CB;
       xd[slot] = d;
       xc[slot] = -L.offset * sum;
-      if (L.has_min) xm[slot] = d * (float)sum;
+      if (L.has_min || gemv) xm[slot] = d * (float)sum;  // the small-N kernels may fold the offset in with it
       if (!gemv) std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
     }
 
@@ -195,7 +195,7 @@ static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_
       }
       if (gemv) {
         const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
-                        L.has_min ? xm.data() + k0 / G : nullptr, (size_t)ng, xd.data() + k0 / G};
+                        xm.data() + k0 / G, (size_t)ng, xd.data() + k0 / G};
         if (fused) {
           fused(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, n, Xl, S.acc);
           continue;
