@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels.h"
+#include "matmul.h"
 #include "thread_pool.h"
 
 namespace lll {
@@ -18,6 +19,8 @@ class Backend {
   // y: [n][m] = W [m][k] (type_id rows, row_bytes apart) times x: [n][k]
   virtual void matmul(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
                       float* y) = 0;
+  // y_j = W_j x for products sharing x: [n][k] (one activation quantization, one dispatch at small n)
+  virtual void matmul_multi(const MatmulJob* jobs, int n_jobs, int k, const float* x, int n) = 0;
   // out: [rows][k]
   virtual void dequantize(int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) = 0;
 };
@@ -28,6 +31,7 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   void matmul(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
               float* y) override;
+  void matmul_multi(const MatmulJob* jobs, int n_jobs, int k, const float* x, int n) override;
   void dequantize(int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) override;
 
   const KernelTable& kernels() const { return *kt_; }

@@ -59,7 +59,8 @@ void check_rows(const py::array& w, const char* what) {
   if (w.strides(0) < w.shape(1)) throw std::invalid_argument(std::string(what) + " rows overlap");
 }
 
-py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::array& x_in) {
+// the checked x [n][k] float32 of a product with weight rows w of type_id
+py::array_t<float, py::array::c_style> checked_product(int type_id, const py::array& w, int k, const py::array& x_in) {
   check_rows(w, "weights");
   if (x_in.ndim() != 2) throw std::invalid_argument("x must be 2-D [n, k] float32");
   if (!py::isinstance<py::array_t<float>>(x_in)) throw std::invalid_argument("x must be float32");
@@ -73,6 +74,11 @@ py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::a
   if (w.shape(1) != (py::ssize_t)(k / ti->block_size) * ti->type_size)
     throw std::invalid_argument(std::string(ti->name) + ": weight rows are " + std::to_string(w.shape(1)) +
                                 " bytes, expected " + std::to_string(k / ti->block_size * ti->type_size) + " for k=" + std::to_string(k));
+  return x;
+}
+
+py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::array& x_in) {
+  auto x = checked_product(type_id, w, k, x_in);
   const int m = (int)w.shape(0), n = (int)x.shape(0);
   py::array_t<float> y({(py::ssize_t)n, (py::ssize_t)m});
   const uint8_t* wp = (const uint8_t*)w.data();
@@ -85,6 +91,29 @@ py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::a
     be.matmul(type_id, wp, stride, m, k, xp, n, yp);
   }
   return y;
+}
+
+// products: [(type_id, rows)] sharing x -> [y [n, m_j]]
+py::list matmul_multi_py(const std::vector<std::pair<int, py::array>>& products, int k, const py::array& x_in) {
+  if (products.empty()) throw std::invalid_argument("matmul_multi needs at least one product");
+  std::vector<MatmulJob> jobs;
+  std::vector<py::array_t<float>> ys;
+  py::array_t<float, py::array::c_style> x;
+  for (const auto& [type_id, w] : products) {
+    x = checked_product(type_id, w, k, x_in);
+    ys.emplace_back(std::vector<py::ssize_t>{x.shape(0), w.shape(0)});
+    jobs.push_back({type_id, (const uint8_t*)w.data(), (size_t)w.strides(0), (int)w.shape(0), ys.back().mutable_data()});
+  }
+  const int n = (int)x.shape(0);
+  const float* xp = x.data();
+  CpuBackend& be = backend();
+  {
+    py::gil_scoped_release nogil;
+    be.matmul_multi(jobs.data(), (int)jobs.size(), k, xp, n);
+  }
+  py::list out;
+  for (auto& y : ys) out.append(y);
+  return out;
 }
 
 py::array_t<float> dequantize_py(int type_id, const py::array& w, int k) {
@@ -464,6 +493,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("type_supported", [](int id) { return type_info(id) != nullptr; });
   m.def("matmul", &matmul_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
         "y[n, m] = x[n, k] @ W[m, k]^T for GGML-typed weight rows");
+  m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
+        "[x @ W_j^T] for [(type_id, W_j)] sharing x: one activation quantization, one dispatch at small n");
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
   m.def("quantize_x", &quantize_x_py, py::arg("x"), "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16])");
   m.def("stream_read", &stream_read_py, py::arg("buf"));

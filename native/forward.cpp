@@ -151,6 +151,16 @@ void Model::matmul(const WeightView& w, const float* x, int n, float* y) {
   lll::matmul(*kt_, w.type, w.data, w.row_bytes, w.rows, w.row_len, x, n, y, pool_);
 }
 
+void Model::matmul(std::initializer_list<std::pair<const WeightView*, float*>> products, const float* x, int n) {
+  MatmulJob jobs[4];
+  int nj = 0, k = 0;
+  for (const auto& p : products) {
+    jobs[nj++] = {p.first->type, p.first->data, p.first->row_bytes, p.first->rows, p.second};
+    k = p.first->row_len;  // the products of one call share x, so their row lengths agree (checked at load)
+  }
+  matmul_multi(*kt_, jobs, nj, k, x, n, pool_);
+}
+
 void Model::check(const StepBatch& b) const {
   const int bs = kv_.block_size(), T = b.n_tokens;
   if (T <= 0) throw std::invalid_argument("a step needs at least one token");
@@ -272,9 +282,7 @@ void Model::forward(const StepBatch& b, float* logits) {
     const LayerWeights& L = w_.layers[l];
     const LayerNorms& N = norms_[l];
     rms_norm(h.data(), N.attn_norm, T, d, c.rms_eps, a.data());
-    matmul(L.attn_q, a.data(), T, q.data());
-    matmul(L.attn_k, a.data(), T, k.data());
-    matmul(L.attn_v, a.data(), T, v.data());
+    matmul({{&L.attn_q, q.data()}, {&L.attn_k, k.data()}, {&L.attn_v, v.data()}}, a.data(), T);
     add_bias(q.data(), N.q_bias, T, qd);
     add_bias(k.data(), N.k_bias, T, kvd);
     add_bias(v.data(), N.v_bias, T, kvd);
@@ -326,8 +334,7 @@ void Model::forward(const StepBatch& b, float* logits) {
     for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
 
     rms_norm(h.data(), N.ffn_norm, T, d, c.rms_eps, a.data());
-    matmul(L.ffn_gate, a.data(), T, g.data());
-    matmul(L.ffn_up, a.data(), T, u.data());
+    matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
       const int parts = n >= (1u << 16) ? 4 * pool_.size() : 1;

@@ -2,6 +2,8 @@
 // the memory-mapped GGUF file, the paged KV cache, and the forward step: one call per engine step over
 // a flat batch of tokens from any number of sequences (prefill, decode and mixed alike).
 #pragma once
+#include <initializer_list>
+#include <utility>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -120,6 +122,8 @@ class Model {
   const float* vector_of(const WeightView& w, int n, const char* name);
   void check(const StepBatch& b) const;
   void matmul(const WeightView& w, const float* x, int n, float* y);
+  // several products of one input x [n][row_len] (q/k/v, gate/up: at most 4), each into its own y
+  void matmul(std::initializer_list<std::pair<const WeightView*, float*>> products, const float* x, int n);
 
   ModelConfig cfg_;
   ModelWeights w_;

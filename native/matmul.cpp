@@ -103,125 +103,204 @@ void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx,
   else for (int c = 0; c < n; ++c) row(c, 0);
 }
 
-static void matmul_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
-                         const float* x, int n, float* y, ThreadPool& pool) {
-  const QuantLayout L = quant_layout(ti.type);
-  const UnpackFn unpack = kt.unpack[(int)ti.type];
+// the small-N activation tables of one weight layout (XLanes): per group [c][k/G] (dx, dx * sum(xq)) and
+// per 4-weight lane [c][k/4] (dx, -offset * sum of the 4 xq)
+struct LaneTables {
+  QuantLayout L{};
+  std::vector<float> xd, xm, dxe;
+  std::vector<int32_t> xce;
+  void build(const QuantLayout& layout, const QuantizedX& X) {
+    L = layout;
+    const int n = X.n, k = X.k, G = L.group, ng = k / G;
+    xd.resize((size_t)n * ng);
+    xm.resize((size_t)n * ng);
+    for (int c = 0; c < n; ++c)
+      for (int g = 0; g < ng; ++g) {
+        const int k0 = g * G;
+        int32_t sum = 0;
+        for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
+        const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
+        xd[(size_t)c * ng + g] = d;
+        xm[(size_t)c * ng + g] = d * (float)sum;  // the min of MIN types; offset types may fold their offset in
+      }
+    dxe.resize((size_t)n * (k / 4));
+    xce.resize((size_t)n * (k / 4));
+    for (int c = 0; c < n; ++c)
+      for (int l = 0; l < k / 4; ++l) {
+        const int8_t* q = X.xq.data() + (size_t)c * k + 4 * l;
+        dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
+        xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
+      }
+  }
+};
+
+// small N (<= GEMV_MAX_N activation rows): lanes along k, no interleave. Several products sharing x (q/k/v,
+// gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to back,
+// and each dispatch costs a wake-up and a wait for the slowest thread.
+static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
+                      ThreadPool& pool) {
   // thread_local storage is named through references: a lambda body naming a thread_local would
   // reach the worker thread's own (empty) instance
   thread_local QuantizedX tls_x;
-  thread_local std::vector<float> tls_xd, tls_xm, tls_dxe;
-  thread_local std::vector<int32_t> tls_xc, tls_xce;
+  thread_local std::vector<LaneTables> tls_tables;
+  QuantizedX& X = tls_x;
+  std::vector<LaneTables>& tables = tls_tables;
+  quantize_x(kt, x, n, k, k, X, pool);
+  if ((int)tables.size() < n_jobs) tables.resize(n_jobs);
+  std::vector<int> table_of(n_jobs);
+  for (int j = 0; j < n_jobs; ++j) {  // one table set per distinct layout
+    const QuantLayout L = quant_layout((QType)jobs[j].type_id);
+    table_of[j] = j;
+    for (int i = 0; i < j; ++i) {
+      const QuantLayout& M = tables[table_of[i]].L;
+      if (table_of[i] == i && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
+        table_of[j] = i;
+        break;
+      }
+    }
+    if (table_of[j] == j) tables[j].build(L, X);
+  }
+
+  // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), 8 per
+  // thread and product so a thread the OS delays does not hold up the others (16 measured slower on the 1.5B,
+  // its ranges too short for the prefetchers)
+  struct Part {
+    int job, t0, t1;
+  };
+  std::vector<Part> parts;
+  const int nt = pool.size();
+  for (int j = 0; j < n_jobs; ++j) {
+    const int n_tiles = (jobs[j].m + TILE_M - 1) / TILE_M;
+    const int np = std::min(n_tiles, nt == 1 ? 1 : 8 * nt);
+    for (int p = 0; p < np; ++p)
+      parts.push_back({j, (int)((int64_t)n_tiles * p / np), (int)((int64_t)n_tiles * (p + 1) / np)});
+  }
+  const size_t acc_n = (size_t)TILE_M * n * 16;  // [n][16 rows][16 lanes]
+  auto tile_fn = [&](const MatmulJob& J, const LaneTables& T, int tile) {
+    const TypeInfo& ti = *type_info(J.type_id);
+    const QuantLayout& L = T.L;
+    const int G = L.group, ng = k / G;
+    const auto fused = kt.qgemv_fused[J.type_id];
+    // weights per chunk: the fused kernels take what their table asks (AVX2: whole rows, each row streamed
+    // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy
+    const int ck = fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
+    const int cu = fused ? 0 : ck;
+    const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);  // floats per row in the scale tables
+    thread_local Arena arena;
+    uint8_t* cur = arena.reserve(padded(TILE_M * cu) + 2 * padded(sizeof(float) * TILE_M * sw) +
+                                 padded(sizeof(float) * acc_n));
+    uint8_t* u_rows = carve<uint8_t>(cur, TILE_M * cu);
+    float* s_rows = carve<float>(cur, TILE_M * sw);
+    float* m_rows = carve<float>(cur, TILE_M * sw);
+    float* acc = carve<float>(cur, acc_n);
+    const int r0 = tile * TILE_M, nr = std::min(TILE_M, J.m - r0);
+    std::memset(acc, 0, sizeof(float) * acc_n);
+    for (int k0 = 0; k0 < k; k0 += ck) {
+      const int kc = std::min(ck, k - k0);
+      const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
+      const XLanes Xl{X.xq.data() + k0, (size_t)k,         T.dxe.data() + k0 / 4, T.xce.data() + k0 / 4, (size_t)k / 4,
+                      T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
+      if (fused) {
+        fused(w, J.row_bytes, nr, kc, n, Xl, acc);
+        continue;
+      }
+      if (r0 + TILE_M < J.m) {  // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside)
+        const size_t cbytes = (size_t)(kc / ti.block_size) * ti.type_size;
+        const int nn = std::min(TILE_M, J.m - r0 - TILE_M);
+        for (int r = 0; r < nn; ++r)
+          for (size_t off = 0; off < cbytes; off += 64) __builtin_prefetch(w + (size_t)(TILE_M + r) * J.row_bytes + off, 0, 2);
+      }
+      kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
+      kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, acc);
+    }
+    for (int c = 0; c < n; ++c) kt.reduce16(acc + (size_t)c * TILE_M * 16, nr, J.y + (size_t)c * J.m + r0);
+  };
+  pool.run((int)parts.size(), [&](int p, int) {
+    const Part& P = parts[p];
+    for (int t = P.t0; t < P.t1; ++t) tile_fn(jobs[P.job], tables[table_of[P.job]], t);
+  });
+}
+
+// larger N: 16-row tiles unpacked and interleaved, panels of qgemm_cb columns
+static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
+                       const float* x, int n, float* y, ThreadPool& pool) {
+  const QuantLayout L = quant_layout(ti.type);
+  const UnpackFn unpack = kt.unpack[(int)ti.type];
+  thread_local QuantizedX tls_x;
+  thread_local std::vector<float> tls_xd, tls_xm;
+  thread_local std::vector<int32_t> tls_xc;
+  thread_local std::vector<int8_t> tls_xp;
   QuantizedX& X = tls_x;
   quantize_x(kt, x, n, k, k, X, pool);
 
   // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
   const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
-  const bool gemv = kt.qgemv_chunk && n <= GEMV_MAX_N;
-  const auto fused = gemv ? kt.qgemv_fused[(int)ti.type] : nullptr;
-  const int n_panels = (n + CB - 1) / CB, n_pad = gemv ? n : n_panels * CB;
-  thread_local std::vector<int8_t> tls_xp;
+  const int n_panels = (n + CB - 1) / CB, n_pad = n_panels * CB;
   std::vector<int8_t>& xp = tls_xp;
   std::vector<float>& xd = tls_xd;
   std::vector<float>& xm = tls_xm;
   std::vector<int32_t>& xc = tls_xc;
-  const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j] or, for the small-N path, [c][g]
+  const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j]
   xd.assign(n_slots, 0.f);
-  xm.assign(L.has_min || gemv ? n_slots : 1, 0.f);
+  xm.assign(L.has_min ? n_slots : 1, 0.f);
   xc.assign(n_slots, 0);
-  if (!gemv) xp.assign((size_t)n_pad * k, 0);
+  xp.assign((size_t)n_pad * k, 0);
   for (int c = 0; c < n; ++c)
     for (int g = 0; g < ng; ++g) {
       const int k0 = g * G;
       int32_t sum = 0;
       for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
       const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
-      const size_t slot = gemv ? (size_t)c * ng + g : ((size_t)(c / CB) * ng + g) * CB + c % CB;
+      const size_t slot = ((size_t)(c / CB) * ng + g) * CB + c % CB;
       xd[slot] = d;
       xc[slot] = -L.offset * sum;
-      if (L.has_min || gemv) xm[slot] = d * (float)sum;  // the small-N kernels may fold the offset in with it
-      if (!gemv) std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
+      if (L.has_min) xm[slot] = d * (float)sum;
+      std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
     }
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
   const int nt = pool.size();
-  // weights per chunk: the fused small-N kernels take what their table asks (AVX2: whole rows, each row
-  // streamed front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34); they keep no
-  // unpacked copy, so cu, the unpacked chunk, is 0 for them
-  const int ck = fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : gemv ? GEMV_CHUNK_K : CHUNK_K;
-  const int cu = fused ? 0 : ck;
-  const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);     // floats per row in the scale tables
-  std::vector<float>& dxe = tls_dxe;
-  std::vector<int32_t>& xce = tls_xce;
-  dxe.resize(gemv ? (size_t)n * (k / 4) : 0);
-  xce.resize(gemv ? (size_t)n * (k / 4) : 0);
-  for (int c = 0; gemv && c < n; ++c)
-    for (int l = 0; l < k / 4; ++l) {
-      const int8_t* q = X.xq.data() + (size_t)c * k + 4 * l;
-      dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
-      xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
-    }
-  const size_t acc_n = (size_t)TILE_M * n_pad * (gemv ? 16 : 1);
-  const size_t scratch_bytes = 2 * padded(TILE_M * cu) + 4 * padded(sizeof(float) * TILE_M * sw) +
+  const int ck = CHUNK_K;
+  const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);  // floats per row in the scale tables
+  const size_t acc_n = (size_t)TILE_M * n_pad;
+  const size_t scratch_bytes = 2 * padded(TILE_M * ck) + 4 * padded(sizeof(float) * TILE_M * sw) +
                                padded(sizeof(float) * acc_n);
-  struct Scratch {
-    uint8_t *u_rows, *u_il;
-    float *s_rows, *m_rows, *s, *mm, *acc;
-  };
   auto tile_fn = [&](int tile) {
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(scratch_bytes);
-    Scratch S;
-    S.u_rows = carve<uint8_t>(cur, TILE_M * cu);
-    S.u_il = carve<uint8_t>(cur, TILE_M * cu);
-    S.s_rows = carve<float>(cur, TILE_M * sw);
-    S.m_rows = carve<float>(cur, TILE_M * sw);
-    S.s = carve<float>(cur, TILE_M * sw);
-    S.mm = carve<float>(cur, TILE_M * sw);
-    S.acc = carve<float>(cur, acc_n);
+    uint8_t* u_rows = carve<uint8_t>(cur, TILE_M * ck);
+    uint8_t* u_il = carve<uint8_t>(cur, TILE_M * ck);
+    float* s_rows = carve<float>(cur, TILE_M * sw);
+    float* m_rows = carve<float>(cur, TILE_M * sw);
+    float* s = carve<float>(cur, TILE_M * sw);
+    float* mm = carve<float>(cur, TILE_M * sw);
+    float* acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(S.acc, 0, sizeof(float) * acc_n);
+    std::memset(acc, 0, sizeof(float) * acc_n);
     for (int k0 = 0; k0 < k; k0 += ck) {
       const int kc = std::min(ck, k - k0);
       const size_t boff = (size_t)(k0 / ti.block_size) * ti.type_size;
-      if (!fused && r0 + TILE_M < m) {
-        // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside): an L1 prefetch
-        // (or none) leaves too few misses in flight to stream at full bandwidth
+      if (r0 + TILE_M < m) {
+        // the next tile's rows of this chunk, into L2: an L1 prefetch (or none) leaves too few misses in
+        // flight to stream at full bandwidth
         const size_t cbytes = (size_t)(kc / ti.block_size) * ti.type_size;
         const int nn = std::min(TILE_M, m - r0 - TILE_M);
         for (int r = 0; r < nn; ++r)
           for (size_t off = 0; off < cbytes; off += 64)
             __builtin_prefetch(w + (size_t)(r0 + TILE_M + r) * row_bytes + boff + off, 0, 2);
       }
-      if (gemv) {
-        const XLanes Xl{X.xq.data() + k0, (size_t)k, dxe.data() + k0 / 4, xce.data() + k0 / 4, (size_t)k / 4,
-                        xm.data() + k0 / G, (size_t)ng, xd.data() + k0 / G};
-        if (fused) {
-          fused(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, n, Xl, S.acc);
-          continue;
-        }
-        unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
-        kt.qgemv_chunk(L, S.u_rows, S.s_rows, S.m_rows, sw, kc, nr, n, Xl, S.acc);
-        continue;
-      }
-      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, S.u_rows, S.s_rows, S.m_rows, sw);
-      kt.interleave16(S.u_rows, kc, S.u_il);
-      kt.interleave16((const uint8_t*)S.s_rows, 4 * sw, (uint8_t*)S.s);
-      if (L.has_min) kt.interleave16((const uint8_t*)S.m_rows, 4 * sw, (uint8_t*)S.mm);
+      unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
+      kt.interleave16(u_rows, kc, u_il);
+      kt.interleave16((const uint8_t*)s_rows, 4 * sw, (uint8_t*)s);
+      if (L.has_min) kt.interleave16((const uint8_t*)m_rows, 4 * sw, (uint8_t*)mm);
       const XGroups Xg{xp.data(), xd.data(), xc.data(), L.has_min ? xm.data() : nullptr, ng, k0 / G, n_panels};
-      kt.qgemm_chunk(L, S.u_il, S.s, S.mm, kc, Xg, S.acc);
+      kt.qgemm_chunk(L, u_il, s, mm, kc, Xg, acc);
     }
-    if (!gemv) {  // one block copy per column: a row of y per column is a different page for large m
-      for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, S.acc + (size_t)c * TILE_M, sizeof(float) * nr);
-      return;
-    }
-    for (int c = 0; c < n; ++c) kt.reduce16(S.acc + (size_t)c * TILE_M * 16, nr, y + (size_t)c * m + r0);
+    // one block copy per column: a row of y per column is a different page for large m
+    for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, acc + (size_t)c * TILE_M, sizeof(float) * nr);
   };
-  // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it),
-  // a few ranges per thread so a thread the OS delays does not hold up the others (8 for small N, whose
-  // short calls otherwise leave one thread waiting up to an eighth of the call for the other; 16 measured
-  // slower on the 1.5B, its ranges too short for the prefetchers)
-  const int n_parts = std::min(n_tiles, nt == 1 ? 1 : (gemv ? 8 : 4) * nt);
+  // contiguous tile ranges, 4 per thread
+  const int n_parts = std::min(n_tiles, nt == 1 ? 1 : 4 * nt);
   pool.run(n_parts, [&](int part, int) {
     const int t0 = (int)((int64_t)n_tiles * part / n_parts), t1 = (int)((int64_t)n_tiles * (part + 1) / n_parts);
     for (int t = t0; t < t1; ++t) tile_fn(t);
@@ -256,14 +335,34 @@ static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_
   });
 }
 
+static void check_job(const KernelTable& kt, const MatmulJob& J, int k) {
+  const TypeInfo& ti = checked_type(kt, J.type_id, k);
+  if (J.row_bytes < (size_t)(k / ti.block_size) * ti.type_size)
+    throw std::invalid_argument(std::string(ti.name) + ": row stride too small for " + std::to_string(k) + " weights");
+}
+
 void matmul(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x,
             int n, float* y, ThreadPool& pool) {
-  const TypeInfo& ti = checked_type(kt, type_id, k);
-  if (row_bytes < (size_t)(k / ti.block_size) * ti.type_size)
-    throw std::invalid_argument(std::string(ti.name) + ": row stride too small for " + std::to_string(k) + " weights");
-  if (m <= 0 || n <= 0) return;
-  if (kt.unpack[type_id]) matmul_quant(kt, ti, w, row_bytes, m, k, x, n, y, pool);
-  else matmul_float(kt, ti, w, row_bytes, m, k, x, n, y, pool);
+  const MatmulJob J{type_id, w, row_bytes, m, y};
+  matmul_multi(kt, &J, 1, k, x, n, pool);
+}
+
+void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
+                  ThreadPool& pool) {
+  for (int j = 0; j < n_jobs; ++j) check_job(kt, jobs[j], k);
+  if (n <= 0) return;
+  int j0 = 0;
+  for (int j = 0; j <= n_jobs; ++j) {  // runs of quantized small-N products share one dispatch
+    const bool small = j < n_jobs && jobs[j].m > 0 && kt.unpack[jobs[j].type_id] && kt.qgemv_chunk && n <= GEMV_MAX_N;
+    if (small) continue;
+    if (j > j0) gemv_jobs(kt, jobs + j0, j - j0, k, x, n, pool);
+    j0 = j + 1;
+    if (j == n_jobs || jobs[j].m <= 0) continue;
+    const MatmulJob& J = jobs[j];
+    const TypeInfo& ti = *type_info(J.type_id);
+    if (kt.unpack[J.type_id]) gemm_quant(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
+    else matmul_float(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
+  }
 }
 
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) {

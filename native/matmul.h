@@ -25,6 +25,19 @@ void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx,
 void matmul(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x,
             int n, float* y, ThreadPool& pool);
 
+// One product of several sharing an input: W (m rows of type_id, row r at w + r * row_bytes) -> y [n][m].
+struct MatmulJob {
+  int type_id;
+  const uint8_t* w;
+  size_t row_bytes;
+  int m;
+  float* y;
+};
+// y_j = W_j x for every job, all with k weights a row and the same x [n][k]: small N (decode) quantizes x
+// once and runs the products as one pool dispatch. Throws as matmul does, before computing anything.
+void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
+                  ThreadPool& pool);
+
 // out: [rows][k] float
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out);
 

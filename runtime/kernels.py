@@ -75,6 +75,14 @@ def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str 
     return _native.matmul(type_id, rows, k, x)
 
 
+def matmul_multi(products: list[tuple[int, np.ndarray]], k: int, x: np.ndarray) -> list[np.ndarray]:
+    """[(type_id, rows uint8 [m_j, row_bytes])] sharing x: float32 [n, k] -> [float32 [n, m_j]], computed as
+    the forward pass computes q/k/v and gate/up (one activation quantization, one dispatch for small n)."""
+    for type_id, _ in products:
+        _check(quant_types.get(type_id), "weights")
+    return list(_native.matmul_multi(products, k, np.ascontiguousarray(x, dtype=np.float32)))
+
+
 def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
     """y = x @ W^T for a 2-D weight tensor W [n_rows, row_len]; x: [n, row_len] or [row_len]."""
     if len(t.dims) != 2:

@@ -164,3 +164,29 @@ def test_quant_table_matches_gguf_constants():
         qt = T(t.id)
         assert (t.block_size, t.type_size) == GGML_QUANT_SIZES[qt], t.name
         assert t.name == qt.name
+
+
+@pytest.mark.parametrize("n", [1, 3, 9])
+def test_matmul_multi_equals_separate_products(path, n):
+    """q/k/v and gate/up go through one call: mixed types (shared and distinct activation layouts, a float
+    type between quantized ones) must give exactly what separate products give, small n and large."""
+    kernels.configure(path=path, threads=2)
+    rng = np.random.default_rng(11)
+    k = 512
+    mix = [(T.Q5_0, 40), (T.Q8_0, 17), (T.Q5_0, 3), (T.F16, 5), (T.Q6_K, 33), (T.Q4_K, 16)]
+    products = [(int(qt), random_rows(qt, m, k, rng)) for qt, m in mix]
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    got = kernels.matmul_multi(products, k, x)
+    assert len(got) == len(products)
+    for (type_id, rows), y in zip(products, got):
+        assert y.shape == (n, rows.shape[0])
+        np.testing.assert_array_equal(y, kernels.matmul_raw(type_id, rows, k, x))
+
+
+def test_matmul_multi_rejects_a_product_of_another_row_length():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 256), dtype=np.float32)
+    good = (int(T.Q8_0), random_rows(T.Q8_0, 4, 256, rng))
+    bad = (int(T.Q8_0), random_rows(T.Q8_0, 4, 512, rng))
+    with pytest.raises(ValueError, match="Q8_0"):
+        kernels.matmul_multi([good, bad], 256, x)
