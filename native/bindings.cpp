@@ -136,17 +136,19 @@ py::array_t<float> dequantize_py(int type_id, const py::array& w, int k) {
   return out;
 }
 
-py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
-  if (x.ndim() != 2 || x.shape(1) % 32) throw std::invalid_argument("x must be [n, k] with k a multiple of 32");
+py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int block) {
+  if (block != 32 && block != 256) throw std::invalid_argument("block must be 32 or 256, got " + std::to_string(block));
+  if (x.ndim() != 2 || x.shape(1) % block || x.shape(1) == 0)
+    throw std::invalid_argument("x must be [n, k] with k a multiple of " + std::to_string(block));
   CpuBackend& be = backend();
   QuantizedX q;
   {
     py::gil_scoped_release nogil;
-    quantize_x(be.kernels(), x.data(), (int)x.shape(0), (int)x.shape(1), (size_t)x.shape(1), q, be.pool());
+    quantize_x(be.kernels(), x.data(), (int)x.shape(0), (int)x.shape(1), (size_t)x.shape(1), q, be.pool(), block);
   }
   const py::ssize_t n = x.shape(0), k = x.shape(1);
   py::array_t<int8_t> xq({n, k});
-  py::array_t<float> dx({n, k / 32});
+  py::array_t<float> dx({n, k / block});
   py::array_t<int32_t> s16({n, k / 16});
   std::copy(q.xq.begin(), q.xq.end(), xq.mutable_data());
   std::copy(q.dx.begin(), q.dx.end(), dx.mutable_data());
@@ -493,10 +495,13 @@ PYBIND11_MODULE(_native, m) {
   m.def("type_supported", [](int id) { return type_info(id) != nullptr; });
   m.def("matmul", &matmul_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
         "y[n, m] = x[n, k] @ W[m, k]^T for GGML-typed weight rows");
+  m.def("activation_block", [](int type_id, int n) { return activation_block(backend().kernels(), type_id, n); },
+        py::arg("type_id"), py::arg("n"), "values per activation scale a product uses on the current path (32 or 256)");
   m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
         "[x @ W_j^T] for [(type_id, W_j)] sharing x: one activation quantization, one dispatch at small n");
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
-  m.def("quantize_x", &quantize_x_py, py::arg("x"), "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16])");
+  m.def("quantize_x", &quantize_x_py, py::arg("x"), py::arg("block") = 32,
+        "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16])");
   m.def("stream_read", &stream_read_py, py::arg("buf"));
   m.def("scan_strings", &scan_strings_py, py::arg("buf"), py::arg("pos"), py::arg("count"));
   m.def("decode_strings", &decode_strings_py, py::arg("buf"), py::arg("starts"), py::arg("ends"));

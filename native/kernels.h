@@ -61,6 +61,16 @@ using UnpackFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc,
 // unpacks kc float-type weights of one row into out[kc]
 using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
 
+// Small-N activation tables for activations quantized per 256 (Q8_K-style), already offset to the chunk.
+struct XSuper {
+  const int8_t* xq;     // [n][K], leading dimension ldx
+  size_t ldx;
+  const float* d;       // [n][K/256] dx of each 256
+  size_t ldd;
+  const int16_t* bsum;  // [n][K/16] sum of xq per 16
+  size_t ldb;
+};
+
 struct KernelTable {
   const char* name;
   UnpackFn unpack[40];        // by QType id; nullptr for float types and unsupported ids
@@ -81,13 +91,17 @@ struct KernelTable {
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
+  // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
+  // exact in int32); preferred over qgemv_fused where present; same acc contract, same chunking
+  void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, float* acc);
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][15], in that
   // order on every path (bit-identical results); acc: [16 rows][16 lanes]
   void (*reduce16)(const float* acc, int nr, float* y);
-  // x: [k] float -> xq: [k] int8, dx: [k/32], sum16: [k/16] (sum of xq per 16)
-  void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
+  // x: [k] float -> xq: [k] int8, dx: [k/block] (block 32 or 256, k a multiple of it), sum16: [k/16] (sum of
+  // xq per 16); x ~= dx * xq with dx = amax / 127 of the block, xq rounded to nearest
+  void (*quantize_row_x)(const float* x, int k, int block, int8_t* xq, float* dx, int32_t* sum16);
 };
 
 const KernelTable* kernels_scalar();

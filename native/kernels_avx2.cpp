@@ -454,6 +454,138 @@ static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s
   gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, acc);
 }
 
+// ---- small N over per-256 activations (Q8_K-style: one dx per 256, sums per 16) ------------------------
+// A super-block's integer sums stay exact in int32 and are scaled once per 256 weights: a step costs the weight
+// decode, maddubs, a vpmaddwd that applies the group's integer scale to the int16 pair sums, and an add (the
+// per-32 path pays a conversion, a scale broadcast and a float multiply-add per step besides).
+//   Q4_K (8 groups of 32, w = d*sc_g*u - dmin*m_g, sc and m 6-bit, u <= 15), column c:
+//     sum_k w_k x_k = dx * (d * sum_g sc_g * dot(u_g, xq_g) - dmin * sum_g m_g * sum(xq_g))
+//     |int32 lane| <= 8 * 2 * (2 * 15 * 127) * 63 < 2^22
+//   Q6_K (16 groups of 16, w = d*sc_g*(u - 32), sc int8, u <= 63): a step's two groups take the low and high
+//   128 bits of the vpmaddwd multiplier;
+//     sum_k w_k x_k = dx * d * (sum_g sc_g * dot(u_g, xq_g) - 32 * sum_g sc_g * sum(xq_g))
+//     |int32 lane| <= 8 * 2 * (2 * 63 * 127) * 128 + 32 * 2 * 2 * 2032 * 128 < 2^26
+// The scalar reference of these kernels is the float64 product with x quantized per 256 (tests).
+template <int C>
+static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+  __m256 af[C];
+  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  for (int sb = 0; sb < nsb; ++sb) {
+    const block_q4_K& b = ((const block_q4_K*)row)[sb];
+    prefetch_span(&b, sizeof(b), pf);
+    uint32_t a[3];
+    std::memcpy(a, b.scales, 12);
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const uint32_t t0 = a[0] & km1, t1 = (a[2] & km2) | (((a[0] >> 6) & km3) << 4);
+    const uint32_t t2 = a[1] & km1, t3 = ((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4);
+    // sc_g in both int16 halves of dword g (the vpmaddwd multiplier of step g, broadcast from the stack)
+    const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(t0 | (uint64_t)t1 << 32)));
+    alignas(32) int32_t scw[8];
+    _mm256_store_si256((__m256i*)scw, _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16)));
+    // m_g twice (once per 16 of the group), against the sums per 16
+    const __m128i m8 = _mm_cvtsi64_si128((long long)(t2 | (uint64_t)t3 << 32));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    const float d = fp16(b.d), dmin = fp16(b.dmin);
+    __m256i ai[C];
+    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
+    for (int h = 0; h < 4; ++h) {  // 32 bytes hold groups 2h (low nibbles) and 2h + 1 (high)
+      const __m256i v = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * h));
+      const __m256i u0 = _mm256_and_si256(v, m4), u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      const __m256i s0 = _mm256_set1_epi32(scw[2 * h]), s1 = _mm256_set1_epi32(scw[2 * h + 1]);
+      for (int j = 0; j < C; ++j) {
+        const int8_t* xq = X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 64 * h;
+        const __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i*)xq));
+        const __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i*)(xq + 32)));
+        ai[j] = _mm256_add_epi32(ai[j], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+      }
+    }
+    for (int j = 0; j < C; ++j) {
+      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
+      const float dx = X.d[(size_t)(c0 + j) * X.ldd + sb];
+      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]), _mm256_set1_ps(d * dx), af[j]);
+      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs)), _mm256_set1_ps(-dmin * dx), af[j]);
+    }
+  }
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
+}
+
+template <int C>
+static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+  __m256 af[C];
+  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
+  const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+  // step q's multiplier from [sc_8p .. sc_8p+7 | same] (p = q / 4): int16 word 2q mod 8 in the low 128 bits,
+  // 2q + 1 mod 8 in the high
+  auto pick = [](int q) {
+    const int w0 = (2 * q) & 7, w1 = (2 * q + 1) & 7;
+    const char a0 = (char)(2 * w0), a1 = (char)(2 * w0 + 1), b0 = (char)(2 * w1), b1 = (char)(2 * w1 + 1);
+    return _mm256_setr_epi8(a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, b0, b1, b0, b1, b0, b1,
+                            b0, b1, b0, b1, b0, b1, b0, b1, b0, b1);
+  };
+  for (int sb = 0; sb < nsb; ++sb) {
+    const block_q6_K& b = ((const block_q6_K*)row)[sb];
+    prefetch_span(&b, sizeof(b), pf);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));
+    const __m256i half[2] = {_mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xEE)};
+    const float d = fp16(b.d);
+    __m256i ai[C];
+    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {  // 128 weights: ql[64n .. 64n + 63], qh[32n .. 32n + 31]
+      const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n));
+      const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n + 32));
+      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * n));
+      // weights 128n + 32l + i: low 4 bits from ql[64n + 32(l&1) + i] (high nibble for l >= 2), bits 4..5
+      // from bits 2l..2l+1 of qh[32n + i]
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      for (int l = 0; l < 4; ++l) {
+        const int q = 4 * n + l;
+        const __m256i mult = _mm256_shuffle_epi8(half[n], pick(q));
+        for (int j = 0; j < C; ++j) {
+          const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 32 * q));
+          ai[j] = _mm256_add_epi32(ai[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u[l], xv), mult));
+        }
+      }
+    }
+    for (int j = 0; j < C; ++j) {
+      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
+      const __m256i t = _mm256_sub_epi32(ai[j], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(d * X.d[(size_t)(c0 + j) * X.ldd + sb]), af[j]);
+    }
+  }
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
+}
+
+// rows r < nr one at a time (streamed front to back), columns in pairs
+template <template <int> class Row>
+static void qgemv_super_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, float* acc) {
+  const size_t pf = 8 * row_bytes;
+  const int nsb = kc / 256;
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* row = w + (size_t)r * row_bytes;
+    int c = 0;
+    for (; c + 2 <= n; c += 2) Row<2>::run(row, pf, nsb, X, c, acc + (size_t)r * 16);
+    if (c < n) Row<1>::run(row, pf, nsb, X, c, acc + (size_t)r * 16);
+  }
+}
+template <int C>
+struct Q4KSuper {
+  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+    q4k_super_row<C>(row, pf, nsb, X, c0, acc);
+  }
+};
+template <int C>
+struct Q6KSuper {
+  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+    q6k_super_row<C>(row, pf, nsb, X, c0, acc);
+  }
+};
+
 static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
                              int kc, int nr, int n, const XLanes& X, float* acc) {
   if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
@@ -512,6 +644,8 @@ const KernelTable* kernels_avx2() {
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
     source(QType::Q4_K, Q4KSource{});
     source(QType::Q6_K, Q6KSource{});
+    k.qgemv_super[(int)QType::Q4_K] = qgemv_super_avx2<Q4KSuper>;
+    k.qgemv_super[(int)QType::Q6_K] = qgemv_super_avx2<Q6KSuper>;
     return k;
   }();
   return &t;

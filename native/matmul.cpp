@@ -89,15 +89,17 @@ QuantLayout quant_layout(QType t) {
   }
 }
 
-void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool) {
+void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool,
+                int block) {
   out.n = n;
   out.k = k;
+  out.block = block;
   out.xq.resize((size_t)n * k);
-  out.dx.resize((size_t)n * (k / 32));
+  out.dx.resize((size_t)n * (k / block));
   out.sum16.resize((size_t)n * (k / 16));
   auto row = [&](int c, int) {
-    kt.quantize_row_x(x + (size_t)c * ldx, k, out.xq.data() + (size_t)c * k, out.dx.data() + (size_t)c * (k / 32),
-                      out.sum16.data() + (size_t)c * (k / 16));
+    kt.quantize_row_x(x + (size_t)c * ldx, k, block, out.xq.data() + (size_t)c * k,
+                      out.dx.data() + (size_t)c * (k / block), out.sum16.data() + (size_t)c * (k / 16));
   };
   if ((size_t)n * k >= (1u << 16)) pool.run(n, row);
   else for (int c = 0; c < n; ++c) row(c, 0);
@@ -134,6 +136,10 @@ struct LaneTables {
   }
 };
 
+int activation_block(const KernelTable& kt, int type_id, int n) {
+  return type_id >= 0 && type_id < 40 && kt.qgemv_super[type_id] && n <= GEMV_MAX_N ? 256 : 32;
+}
+
 // small N (<= GEMV_MAX_N activation rows): lanes along k, no interleave. Several products sharing x (q/k/v,
 // gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to back,
 // and each dispatch costs a wake-up and a wait for the slowest thread.
@@ -141,19 +147,29 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
                       ThreadPool& pool) {
   // thread_local storage is named through references: a lambda body naming a thread_local would
   // reach the worker thread's own (empty) instance
-  thread_local QuantizedX tls_x;
+  thread_local QuantizedX tls_x, tls_xs;
   thread_local std::vector<LaneTables> tls_tables;
-  QuantizedX& X = tls_x;
+  thread_local std::vector<int16_t> tls_bsum;
+  QuantizedX& X = tls_x;    // per 32
+  QuantizedX& XS = tls_xs;  // per 256, for the products with a per-256 kernel
   std::vector<LaneTables>& tables = tls_tables;
-  quantize_x(kt, x, n, k, k, X, pool);
+  std::vector<int16_t>& bsum = tls_bsum;
+  bool any32 = false, any256 = false;
+  for (int j = 0; j < n_jobs; ++j) (activation_block(kt, jobs[j].type_id, n) == 256 ? any256 : any32) = true;
+  if (any32) quantize_x(kt, x, n, k, k, X, pool);
+  if (any256) {
+    quantize_x(kt, x, n, k, k, XS, pool, 256);
+    bsum.assign(XS.sum16.begin(), XS.sum16.end());  // |sum of 16 int8| <= 2032
+  }
   if ((int)tables.size() < n_jobs) tables.resize(n_jobs);
   std::vector<int> table_of(n_jobs);
   for (int j = 0; j < n_jobs; ++j) {  // one table set per distinct layout
     const QuantLayout L = quant_layout((QType)jobs[j].type_id);
     table_of[j] = j;
+    if (activation_block(kt, jobs[j].type_id, n) == 256) continue;  // reads XS and bsum only
     for (int i = 0; i < j; ++i) {
       const QuantLayout& M = tables[table_of[i]].L;
-      if (table_of[i] == i && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
+      if (table_of[i] == i && activation_block(kt, jobs[i].type_id, n) == 32 && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
         table_of[j] = i;
         break;
       }
@@ -178,13 +194,14 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   const size_t acc_n = (size_t)TILE_M * n * 16;  // [n][16 rows][16 lanes]
   auto tile_fn = [&](const MatmulJob& J, const LaneTables& T, int tile) {
     const TypeInfo& ti = *type_info(J.type_id);
-    const QuantLayout& L = T.L;
+    const QuantLayout L = quant_layout(ti.type);
     const int G = L.group, ng = k / G;
-    const auto fused = kt.qgemv_fused[J.type_id];
+    const auto super = activation_block(kt, J.type_id, n) == 256 ? kt.qgemv_super[J.type_id] : nullptr;
+    const auto fused = super ? nullptr : kt.qgemv_fused[J.type_id];
     // weights per chunk: the fused kernels take what their table asks (AVX2: whole rows, each row streamed
     // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy
-    const int ck = fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
-    const int cu = fused ? 0 : ck;
+    const int ck = fused || super ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
+    const int cu = fused || super ? 0 : ck;
     const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);  // floats per row in the scale tables
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(padded(TILE_M * cu) + 2 * padded(sizeof(float) * TILE_M * sw) +
@@ -198,6 +215,12 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     for (int k0 = 0; k0 < k; k0 += ck) {
       const int kc = std::min(ck, k - k0);
       const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
+      if (super) {
+        const XSuper Xs{XS.xq.data() + k0, (size_t)k, XS.dx.data() + k0 / 256, (size_t)k / 256, bsum.data() + k0 / 16,
+                        (size_t)k / 16};
+        super(w, J.row_bytes, nr, kc, n, Xs, acc);
+        continue;
+      }
       const XLanes Xl{X.xq.data() + k0, (size_t)k,         T.dxe.data() + k0 / 4, T.xce.data() + k0 / 4, (size_t)k / 4,
                       T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
       if (fused) {

@@ -101,9 +101,16 @@ def dequantize(t: TensorInfo, rows: slice | None = None) -> np.ndarray:
     return dequantize_raw(t.type.id, r, t.row_len, t.name)
 
 
-def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x: float32 [n, k] -> (xq int8 [n, k], dx float32 [n, k/32], sum16 int32 [n, k/16]), as matmul does."""
-    return _native.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
+def quantize_activations(x: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: float32 [n, k] -> (xq int8 [n, k], dx float32 [n, k/block], sum16 int32 [n, k/16]), as matmul does;
+    block 32 (Q8_0-style) or 256 (Q8_K-style)."""
+    return _native.quantize_x(np.ascontiguousarray(x, dtype=np.float32), block)
+
+
+def activation_block(type_id: int, n: int) -> int:
+    """Values per activation scale (32 or 256) that a product of n activation rows with weights of type_id
+    uses on the current CPU path."""
+    return _native.activation_block(type_id, n)
 
 
 def stream_read(buf: np.ndarray) -> int:

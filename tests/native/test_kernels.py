@@ -2,7 +2,8 @@
 
 Error bounds (why the thresholds are what they are):
 - Dequantization is exact: the same float32 operations as the reference, so results must be equal.
-- Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2), integer
+- Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2; per 256 where
+  kernels.activation_block says the path uses a super-block kernel, as llama.cpp's Q8_K does), integer
   dot products are exact, and each group of G weights adds one scaled float32 term. Against the float64
   product with the *quantized* activations x^ the only error is float32 rounding: at most
   (K/G + 4) * u * sum|w * x^| with u = 2^-23 (one rounding per group term plus the final scaling).
@@ -58,10 +59,12 @@ def check_product(qt: T, y: np.ndarray, w64: np.ndarray, x: np.ndarray) -> None:
         err = np.abs(y - x64 @ w64.T)
         assert np.all(err <= bound + 1e-30), f"{qt.name}: max excess {np.max(err - bound)}"
         return
-    xq, dx, _ = kernels.quantize_activations(x)
-    xhat = (xq.reshape(x.shape[0], -1, 32).astype(np.float64) * dx[:, :, None]).reshape(x.shape)
+    # per 32, or per 256 where the path has a super-block kernel for this type and n (Q8_K-style)
+    blk = kernels.activation_block(int(qt), x.shape[0])
+    xq, dx, _ = kernels.quantize_activations(x, blk)
+    xhat = (xq.reshape(x.shape[0], -1, blk).astype(np.float64) * dx[:, :, None]).reshape(x.shape)
     # round to nearest of x * (127 / amax): within dx/2, plus a few ulps of x for the rounded reciprocal
-    act_err = np.repeat(dx, 32, axis=1).astype(np.float64) / 2 + 8 * U * np.abs(x64)
+    act_err = np.repeat(dx, blk, axis=1).astype(np.float64) / 2 + 8 * U * np.abs(x64)
     assert np.all(np.abs(x64 - xhat) <= act_err)
     exact_q = xhat @ w64.T
     bound_q = (k / group_of(qt) + 4) * U * (np.abs(xhat) @ np.abs(w64).T)
