@@ -483,6 +483,9 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
     const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(t0 | (uint64_t)t1 << 32)));
     alignas(32) int32_t scw[8];
     _mm256_store_si256((__m256i*)scw, _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16)));
+    // keeps the broadcasts as loads from the stack: without it GCC extracts each dword from the register
+    // (two or three shuffles a step)
+    asm volatile("" ::"r"(scw) : "memory");
     // m_g twice (once per 16 of the group), against the sums per 16
     const __m128i m8 = _mm_cvtsi64_si128((long long)(t2 | (uint64_t)t3 << 32));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
