@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import model_file, reference
+from test_forward import GREEDY_NEAR_TIES, KNOWN_NEAR_TIES, TOP1_MARGIN
 from localllm.llm import LLM
 from localllm.sampling import SamplingParams
 
@@ -20,19 +21,23 @@ def smol():
         yield llm
 
 
-def margin_ok_prefix(entry) -> int:
-    """How many of llama.cpp's greedy tokens are decided by a top1-top2 margin of at least 0.1."""
+def margin_ok_prefix(entry, prompt_index: int) -> int:
+    """How many of llama.cpp's greedy tokens are decided by a top1-top2 margin of at least TOP1_MARGIN and are
+    not a documented near-tie (test_forward: positions whose top-1 flips with the kernels' summation order)."""
+    ties = {**KNOWN_NEAR_TIES[SMOL], **GREEDY_NEAR_TIES[SMOL]}
     n_prompt = len(entry["prompt_ids"])
     for i, _ in enumerate(entry["greedy_ids"]):
-        top = entry["topk_per_position"][n_prompt - 1 + i]
-        if top[0][1] - top[1][1] < 0.1:
+        pos = n_prompt - 1 + i
+        top = entry["topk_per_position"][pos]
+        if top[0][1] - top[1][1] < TOP1_MARGIN or (prompt_index, pos) in ties:
             return i
     return len(entry["greedy_ids"])
 
 
 def test_greedy_generate_reproduces_llama_cpp(smol):
-    for entry in reference(SMOL)["teacher_forced"][:2]:
-        n = margin_ok_prefix(entry)
+    for prompt_index, entry in enumerate(reference(SMOL)["teacher_forced"][:2]):
+        n = margin_ok_prefix(entry, prompt_index)
+        assert n >= 5, "too few decided tokens to compare"
         chunks = list(smol.generate(entry["prompt_ids"], temperature=0.0, max_tokens=len(entry["greedy_ids"]),
                                     ignore_eos=True))
         ids = [t for c in chunks for t in c.token_ids]
