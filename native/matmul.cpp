@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace lll {
 
@@ -191,13 +192,27 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     for (int p = 0; p < np; ++p)
       parts.push_back({j, (int)((int64_t)n_tiles * p / np), (int)((int64_t)n_tiles * (p + 1) / np)});
   }
+  struct Plan {  // per product, looked up once per call (a tile runs for a few microseconds)
+    const TypeInfo* ti;
+    QuantLayout L;
+    std::decay_t<decltype(kt.qgemv_super[0])> super;
+    std::decay_t<decltype(kt.qgemv_fused[0])> fused;
+  };
+  std::vector<Plan> plans(n_jobs);
+  for (int j = 0; j < n_jobs; ++j) {
+    Plan& P = plans[j];
+    P.ti = type_info(jobs[j].type_id);
+    P.L = quant_layout(P.ti->type);
+    P.super = activation_block(kt, jobs[j].type_id, n) == 256 ? kt.qgemv_super[jobs[j].type_id] : nullptr;
+    P.fused = P.super ? nullptr : kt.qgemv_fused[jobs[j].type_id];
+  }
   const size_t acc_n = (size_t)TILE_M * n * 16;  // [n][16 rows][16 lanes]
-  auto tile_fn = [&](const MatmulJob& J, const LaneTables& T, int tile) {
-    const TypeInfo& ti = *type_info(J.type_id);
-    const QuantLayout L = quant_layout(ti.type);
+  auto tile_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int tile) {
+    const TypeInfo& ti = *P.ti;
+    const QuantLayout& L = P.L;
     const int G = L.group, ng = k / G;
-    const auto super = activation_block(kt, J.type_id, n) == 256 ? kt.qgemv_super[J.type_id] : nullptr;
-    const auto fused = super ? nullptr : kt.qgemv_fused[J.type_id];
+    const auto super = P.super;
+    const auto fused = P.fused;
     // weights per chunk: the fused kernels take what their table asks (AVX2: whole rows, each row streamed
     // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy
     const int ck = fused || super ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
@@ -240,7 +255,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   };
   pool.run((int)parts.size(), [&](int p, int) {
     const Part& P = parts[p];
-    for (int t = P.t0; t < P.t1; ++t) tile_fn(jobs[P.job], tables[table_of[P.job]], t);
+    for (int t = P.t0; t < P.t1; ++t) tile_fn(jobs[P.job], plans[P.job], tables[table_of[P.job]], t);
   });
 }
 
