@@ -3,8 +3,9 @@ weight bandwidth against the roofline, and peak RSS.
 
 `localllm bench MODEL --compare`: the same measurements from llama.cpp (llama-cpp-python, run by the interpreter
 of its own virtual environment: --llama-python, $LOCALLLM_LLAMA_PYTHON, or ~/.cache/localllm/llama-venv) on the
-same model, threads, KV type and prompt tokens in the same run, plus the time from process start to the first
-token of a short prompt for `localllm run` and for a llama-cpp-python script; printed as ratios.
+same model, threads, KV type and prompt tokens in the same run, repetitions alternating (ours, then one of
+llama.cpp's in its own process, and again; best of each), plus the time from process start to the first token of
+a short prompt for `localllm run` and for a llama-cpp-python script; printed as ratios.
 
 `localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
 machine's streaming read bandwidth (the decode roofline).
@@ -205,12 +206,29 @@ def first_token_s(cmd: list[str], runs: int = 3) -> float:
     return best
 
 
-def compare(path: Path, threads: int, r: dict, python: str, ids: list[int], reps: int, kv: dict) -> dict:
-    """llama.cpp's figures next to r (bench_llm's), and both times to first token."""
+def llama_cpp_rounds(python: str, path: Path, threads: int, ids: list[int], n_gen: int, kv: dict):
+    """-> (between, result): between(rep) runs one llama.cpp repetition (its own process; the best pp, tg and
+    load are kept, peak RSS is the largest) into result, a dict bench_llama_cpp's keys fill."""
     if kv["k_type"] not in (None, kv["kv_type"]) or kv["v_type"] not in (None, kv["kv_type"]):
         raise ValueError("--compare runs one KV type for K and V: use --kv-type only")
-    ctx = max(len(ids), r["n_gen"] + 1) + 16
-    lr = bench_llama_cpp(python, path, threads, ids, r["n_gen"], reps, ctx, kv["kv_type"])
+    ctx = max(len(ids), n_gen + 1) + 16
+    best: dict = {}
+
+    def between(rep: int) -> None:
+        lr = bench_llama_cpp(python, path, threads, ids, n_gen, 1, ctx, kv["kv_type"])
+        if not best:
+            best.update(lr)
+            return
+        for key in ("pp_tps", "tg_tps"):
+            best[key] = max(best[key], lr[key])
+        best["load_s"] = min(best["load_s"], lr["load_s"])
+        best["peak_rss_mb"] = max(best["peak_rss_mb"], lr["peak_rss_mb"])
+
+    return between, best
+
+
+def compare_first_token(path: Path, threads: int, r: dict, python: str, lr: dict) -> None:
+    """Both times to first token, alternated, best of each, into r and lr."""
     ours = [sys.executable, "-m", "localllm.cli", "run", str(path), FIRST_TOKEN_PROMPT, "--raw", "-n", "1",
             "--temperature", "0", "-t", str(threads), "-c", "256"]
     theirs = [python, _llama_script(), json.dumps({"mode": "first-token", "model": str(path), "threads": threads,
@@ -219,7 +237,6 @@ def compare(path: Path, threads: int, r: dict, python: str, ids: list[int], reps
     for _ in range(5):  # alternated, best of each: the machine's load drifts between runs
         r["first_token_s"] = min(r["first_token_s"], first_token_s(ours, 1))
         lr["first_token_s"] = min(lr["first_token_s"], first_token_s(theirs, 1))
-    return lr
 
 
 def peak_rss_mb() -> float:
@@ -244,9 +261,11 @@ def prompt_ids(n_vocab: int, n: int):
 
 
 def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int, kv: dict | None = None,
-              ids=None) -> dict:
+              ids=None, between=None) -> dict:
     """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
-    steps from a one-token context, as llama-bench measures them. kv: LLM's KV cache keyword arguments."""
+    steps from a one-token context, as llama-bench measures them; best of reps. kv: LLM's KV cache keyword
+    arguments. between(rep): called after each of our repetitions (--compare runs llama.cpp's there, so the
+    two alternate and share the machine's drifting load)."""
     import numpy as np
 
     from localllm.llm import LLM
@@ -259,7 +278,7 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
         ids = prompt_ids(llm.n_vocab, n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
     pp = tg = float("inf")
-    for _ in range(reps):
+    for rep in range(reps):
         t0 = time.perf_counter()
         llm._step(ids, 0, last)
         pp = min(pp, time.perf_counter() - t0)
@@ -270,6 +289,8 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
             logits = llm._step(tok, i, zero)
             tok[0] = int(np.argmax(logits[0]))
         tg = min(tg, time.perf_counter() - t0)
+        if between:
+            between(rep)
     # every weight streams once per token, except an embedding table that is only looked up
     f = llm._file
     streamed = sum(t.nbytes for name, t in f.tensors.items()
@@ -308,9 +329,12 @@ def run(args: argparse.Namespace) -> int:
         with GGUFFile(path) as f:
             n_vocab = _n_vocab(f)
         ids = prompt_ids(n_vocab, args.n_prompt)
+        between, lr = (llama_cpp_rounds(python, path, threads, ids.tolist(), args.n_gen, kv_kwargs(args)) if python
+                       else (None, None))
         r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib, kv_kwargs(args),
-                      ids=ids)
-        lr = compare(path, threads, r, python, ids.tolist(), args.repetitions, kv_kwargs(args)) if python else None
+                      ids=ids, between=between)
+        if python:
+            compare_first_token(path, threads, r, python, lr)
         if args.json:
             print(json.dumps({**r, "llama_cpp": lr} if lr else r, indent=1))
         elif lr:

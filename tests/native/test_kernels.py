@@ -193,3 +193,25 @@ def test_matmul_multi_rejects_a_product_of_another_row_length():
     bad = (int(T.Q8_0), random_rows(T.Q8_0, 4, 512, rng))
     with pytest.raises(ValueError, match="Q8_0"):
         kernels.matmul_multi([good, bad], 256, x)
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_quantize_activations_per_block(path, block):
+    """x ~= dx * xq per block of 32 (Q8_0-style) or 256 (Q8_K-style): dx = amax / 127, xq rounded to nearest,
+    sums of xq per 16 exact; an all-zero block gets dx = 0."""
+    kernels.configure(path=path, threads=2)
+    rng = np.random.default_rng(block)
+    x = rng.standard_normal((3, 4 * 256), dtype=np.float32)
+    x[1, :block] = 0.0
+    x[2, 5] = 300.0  # an outlier: its block's scale only
+    xq, dx, s16 = kernels.quantize_activations(x, block)
+    assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // block) and s16.shape == (3, x.shape[1] // 16)
+    amax = np.abs(x.reshape(3, -1, block)).max(axis=-1)
+    np.testing.assert_array_equal(dx, amax / np.float32(127.0))
+    assert dx[1, 0] == 0 and np.all(xq[1, :block] == 0)
+    assert np.abs(xq).max() <= 127
+    err = np.abs(x - np.repeat(dx, block, axis=1) * xq.astype(np.float32))
+    assert np.all(err <= np.repeat(dx, block, axis=1) * (0.5 + 1e-5) + 1e-30)
+    np.testing.assert_array_equal(s16, xq.reshape(3, -1, 16).astype(np.int64).sum(axis=-1))
+    with pytest.raises(ValueError, match=str(block)):
+        kernels.quantize_activations(x[:, : block + 32] if block == 256 else x[:, :48], block)

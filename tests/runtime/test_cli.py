@@ -80,14 +80,15 @@ def test_bench_compare_without_llama_cpp_says_how_to_get_it(tmp_path):
 
 
 def test_bench_compare_runs_both_in_one_run():
-    """Side by side with llama.cpp where llama-cpp-python's own environment exists (README: Performance)."""
+    """Side by side with llama.cpp where llama-cpp-python's own environment exists (README: Performance); two
+    repetitions, alternating, so the best-of merge of llama.cpp's runs is exercised."""
     from pathlib import Path
 
     llama = Path.home() / ".cache" / "localllm" / "llama-venv" / "bin" / "python"
     if not llama.exists():
         pytest.skip(f"no llama-cpp-python environment at {llama}")
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm("bench", str(path), "--compare", "--llama-python", str(llama), "-p", "32", "-g", "4", "-r", "1",
+    r = localllm("bench", str(path), "--compare", "--llama-python", str(llama), "-p", "32", "-g", "4", "-r", "2",
                  "--threads", "1", "--bandwidth-mib", "64", "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
