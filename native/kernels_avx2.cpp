@@ -479,17 +479,25 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
     const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
     const uint32_t t0 = a[0] & km1, t1 = (a[2] & km2) | (((a[0] >> 6) & km3) << 4);
     const uint32_t t2 = a[1] & km1, t3 = ((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4);
-    // sc_g in both int16 halves of dword g (the vpmaddwd multiplier of step g, broadcast from the stack)
-    const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(t0 | (uint64_t)t1 << 32)));
+    // bytes 0..7 the scales, 8..15 the mins, in both 128-bit lanes; one byte shuffle each spreads them
+    const __m256i sm = _mm256_broadcastsi128_si256(
+        _mm_set_epi64x((long long)(t2 | (uint64_t)t3 << 32), (long long)(t0 | (uint64_t)t1 << 32)));
+    // dword g = sc_g in both int16 halves (the vpmaddwd multiplier of step g, broadcast from the stack)
     alignas(32) int32_t scw[8];
-    _mm256_store_si256((__m256i*)scw, _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16)));
+    _mm256_store_si256((__m256i*)scw,
+                       _mm256_shuffle_epi8(sm, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                                                4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1)));
     // keeps the broadcasts as loads from the stack: without it GCC extracts each dword from the register
     // (two or three shuffles a step)
     asm volatile("" ::"r"(scw) : "memory");
-    // m_g twice (once per 16 of the group), against the sums per 16
-    const __m128i m8 = _mm_cvtsi64_si128((long long)(t2 | (uint64_t)t3 << 32));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const float d = fp16(b.d), dmin = fp16(b.dmin);
+    // int16 m_g twice (once per 16 of the group), against the sums per 16
+    const __m256i mins = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
+                                                                  12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1,
+                                                                  15, -1));
+    // d and dmin (adjacent halves) in one conversion
+    int32_t dd;
+    std::memcpy(&dd, &b.d, 4);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
     __m256i ai[C];
     for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
     for (int h = 0; h < 4; ++h) {  // 32 bytes hold groups 2h (low nibbles) and 2h + 1 (high)
@@ -505,9 +513,10 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
     }
     for (int j = 0; j < C; ++j) {
       const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
-      const float dx = X.d[(size_t)(c0 + j) * X.ldd + sb];
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]), _mm256_set1_ps(d * dx), af[j]);
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs)), _mm256_set1_ps(-dmin * dx), af[j]);
+      const __m128 s = _mm_mul_ps(dm, _mm_broadcast_ss(X.d + (size_t)(c0 + j) * X.ldd + sb));  // d*dx, dmin*dx
+      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]), _mm256_broadcastss_ps(s), af[j]);
+      af[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs)),
+                               _mm256_broadcastss_ps(_mm_movehdup_ps(s)), af[j]);
     }
   }
   for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
