@@ -18,6 +18,7 @@
 #include "cpu_features.h"
 #include "forward.h"
 #include "matmul.h"
+#include "ops.h"
 
 namespace py = pybind11;
 using namespace lll;
@@ -442,7 +443,19 @@ py::array_t<float> hadamard_py(const py::array& x) {
   return out;
 }
 
+// the FFN activation as the forward pass applies it: g * u * sigmoid(g), elementwise
+py::array_t<float> silu_mul_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& g,
+                               const py::array_t<float, py::array::c_style | py::array::forcecast>& u) {
+  if (g.ndim() != 1 || u.ndim() != 1 || g.shape(0) != u.shape(0))
+    throw std::invalid_argument("silu_mul needs two 1-D float32 arrays of one length");
+  py::array_t<float> out(g.shape(0));
+  std::memcpy(out.mutable_data(), g.data(), (size_t)g.shape(0) * sizeof(float));
+  silu_mul(out.mutable_data(), u.data(), (size_t)g.shape(0));
+  return out;
+}
+
 void bind_model(py::module_& m) {
+  m.def("silu_mul", &silu_mul_py, py::arg("g"), py::arg("u"), "g * sigmoid(g) * u, as the FFN computes it");
   m.def("kv_quantize", &kv_quantize_py, py::arg("type"), py::arg("x"),
         "KV rows float32 [n, k] -> uint8 [n, row bytes] in 'f16', 'q8_0' or 'q4_0'");
   m.def("kv_dequantize", &kv_dequantize_py, py::arg("type"), py::arg("rows"), py::arg("k"),
