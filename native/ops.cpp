@@ -41,30 +41,8 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float
   }
 }
 
-// e^x for |x| <= 87 to within 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5 polynomial for
-// (e^r - 1 - r) / r^2), written without calls or branches so the compiler vectorises the loops that use it
-// (the libm call per element was 4.6% of a 512-token prompt step on the 1.5B); beyond +-87 it clamps
-static inline float exp_poly(float x) {
-  x = x < -87.0f ? -87.0f : x;  // ternaries (not std::min / max) become minps / maxps
-  x = x > 87.0f ? 87.0f : x;
-  const float t = x * 1.44269504088896341f;
-  const float fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
-  const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * (r * r) + r + 1.0f;
-  const int32_t bits = ((int32_t)fn + 127) << 23;  // 2^n, n in [-126, 126]
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return er * scale;
-}
-
-void silu_mul(float* __restrict g, const float* __restrict u, size_t n) {
-  for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
+void silu_mul(float* g, const float* u, size_t n) {
+  for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void gelu_tanh_mul(float* g, const float* u, size_t n) {

@@ -218,9 +218,7 @@ def test_quantize_activations_per_block(path, block):
 
 
 def test_silu_mul_matches_float64():
-    """The FFN's SiLU uses a vectorisable polynomial e^x (native/ops.cpp), within a few float32 ulps of
-    g * u / (1 + e^-g) over the range activations take, and finite far beyond it (the exponent clamps at
-    -87, where the product is below 1e-35 anyway)."""
+    """The FFN's SiLU (native/ops.cpp) within a few float32 ulps of g * u / (1 + e^-g), finite far out."""
     from localllm import _native
 
     rng = np.random.default_rng(5)
@@ -231,5 +229,4 @@ def test_silu_mul_matches_float64():
     g64, u64 = g.astype(np.float64), u.astype(np.float64)
     want = g64 * u64 / (1.0 + np.exp(-g64))
     assert np.all(np.isfinite(got))
-    # below -87 the exponent clamps: the result stays under |g| * e^-87 (about 1.6e-35 at g = -1000)
-    assert np.all(np.abs(got - want) <= 8 * U * np.abs(want) + np.abs(g64) * np.exp(-87.0) * 1.01)
+    assert np.all(np.abs(got - want) <= 8 * U * np.abs(want) + 1e-37)
