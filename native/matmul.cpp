@@ -170,7 +170,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     if (activation_block(kt, jobs[j].type_id, n) == 256) continue;  // reads XS and bsum only
     for (int i = 0; i < j; ++i) {
       const QuantLayout& M = tables[table_of[i]].L;
-      if (table_of[i] == i && activation_block(kt, jobs[i].type_id, n) == 32 && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
+      if (table_of[i] == i && activation_block(kt, jobs[i].type_id, n) == 32 && M.group == L.group &&
+          M.offset == L.offset && M.has_min == L.has_min) {
         table_of[j] = i;
         break;
       }
