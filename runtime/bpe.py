@@ -180,17 +180,20 @@ class BPE:
     merges: ["a b", ...], rank = index; pre: tokenizer.ggml.pre (None when the key is absent).
     """
 
-    def __init__(self, vocab: dict[str, int], merges: list[str], pre: str | None):
+    def __init__(self, vocab: dict[str, int], merges: list[str], pre: str | None, merges_checked: bool = False):
         self.pre = pre_tokenizer(pre)
         self._vocab = vocab
-        self._ranks = self._load_ranks(vocab, merges)
+        self._ranks = self._load_ranks(vocab, merges, merges_checked)
         self._patterns = [regex.compile(f"({r})") for r in self.pre.regexes]
         self._cache: dict[str, list[int]] = {}
 
     @staticmethod
-    def _load_ranks(vocab: dict[str, int], merges: list[str]) -> dict[str, int]:
+    def _load_ranks(vocab: dict[str, int], merges: list[str], checked: bool = False) -> dict[str, int]:
         """"a b" -> rank; the first of duplicate merges wins (llama.cpp's bpe_ranks.emplace). Raises
-        ValueError for a merge that is not two tokens, or whose parts or result are not tokens."""
+        ValueError for a merge that is not two tokens, or whose parts or result are not tokens; checked: the
+        caller has verified that already (natively, from the file's bytes: tokenizer._merges_checked)."""
+        if checked:
+            return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         joined = "\n".join(merges)
         one_space_inside = (list(map(str.count, merges, repeat(" "))).count(1) == len(merges)
                             and joined.count("\n") == len(merges) - 1 and "\n " not in joined and " \n" not in joined

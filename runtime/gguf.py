@@ -59,6 +59,10 @@ class StringArray(Sequence[str]):
             return [self[j] for j in range(*i.indices(len(self)))]
         return bytes(self._buf[self._starts[i]:self._ends[i]]).decode("utf-8", errors="replace")
 
+    def native_view(self):
+        """(uint8 buffer, starts, ends) for the native string functions, or None when not backed by one."""
+        return None if self._u8 is None else (self._u8, self._starts, self._ends)
+
     def raw(self, i: int) -> bytes:
         return bytes(self._buf[self._starts[i]:self._ends[i]])
 

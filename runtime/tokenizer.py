@@ -109,7 +109,8 @@ class Tokenizer:
                 raise TokenizerError(f"{name}: tokenizer.ggml.pre must be a string, got {type(self.pre).__name__}")
             if "tokenizer.ggml.merges" not in md:
                 raise TokenizerError(f"{name}: tokenizer.ggml.merges is missing (needed by a 'gpt2' tokenizer)")
-            self._bpe = BPE(self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre)
+            self._bpe = BPE(self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre,
+                            merges_checked=_merges_checked(md))
             space_prefix, add_bos, bos, eos, unk = False, self._bpe.pre.add_bos, None, None, None
         else:
             scores = _numbers(md, "tokenizer.ggml.scores", name, n, np.float64)
@@ -414,6 +415,18 @@ def _string(md: Mapping[str, Any], key: str, name: str) -> str:
     if not isinstance(v, str):
         raise TokenizerError(f"{name}: {key} must be a string, got {type(v).__name__}")
     return v
+
+
+def _merges_checked(md: Mapping[str, Any]) -> bool:
+    """True when the native check passed every merge against the token texts (bytewise, from the file's
+    buffer); False leaves the check to BPE, which names a bad merge."""
+    from . import _native
+
+    tokens, merges = md.get("tokenizer.ggml.tokens"), md.get("tokenizer.ggml.merges")
+    if not isinstance(tokens, StringArray) or not isinstance(merges, StringArray):
+        return False
+    tv, mv = tokens.native_view(), merges.native_view()
+    return tv is not None and mv is not None and _native.merges_valid(*tv, *mv)
 
 
 def _strings(md: Mapping[str, Any], key: str, name: str) -> list[str]:

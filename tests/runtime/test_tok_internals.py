@@ -216,3 +216,42 @@ def test_special_tokens_apply_longest_in_bytes_first():
     # "céé" is 3 characters but 5 UTF-8 bytes, "xabc" 4 and 4: llama.cpp applies "céé" first
     s = _SpecialSplitter([("xabc", 0), ("céé", 1)])
     assert s.split("xabcéé") == ["xab", 1]
+
+
+def _packed(strings):
+    """(uint8 buffer, starts, ends) as GGUF string arrays are laid out."""
+    import numpy as np
+
+    data = [s.encode() if isinstance(s, str) else s for s in strings]
+    ends = np.cumsum([len(d) for d in data]).astype(np.int64)
+    starts = (ends - np.array([len(d) for d in data], dtype=np.int64)).astype(np.int64)
+    return np.frombuffer(b"".join(data) or b"\0", dtype=np.uint8), starts, ends
+
+
+def test_native_merge_check_agrees_with_bpe():
+    """tokenizer._merges_checked's native check passes exactly the merges bpe.py accepts (it only skips the
+    Python check: False leaves BPE to name the problem)."""
+    from localllm import _native
+    from localllm.bpe import BPE
+
+    tokens = ["a", "b", "ab", "c", "abc", "é", "éa"]
+    cases = {
+        ("a b", "ab c"): True,
+        ("é a",): True,
+        ("a c",): False,          # "ac" is not a token
+        ("a b c",): False,        # first space splits "a" | "b c": "b c" is not a token
+        ("ab",): False,           # no space
+        (" ab",): False,          # the space must be at byte 1 or later
+        ("a ",): False,           # ... and not last
+        ("a",): False,
+    }
+    vocab = {t: i for i, t in enumerate(tokens)}
+    for merges, ok in cases.items():
+        assert _native.merges_valid(*_packed(tokens), *_packed(merges)) is ok, merges
+        if ok:
+            BPE(vocab, list(merges), "qwen2")
+        else:
+            with pytest.raises(ValueError, match="tokenizer.ggml.merges"):
+                BPE(vocab, list(merges), "qwen2")
+    # a merge that is not well-formed UTF-8 goes to the Python check (which decodes with replacement)
+    assert _native.merges_valid(*_packed(tokens), *_packed([b"a \xc3"])) is False
