@@ -244,6 +244,16 @@ struct DIQ4_NL {
   static __m256i weights(const Block& b) { return iq4_values(nibbles32(b.qs)); }
 };
 
+// the 12 packed scale bytes of a Q4_K super-block -> 8 six-bit scales (bytes of sc) and 8 mins (bytes of mn),
+// as ggml's get_scale_min_k4, in general registers
+static inline void q4k_scales(const block_q4_K& b, uint64_t& sc, uint64_t& mn) {
+  uint32_t a[3];
+  std::memcpy(a, b.scales, 12);
+  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+  sc = (a[0] & km1) | (uint64_t)((a[2] & km2) | (((a[0] >> 6) & km3) << 4)) << 32;
+  mn = (a[1] & km1) | (uint64_t)(((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4)) << 32;
+}
+
 struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   static constexpr int G = 32;
   static constexpr bool MIN = true, OFF = false, SIGNED = false, FULL = true;
@@ -254,13 +264,9 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_K& b = *sb(r, s0);
     prefetch_span(&b, sizeof(b), pf);
-    // the 12 packed bytes -> 8 six-bit scales (t0, t1) and 8 mins (t2, t3), as scales_k4, in registers
-    uint32_t a[3];
-    std::memcpy(a, b.scales, 12);
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    const uint32_t t0 = a[0] & km1, t1 = (a[2] & km2) | (((a[0] >> 6) & km3) << 4);
-    const uint32_t t2 = a[1] & km1, t3 = ((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4);
-    const __m128i sc = _mm_set_epi32((int)t3, (int)t2, (int)t1, (int)t0);
+    uint64_t scs, mns;
+    q4k_scales(b, scs, mns);
+    const __m128i sc = _mm_set_epi64x((long long)mns, (long long)scs);
     s[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), _mm256_set1_ps(fp16(b.d)));
     m[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))),
                          _mm256_set1_ps(-fp16(b.dmin)));
@@ -474,14 +480,10 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
   for (int sb = 0; sb < nsb; ++sb) {
     const block_q4_K& b = ((const block_q4_K*)row)[sb];
     prefetch_span(&b, sizeof(b), pf);
-    uint32_t a[3];
-    std::memcpy(a, b.scales, 12);
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    const uint32_t t0 = a[0] & km1, t1 = (a[2] & km2) | (((a[0] >> 6) & km3) << 4);
-    const uint32_t t2 = a[1] & km1, t3 = ((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4);
+    uint64_t scs, mns;
+    q4k_scales(b, scs, mns);
     // bytes 0..7 the scales, 8..15 the mins, in both 128-bit lanes; one byte shuffle each spreads them
-    const __m256i sm = _mm256_broadcastsi128_si256(
-        _mm_set_epi64x((long long)(t2 | (uint64_t)t3 << 32), (long long)(t0 | (uint64_t)t1 << 32)));
+    const __m256i sm = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)mns, (long long)scs));
     // dword g = sc_g in both int16 halves (the vpmaddwd multiplier of step g, broadcast from the stack)
     alignas(32) int32_t scw[8];
     _mm256_store_si256((__m256i*)scw,

@@ -106,6 +106,14 @@ void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx,
   else for (int c = 0; c < n; ++c) row(c, 0);
 }
 
+// dx of the 32-block holding group g (G weights, starting at g * G) of activation row c, and sum(xq) over it
+static inline float group_sum(const QuantizedX& X, int c, int g, int G, int32_t& sum) {
+  const int k = X.k, k0 = g * G;
+  sum = 0;
+  for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
+  return X.dx[(size_t)c * (k / 32) + k0 / 32];
+}
+
 // the small-N activation tables of one weight layout (XLanes): per group [c][k/G] (dx, dx * sum(xq)) and
 // per 4-weight lane [c][k/4] (dx, -offset * sum of the 4 xq)
 struct LaneTables {
@@ -119,10 +127,8 @@ struct LaneTables {
     xm.resize((size_t)n * ng);
     for (int c = 0; c < n; ++c)
       for (int g = 0; g < ng; ++g) {
-        const int k0 = g * G;
-        int32_t sum = 0;
-        for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
-        const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
+        int32_t sum;
+        const float d = group_sum(X, c, g, G, sum);
         xd[(size_t)c * ng + g] = d;
         xm[(size_t)c * ng + g] = d * (float)sum;  // the min of MIN types; offset types may fold their offset in
       }
@@ -287,9 +293,8 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
   for (int c = 0; c < n; ++c)
     for (int g = 0; g < ng; ++g) {
       const int k0 = g * G;
-      int32_t sum = 0;
-      for (int h = k0 / 16; h < (k0 + G) / 16; ++h) sum += X.sum16[(size_t)c * (k / 16) + h];
-      const float d = X.dx[(size_t)c * (k / 32) + k0 / 32];
+      int32_t sum;
+      const float d = group_sum(X, c, g, G, sum);
       const size_t slot = ((size_t)(c / CB) * ng + g) * CB + c % CB;
       xd[slot] = d;
       xc[slot] = -L.offset * sum;

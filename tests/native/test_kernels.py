@@ -213,6 +213,8 @@ def test_quantize_activations_per_block(path, block):
     err = np.abs(x - np.repeat(dx, block, axis=1) * xq.astype(np.float32))
     assert np.all(err <= np.repeat(dx, block, axis=1) * (0.5 + 1e-5) + 1e-30)
     np.testing.assert_array_equal(s16, xq.reshape(3, -1, 16).astype(np.int64).sum(axis=-1))
+    with pytest.raises(ValueError, match="block must be 32 or 256"):
+        kernels.quantize_activations(x, 64)
     with pytest.raises(ValueError, match=str(block)):
         kernels.quantize_activations(x[:, : block + 32] if block == 256 else x[:, :48], block)
 
