@@ -23,6 +23,7 @@ struct QuantLayout {
   int group;      // G: weights per scale (16 or 32)
   int offset;     // symmetric offset (0 for types with a min)
   bool has_min;   // w = s*u + m
+  int umax;       // the largest unpacked u (q + 128 for the offset-128 types): bounds the int16 sums of the kernels
 };
 QuantLayout quant_layout(QType t);
 

@@ -30,7 +30,9 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
     const size_t gi = (size_t)p * X.ng + X.g0 + g;
     const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
     __m256i ai[CB][2];
-    for (int j = 0; j < CB; ++j) ai[j][0] = ai[j][1] = _mm256_set1_epi32(SIGNED ? 0 : X.xc[gi * CB + j]);
+    // xc is 0 for types with a min: starting from zero lets the compiler drop the first add
+    for (int j = 0; j < CB; ++j)
+      ai[j][0] = ai[j][1] = SIGNED || MIN ? _mm256_setzero_si256() : _mm256_set1_epi32(X.xc[gi * CB + j]);
     if (SIGNED) {
       for (int q = 0; q < G / 4; ++q) {
         const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
@@ -47,8 +49,8 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
         }
       }
     } else {
-      // unsigned weights u <= 31 (NSUM 4) or <= 63 (NSUM 2): NSUM int16 pair sums of at most 2 * u * 127 each
-      // add up without saturating, so one madd widens NSUM steps
+      // unsigned weights u <= 15 (NSUM 8), <= 31 (NSUM 4) or <= 63 (NSUM 2): NSUM int16 pair sums of at most
+      // 2 * u * 127 each add up without saturating, so one madd widens NSUM steps
       for (int q0 = 0; q0 < G / 4; q0 += NSUM)
         for (int j = 0; j < CB; ++j)
           for (int h = 0; h < 2; ++h) {
@@ -87,9 +89,14 @@ static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float
                              const XGroups& X, float* acc) {
   if (L.offset == 128) {
     qgemm_layout<32, false, true>(w, s, m, kc, X, acc);
-  } else if (L.group == 32) {
-    if (L.has_min) qgemm_layout<32, true, false>(w, s, m, kc, X, acc);
-    else qgemm_layout<32, false, false>(w, s, m, kc, X, acc);
+  } else if (L.group == 32) {  // NSUM * 2 * umax * 127 <= 32767
+    if (L.umax <= 15) {
+      if (L.has_min) qgemm_layout<32, true, false, 8>(w, s, m, kc, X, acc);  // Q4_1, Q4_K
+      else qgemm_layout<32, false, false, 8>(w, s, m, kc, X, acc);          // Q4_0
+    } else {
+      if (L.has_min) qgemm_layout<32, true, false>(w, s, m, kc, X, acc);    // Q5_1, Q5_K
+      else qgemm_layout<32, false, false>(w, s, m, kc, X, acc);            // Q5_0
+    }
   } else {
     if (L.has_min) qgemm_layout<16, true, false>(w, s, m, kc, X, acc);        // Q2_K: u <= 3
     else if (L.offset == 32) qgemm_layout<16, false, false, 2>(w, s, m, kc, X, acc);  // Q6_K: u <= 63
@@ -170,11 +177,13 @@ static inline __m256 halves8(const uint8_t* p, int bs, int nb, int off) {
     uint16_t h;
     std::memcpy(&h, p + i * bs + off, 2);
     lo |= (uint64_t)h << (16 * i);
+    asm("" : "+r"(lo));  // keeps a partial span's loop scalar (GCC vectorizes it into some 40 shuffles)
   }
   for (int i = 4; i < nb; ++i) {
     uint16_t h;
     std::memcpy(&h, p + i * bs + off, 2);
     hi |= (uint64_t)h << (16 * (i - 4));
+    asm("" : "+r"(hi));
   }
   return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
 }
@@ -350,13 +359,17 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
   }
   const __m256 moff = _mm256_set1_ps(-(float)src.offset());
   const int nsteps = kc / 32;
-  for (int s0 = 0; s0 < nsteps; s0 += 8) {
-    const int ns = S::FULL ? 8 : std::min(8, nsteps - s0), ng = ns * GS;
+  // one span of steps s0 .. s0 + ns - 1; whole spans (F: ns = 8 at compile time) need no masks and no per-step
+  // checks (in cache, a third of the instructions of a Q8_0 step were those checks and the span's bookkeeping)
+  auto span = [&](int s0, int ns_, auto FC) {
+    constexpr bool F = decltype(FC)::value;
+    const int ns = F ? 8 : ns_, ng = ns * GS;
     __m256i gmask[GS];  // the span's groups among each 8
-    for (int h = 0; h < GS; ++h)
-      gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!F)
+      for (int h = 0; h < GS; ++h)
+        gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
-      return S::FULL ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
+      return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
     };
     // group scale * dx of the group's activation block, lane g = group 8h + g: G = 32 broadcasts a step's
     // lane from a stack copy, G = 16 permutes two lanes out of the register
@@ -373,11 +386,12 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
         if (S::OFF) a1[j] = _mm256_fmadd_ps(_mm256_mul_ps(sv[h], moff), xload(X.xm + xo + 8 * h, h), a1[j]);
       }
     }
+    const int8_t* xs[C];  // the span's activations, column j
+    for (int j = 0; j < C; ++j) xs[j] = X.xq + (size_t)(c0 + j) * X.ldx + 32 * s0;
     auto step = [&](int q, __m256* a) {
       const __m256i u = src.weights(r, s0, q);
       for (int j = 0; j < C; ++j) {
-        const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 32 * (s0 + q)));
-        const __m256i v = dot4<S::SIGNED>(u, xv);
+        const __m256i v = dot4<S::SIGNED>(u, _mm256_loadu_si256((const __m256i*)(xs[j] + 32 * q)));
         // the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
         const __m256 sc =
             G == 32 ? _mm256_broadcast_ss(sx[j] + q)
@@ -387,7 +401,7 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
         a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, a[j]);
       }
     };
-    if (S::FULL) {  // a compile-time count: unrolled, each step's field offsets are constants
+    if (F) {  // unrolled, each step's field offsets are constants
 #pragma GCC unroll 4
       for (int q = 0; q < 8; q += 2) {
         step(q, a0);
@@ -401,7 +415,10 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
         if (q + 1 < ns) step(q + 1, a1);
       }
     }
-  }
+  };
+  int s0 = 0;
+  for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::true_type{});
+  if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::false_type{});
   for (int j = 0; j < C; ++j)
     _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm256_add_ps(a0[j], a1[j]));
 }

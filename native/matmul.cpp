@@ -74,19 +74,19 @@ const TypeInfo* type_info(int type_id) {
 
 QuantLayout quant_layout(QType t) {
   switch (t) {
-    case QType::Q4_0: return {32, 8, false};
-    case QType::Q5_0: return {32, 16, false};
-    case QType::Q8_0: return {32, 128, false};
-    case QType::IQ4_NL: return {32, 128, false};
-    case QType::IQ4_XS: return {32, 128, false};
-    case QType::Q4_1: return {32, 0, true};
-    case QType::Q5_1: return {32, 0, true};
-    case QType::Q4_K: return {32, 0, true};
-    case QType::Q5_K: return {32, 0, true};
-    case QType::Q2_K: return {16, 0, true};
-    case QType::Q3_K: return {16, 4, false};
-    case QType::Q6_K: return {16, 32, false};
-    default: return {0, 0, false};
+    case QType::Q4_0: return {32, 8, false, 15};
+    case QType::Q5_0: return {32, 16, false, 31};
+    case QType::Q8_0: return {32, 128, false, 255};
+    case QType::IQ4_NL: return {32, 128, false, 255};
+    case QType::IQ4_XS: return {32, 128, false, 255};
+    case QType::Q4_1: return {32, 0, true, 15};
+    case QType::Q5_1: return {32, 0, true, 31};
+    case QType::Q4_K: return {32, 0, true, 15};
+    case QType::Q5_K: return {32, 0, true, 31};
+    case QType::Q2_K: return {16, 0, true, 3};
+    case QType::Q3_K: return {16, 4, false, 7};
+    case QType::Q6_K: return {16, 32, false, 63};
+    default: return {0, 0, false, 0};
   }
 }
 
