@@ -214,7 +214,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     P.fused = P.super ? nullptr : kt.qgemv_fused[jobs[j].type_id];
   }
   const size_t acc_n = (size_t)TILE_M * n * 16;  // [n][16 rows][16 lanes]
-  auto tile_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int tile) {
+  // one part: tiles t0 .. t1 - 1 of one product, set up once (a tile of a small matrix runs for a microsecond or two)
+  auto part_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int t0, int t1) {
     const TypeInfo& ti = *P.ti;
     const QuantLayout& L = P.L;
     const int G = L.group, ng = k / G;
@@ -232,37 +233,40 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     float* s_rows = carve<float>(cur, TILE_M * sw);
     float* m_rows = carve<float>(cur, TILE_M * sw);
     float* acc = carve<float>(cur, acc_n);
-    const int r0 = tile * TILE_M, nr = std::min(TILE_M, J.m - r0);
-    std::memset(acc, 0, sizeof(float) * acc_n);
-    for (int k0 = 0; k0 < k; k0 += ck) {
-      const int kc = std::min(ck, k - k0);
-      const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
-      if (super) {
-        const XSuper Xs{XS.xq.data() + k0, (size_t)k, XS.dx.data() + k0 / 256, (size_t)k / 256, bsum.data() + k0 / 16,
-                        (size_t)k / 16};
-        super(w, J.row_bytes, nr, kc, n, Xs, acc);
-        continue;
+    for (int tile = t0; tile < t1; ++tile) {
+      const int r0 = tile * TILE_M, nr = std::min(TILE_M, J.m - r0);
+      std::memset(acc, 0, sizeof(float) * acc_n);
+      for (int k0 = 0; k0 < k; k0 += ck) {
+        const int kc = std::min(ck, k - k0);
+        const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
+        if (super) {
+          const XSuper Xs{XS.xq.data() + k0, (size_t)k, XS.dx.data() + k0 / 256, (size_t)k / 256,
+                          bsum.data() + k0 / 16, (size_t)k / 16};
+          super(w, J.row_bytes, nr, kc, n, Xs, acc);
+          continue;
+        }
+        const XLanes Xl{X.xq.data() + k0, (size_t)k, T.dxe.data() + k0 / 4, T.xce.data() + k0 / 4, (size_t)k / 4,
+                        T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
+        if (fused) {
+          fused(w, J.row_bytes, nr, kc, n, Xl, acc);
+          continue;
+        }
+        if (r0 + TILE_M < J.m) {  // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside)
+          const size_t cbytes = (size_t)(kc / ti.block_size) * ti.type_size;
+          const int nn = std::min(TILE_M, J.m - r0 - TILE_M);
+          for (int r = 0; r < nn; ++r)
+            for (size_t off = 0; off < cbytes; off += 64)
+              __builtin_prefetch(w + (size_t)(TILE_M + r) * J.row_bytes + off, 0, 2);
+        }
+        kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
+        kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, acc);
       }
-      const XLanes Xl{X.xq.data() + k0, (size_t)k,         T.dxe.data() + k0 / 4, T.xce.data() + k0 / 4, (size_t)k / 4,
-                      T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
-      if (fused) {
-        fused(w, J.row_bytes, nr, kc, n, Xl, acc);
-        continue;
-      }
-      if (r0 + TILE_M < J.m) {  // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside)
-        const size_t cbytes = (size_t)(kc / ti.block_size) * ti.type_size;
-        const int nn = std::min(TILE_M, J.m - r0 - TILE_M);
-        for (int r = 0; r < nn; ++r)
-          for (size_t off = 0; off < cbytes; off += 64) __builtin_prefetch(w + (size_t)(TILE_M + r) * J.row_bytes + off, 0, 2);
-      }
-      kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
-      kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, acc);
+      for (int c = 0; c < n; ++c) kt.reduce16(acc + (size_t)c * TILE_M * 16, nr, J.y + (size_t)c * J.m + r0);
     }
-    for (int c = 0; c < n; ++c) kt.reduce16(acc + (size_t)c * TILE_M * 16, nr, J.y + (size_t)c * J.m + r0);
   };
   pool.run((int)parts.size(), [&](int p, int) {
     const Part& P = parts[p];
-    for (int t = P.t0; t < P.t1; ++t) tile_fn(jobs[P.job], plans[P.job], tables[table_of[P.job]], t);
+    part_fn(jobs[P.job], plans[P.job], tables[table_of[P.job]], P.t0, P.t1);
   });
 }
 
