@@ -271,16 +271,23 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
 }
 
 // larger N: 16-row tiles unpacked and interleaved, panels of qgemm_cb columns
+// same_x: x, n and k are those of the previous call on this thread (the next product of one matmul_multi), so
+// its quantization, and its packing where the layout is the same too, are reused
 static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
-                       const float* x, int n, float* y, ThreadPool& pool) {
+                       const float* x, int n, float* y, ThreadPool& pool, bool same_x = false) {
   const QuantLayout L = quant_layout(ti.type);
   const UnpackFn unpack = kt.unpack[(int)ti.type];
   thread_local QuantizedX tls_x;
   thread_local std::vector<float> tls_xd, tls_xm;
   thread_local std::vector<int32_t> tls_xc;
   thread_local std::vector<int8_t> tls_xp;
+  thread_local QuantLayout tls_packed{};  // the layout xp .. xc hold (group 0: none)
   QuantizedX& X = tls_x;
-  quantize_x(kt, x, n, k, k, X, pool);
+  QuantLayout& packed = tls_packed;
+  if (!same_x) {
+    quantize_x(kt, x, n, k, k, X, pool);
+    packed = QuantLayout{};
+  }
 
   // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
   const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
@@ -289,22 +296,27 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
   std::vector<float>& xd = tls_xd;
   std::vector<float>& xm = tls_xm;
   std::vector<int32_t>& xc = tls_xc;
-  const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j]
-  xd.assign(n_slots, 0.f);
-  xm.assign(L.has_min ? n_slots : 1, 0.f);
-  xc.assign(n_slots, 0);
-  xp.assign((size_t)n_pad * k, 0);
-  for (int c = 0; c < n; ++c)
-    for (int g = 0; g < ng; ++g) {
-      const int k0 = g * G;
-      int32_t sum;
-      const float d = group_sum(X, c, g, G, sum);
-      const size_t slot = ((size_t)(c / CB) * ng + g) * CB + c % CB;
-      xd[slot] = d;
-      xc[slot] = -L.offset * sum;
-      if (L.has_min) xm[slot] = d * (float)sum;
-      std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
-    }
+  if (packed.group != L.group || packed.offset != L.offset || packed.has_min != L.has_min) {
+    const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j]
+    xd.assign(n_slots, 0.f);
+    xm.assign(L.has_min ? n_slots : 1, 0.f);
+    xc.assign(n_slots, 0);
+    xp.assign((size_t)n_pad * k, 0);
+    // columns in parallel (each writes its own slots): 512 columns of 8960 are 143k groups
+    pool.run(n, [&](int c, int) {
+      for (int g = 0; g < ng; ++g) {
+        const int k0 = g * G;
+        int32_t sum;
+        const float d = group_sum(X, c, g, G, sum);
+        const size_t slot = ((size_t)(c / CB) * ng + g) * CB + c % CB;
+        xd[slot] = d;
+        xc[slot] = -L.offset * sum;
+        if (L.has_min) xm[slot] = d * (float)sum;
+        std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
+      }
+    });
+    packed = L;
+  }
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
   const int nt = pool.size();
@@ -401,6 +413,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
   for (int j = 0; j < n_jobs; ++j) check_job(kt, jobs[j], k);
   if (n <= 0) return;
   int j0 = 0;
+  bool tiled = false;  // a tile-path product of this call has quantized x already
   for (int j = 0; j <= n_jobs; ++j) {  // runs of quantized small-N products share one dispatch
     const bool small = j < n_jobs && jobs[j].m > 0 && kt.unpack[jobs[j].type_id] && kt.qgemv_chunk && n <= GEMV_MAX_N;
     if (small) continue;
@@ -409,8 +422,12 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
     if (j == n_jobs || jobs[j].m <= 0) continue;
     const MatmulJob& J = jobs[j];
     const TypeInfo& ti = *type_info(J.type_id);
-    if (kt.unpack[J.type_id]) gemm_quant(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
-    else matmul_float(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
+    if (kt.unpack[J.type_id]) {
+      gemm_quant(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool, tiled);
+      tiled = true;
+    } else {
+      matmul_float(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
+    }
   }
 }
 

@@ -169,14 +169,15 @@ def test_quant_table_matches_gguf_constants():
         assert t.name == qt.name
 
 
-@pytest.mark.parametrize("n", [1, 3, 9])
+@pytest.mark.parametrize("n", [1, 3, 9, 34])
 def test_matmul_multi_equals_separate_products(path, n):
     """q/k/v and gate/up go through one call: mixed types (shared and distinct activation layouts, a float
-    type between quantized ones) must give exactly what separate products give, small n and large."""
+    type between quantized ones; for large n the tile path quantizes x once and packs it again only when the
+    layout changes: Q4_1 after Q4_K reuses the packing) must give exactly what separate products give."""
     kernels.configure(path=path, threads=2)
     rng = np.random.default_rng(11)
     k = 512
-    mix = [(T.Q5_0, 40), (T.Q8_0, 17), (T.Q5_0, 3), (T.F16, 5), (T.Q6_K, 33), (T.Q4_K, 16)]
+    mix = [(T.Q5_0, 40), (T.Q8_0, 17), (T.Q5_0, 3), (T.F16, 5), (T.Q6_K, 33), (T.Q4_K, 16), (T.Q4_1, 8)]
     products = [(int(qt), random_rows(qt, m, k, rng)) for qt, m in mix]
     x = rng.standard_normal((n, k), dtype=np.float32)
     got = kernels.matmul_multi(products, k, x)
