@@ -46,8 +46,8 @@ struct XGroups {
 struct XLanes {
   const int8_t* xq;    // [n][K], leading dimension ldx
   size_t ldx;
-  const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights
-  const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq (0 for types with a min)
+  const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights (null unless lane4_tables)
+  const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq, 0 for types with a min (null unless lane4_tables)
   size_t ldl;
   const float* xm;     // [n][K/G] dx * sum(xq over the group) (every type: offset types may use it instead of xce)
   size_t ldg;
@@ -92,6 +92,7 @@ struct KernelTable {
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
+  bool lane4_tables;  // its small-N kernels read XLanes.dxe and .xce (built only then)
   // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
   // exact in int32); preferred over qgemv_fused where present; same acc contract, same chunking
   void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, float* acc);

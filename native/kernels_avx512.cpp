@@ -648,6 +648,7 @@ const KernelTable* kernels_avx512() {
     k.qgemv_chunk = avx512::qgemv_chunk_avx512;
     k.reduce16 = avx512::reduce16_avx512;
     k.fused_chunk_k = 1024;  // measured with chunks of 1024 on the Zen 4 machine
+    k.lane4_tables = true;
     k.qgemv_fused[(int)QType::Q8_0] = avx512::qgemv_fused<avx512::LoadQ8_0>;
     k.qgemv_fused[(int)QType::Q5_0] = avx512::qgemv_fused<avx512::LoadQ5_0>;
     k.qgemv_fused[(int)QType::Q4_K] = avx512::qgemv_kq<avx512::LoadQ4_K>;

@@ -114,13 +114,13 @@ static inline float group_sum(const QuantizedX& X, int c, int g, int G, int32_t&
   return X.dx[(size_t)c * (k / 32) + k0 / 32];
 }
 
-// the small-N activation tables of one weight layout (XLanes): per group [c][k/G] (dx, dx * sum(xq)) and
-// per 4-weight lane [c][k/4] (dx, -offset * sum of the 4 xq)
+// the small-N activation tables of one weight layout (XLanes): per group [c][k/G] (dx, dx * sum(xq)) and, for
+// kernel tables that read them (lane4), per 4-weight lane [c][k/4] (dx, -offset * sum of the 4 xq)
 struct LaneTables {
   QuantLayout L{};
   std::vector<float> xd, xm, dxe;
   std::vector<int32_t> xce;
-  void build(const QuantLayout& layout, const QuantizedX& X) {
+  void build(const QuantLayout& layout, const QuantizedX& X, bool lane4) {
     L = layout;
     const int n = X.n, k = X.k, G = L.group, ng = k / G;
     xd.resize((size_t)n * ng);
@@ -132,6 +132,11 @@ struct LaneTables {
         xd[(size_t)c * ng + g] = d;
         xm[(size_t)c * ng + g] = d * (float)sum;  // the min of MIN types; offset types may fold their offset in
       }
+    if (!lane4) {  // XLanes then holds null pointers, which no kernel of this table reads
+      dxe.clear();
+      xce.clear();
+      return;
+    }
     dxe.resize((size_t)n * (k / 4));
     xce.resize((size_t)n * (k / 4));
     for (int c = 0; c < n; ++c)
@@ -182,7 +187,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
         break;
       }
     }
-    if (table_of[j] == j) tables[j].build(L, X);
+    if (table_of[j] == j) tables[j].build(L, X, kt.lane4_tables);
   }
 
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), 8 per
@@ -245,7 +250,9 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
           super(w, J.row_bytes, nr, kc, n, Xs, acc);
           continue;
         }
-        const XLanes Xl{X.xq.data() + k0, (size_t)k, T.dxe.data() + k0 / 4, T.xce.data() + k0 / 4, (size_t)k / 4,
+        const bool l4 = !T.dxe.empty();
+        const XLanes Xl{X.xq.data() + k0, (size_t)k, l4 ? T.dxe.data() + k0 / 4 : nullptr,
+                        l4 ? T.xce.data() + k0 / 4 : nullptr, (size_t)k / 4,
                         T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
         if (fused) {
           fused(w, J.row_bytes, nr, kc, n, Xl, acc);
