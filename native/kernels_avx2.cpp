@@ -253,14 +253,20 @@ struct DIQ4_NL {
   static __m256i weights(const Block& b) { return iq4_values(nibbles32(b.qs)); }
 };
 
-// the 12 packed scale bytes of a Q4_K super-block -> 8 six-bit scales (bytes of sc) and 8 mins (bytes of mn),
-// as ggml's get_scale_min_k4, in general registers
-static inline void q4k_scales(const block_q4_K& b, uint64_t& sc, uint64_t& mn) {
-  uint32_t a[3];
-  std::memcpy(a, b.scales, 12);
-  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-  sc = (a[0] & km1) | (uint64_t)((a[2] & km2) | (((a[0] >> 6) & km3) << 4)) << 32;
-  mn = (a[1] & km1) | (uint64_t)(((a[2] >> 4) & km2) | (((a[1] >> 6) & km3) << 4)) << 32;
+// the 12 packed scale bytes of a Q4_K super-block -> bytes 0..7 the 8 six-bit scales, 8..15 the 8 mins (ggml's
+// get_scale_min_k4), in 7 vector instructions (GCC's own vectorisation of the scalar unpack took about 15, a
+// quarter of the decode kernel's vector work; kept in general registers instead it was slower in cache):
+//   sc0-3 = b0-3 & 63, m0-3 = b4-7 & 63, sc4-7 = (b8-11 & 15) | (b0-3 >> 6) << 4, m4-7 = (b8-11 >> 4) | (b4-7 >> 6) << 4
+static inline __m128i q4k_scales(const block_q4_K& b) {
+  const __m128i v = _mm_loadu_si128((const __m128i*)b.scales);  // the 12 bytes and 4 of qs (unused)
+  // dwords [b0-3 | b8-11 | b4-7 | b8-11]: the low bits, the last dword's from its high nibbles (a 16-bit shift
+  // brings the next byte's bits into bits 4-7, which the mask drops)
+  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i lo = _mm_and_si128(_mm_blend_epi32(a, _mm_srli_epi16(a, 4), 0x8),
+                                   _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  // bits 6-7 of b0-3 and b4-7 into bits 4-5 of dwords 1 and 3
+  const __m128i c = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(c, 2), _mm_set1_epi8(0x30)));
 }
 
 struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
@@ -273,9 +279,7 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_K& b = *sb(r, s0);
     prefetch_span(&b, sizeof(b), pf);
-    uint64_t scs, mns;
-    q4k_scales(b, scs, mns);
-    const __m128i sc = _mm_set_epi64x((long long)mns, (long long)scs);
+    const __m128i sc = q4k_scales(b);
     s[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), _mm256_set1_ps(fp16(b.d)));
     m[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))),
                          _mm256_set1_ps(-fp16(b.dmin)));
@@ -497,10 +501,8 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
   for (int sb = 0; sb < nsb; ++sb) {
     const block_q4_K& b = ((const block_q4_K*)row)[sb];
     prefetch_span(&b, sizeof(b), pf);
-    uint64_t scs, mns;
-    q4k_scales(b, scs, mns);
     // bytes 0..7 the scales, 8..15 the mins, in both 128-bit lanes; one byte shuffle each spreads them
-    const __m256i sm = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)mns, (long long)scs));
+    const __m256i sm = _mm256_broadcastsi128_si256(q4k_scales(b));
     // dword g = sc_g in both int16 halves (the vpmaddwd multiplier of step g, broadcast from the stack)
     alignas(32) int32_t scw[8];
     _mm256_store_si256((__m256i*)scw,
