@@ -277,33 +277,37 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   });
 }
 
+// x quantized and packed for the tile kernel, shared by the products of one matmul_multi call (q/k/v, gate/up):
+// quantized once, packed again only when the weight layout changes
+struct TileActivations {
+  QuantizedX X;
+  std::vector<float> xd, xm;
+  std::vector<int32_t> xc;
+  std::vector<int8_t> xp;
+  bool quantized = false;
+  QuantLayout packed{};  // the layout xp .. xc hold (group 0: none)
+};
+
 // larger N: 16-row tiles unpacked and interleaved, panels of qgemm_cb columns
-// same_x: x, n and k are those of the previous call on this thread (the next product of one matmul_multi), so
-// its quantization, and its packing where the layout is the same too, are reused
 static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
-                       const float* x, int n, float* y, ThreadPool& pool, bool same_x = false) {
+                       const float* x, int n, float* y, ThreadPool& pool, TileActivations& A) {
   const QuantLayout L = quant_layout(ti.type);
   const UnpackFn unpack = kt.unpack[(int)ti.type];
-  thread_local QuantizedX tls_x;
-  thread_local std::vector<float> tls_xd, tls_xm;
-  thread_local std::vector<int32_t> tls_xc;
-  thread_local std::vector<int8_t> tls_xp;
-  thread_local QuantLayout tls_packed{};  // the layout xp .. xc hold (group 0: none)
-  QuantizedX& X = tls_x;
-  QuantLayout& packed = tls_packed;
-  if (!same_x) {
+  QuantizedX& X = A.X;
+  if (!A.quantized) {
     quantize_x(kt, x, n, k, k, X, pool);
-    packed = QuantLayout{};
+    A.quantized = true;
+    A.packed = QuantLayout{};
   }
 
   // per-layout group tables, packed in panels of CB columns (see XGroups); padding columns are zero
   const int G = L.group, ng = k / G, CB = kt.qgemm_cb;
   const int n_panels = (n + CB - 1) / CB, n_pad = n_panels * CB;
-  std::vector<int8_t>& xp = tls_xp;
-  std::vector<float>& xd = tls_xd;
-  std::vector<float>& xm = tls_xm;
-  std::vector<int32_t>& xc = tls_xc;
-  if (packed.group != L.group || packed.offset != L.offset || packed.has_min != L.has_min) {
+  std::vector<int8_t>& xp = A.xp;
+  std::vector<float>& xd = A.xd;
+  std::vector<float>& xm = A.xm;
+  std::vector<int32_t>& xc = A.xc;
+  if (A.packed.group != L.group || A.packed.offset != L.offset || A.packed.has_min != L.has_min) {
     const size_t n_slots = (size_t)n_pad * ng;  // [panel][g][j]
     xd.assign(n_slots, 0.f);
     xm.assign(L.has_min ? n_slots : 1, 0.f);
@@ -322,7 +326,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
         std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
       }
     });
-    packed = L;
+    A.packed = L;
   }
 
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
@@ -420,7 +424,10 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
   for (int j = 0; j < n_jobs; ++j) check_job(kt, jobs[j], k);
   if (n <= 0) return;
   int j0 = 0;
-  bool tiled = false;  // a tile-path product of this call has quantized x already
+  // the calling thread's, kept between calls so its buffers keep their capacity
+  thread_local TileActivations tls_acts;
+  TileActivations& acts = tls_acts;
+  acts.quantized = false;
   for (int j = 0; j <= n_jobs; ++j) {  // runs of quantized small-N products share one dispatch
     const bool small = j < n_jobs && jobs[j].m > 0 && kt.unpack[jobs[j].type_id] && kt.qgemv_chunk && n <= GEMV_MAX_N;
     if (small) continue;
@@ -430,8 +437,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
     const MatmulJob& J = jobs[j];
     const TypeInfo& ti = *type_info(J.type_id);
     if (kt.unpack[J.type_id]) {
-      gemm_quant(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool, tiled);
-      tiled = true;
+      gemm_quant(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool, acts);
     } else {
       matmul_float(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
     }
