@@ -97,39 +97,65 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
 }
 
 void Model::make_k_scales() {
+  // s minimises the expected squared error of q . k. The rounding error e of a rotated q4_0 / q8_0 block is
+  // about isotropic, of variance proportional to |k / s|^2, so the score error (q s) . e has variance
+  // proportional to sum_i k_i^2 / s_i^2 * sum_i q_i^2 s_i^2, least (Cauchy-Schwarz) at s_i^2 = |k_i| / |q_i|,
+  // with |k_i|, |q_i| the channels' rms magnitudes. Those come from the weights: for a normed input of unit
+  // entries, channel r of x W^T + b has mean square sum_j W_rj^2 n_j^2 + b_r^2 (n: attn_norm).
   const ModelConfig& c = cfg_;
-  const int d = c.d_model, hd = c.head_dim, kvd = c.n_kv_head * hd, half = c.n_rot / 2;
-  std::vector<float> wk((size_t)kvd * d);  // [kvd][d_model]
+  const int d = c.d_model, hd = c.head_dim, kvd = c.n_kv_head * hd, qd = c.n_head * hd, half = c.n_rot / 2;
+  const int group = c.n_head / c.n_kv_head;
+  std::vector<float> w;
+  // rms magnitude per channel of x W^T + b, [rows / hd][hd]; with a per-head norm, relative magnitudes times
+  // |norm_i| (the head is normalised to rms 1 before the norm weight)
+  auto channel_rms = [&](const WeightView& W, int rows, const float* attn_norm, const float* bias,
+                         const float* head_norm) {
+    w.resize((size_t)rows * d);
+    lll::dequantize(*kt_, W.type, W.data, W.row_bytes, rows, d, w.data());
+    std::vector<double> g(rows);
+    for (int r = 0; r < rows; ++r) {
+      double ss = bias ? (double)bias[r] * bias[r] : 0.0;
+      for (int i = 0; i < d; ++i) {
+        const double a = (double)w[(size_t)r * d + i] * attn_norm[i];
+        ss += a * a;
+      }
+      g[r] = ss;
+    }
+    for (int h = 0; h < rows / hd; ++h) {
+      double* gh = g.data() + (size_t)h * hd;
+      double ms = 0;
+      for (int i = 0; i < hd; ++i) ms += gh[i] / hd;
+      for (int i = 0; i < hd; ++i)
+        gh[i] = head_norm ? std::fabs(head_norm[i]) * std::sqrt(gh[i] / (ms + 1e-30)) : std::sqrt(gh[i]);
+    }
+    return g;
+  };
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     const LayerNorms& N = norms_[l];
-    lll::dequantize(*kt_, L.attn_k.type, L.attn_k.data, L.attn_k.row_bytes, kvd, d, wk.data());
-    std::vector<double> sig(kvd);  // expected |k| per channel for a normed input of unit entries
-    for (int r = 0; r < kvd; ++r) {
-      double ss = 0;
-      for (int i = 0; i < d; ++i) ss += (double)wk[(size_t)r * d + i] * wk[(size_t)r * d + i] * N.attn_norm[i] * N.attn_norm[i];
-      sig[r] = std::sqrt(ss);
-    }
+    // K as stored: minus its bias when centered
+    const std::vector<double> gk = channel_rms(L.attn_k, kvd, N.attn_norm, center_k_ ? nullptr : N.k_bias, N.k_norm);
+    const std::vector<double> gq1 = channel_rms(L.attn_q, qd, N.attn_norm, N.q_bias, N.q_norm);
     std::vector<float> s(kvd);
     for (int h = 0; h < c.n_kv_head; ++h) {
-      double* g = sig.data() + (size_t)h * hd;
-      if (N.k_norm) {  // the head is normalised: relative magnitudes times the norm weight
-        double ms = 0;
-        for (int i = 0; i < hd; ++i) ms += g[i] * g[i] / hd;
-        for (int i = 0; i < hd; ++i) g[i] = std::fabs(N.k_norm[i]) * g[i] / std::sqrt(ms + 1e-30);
-      }
+      std::vector<double> k(gk.begin() + (size_t)h * hd, gk.begin() + (size_t)(h + 1) * hd), q(hd, 0.0);
+      for (int j = 0; j < group; ++j)  // the query heads that read kv head h: their mean square
+        for (int i = 0; i < hd; ++i) q[i] += gq1[(size_t)(h * group + j) * hd + i] * gq1[(size_t)(h * group + j) * hd + i] / group;
+      for (int i = 0; i < hd; ++i) q[i] = std::sqrt(q[i]);
       for (int i = 0; i < half; ++i) {  // RoPE mixes a pair: one scale for both
         const int ia = c.neox ? i : 2 * i, ib = c.neox ? i + half : 2 * i + 1;
-        g[ia] = g[ib] = std::sqrt((g[ia] * g[ia] + g[ib] * g[ib]) / 2);
+        k[ia] = k[ib] = std::sqrt((k[ia] * k[ia] + k[ib] * k[ib]) / 2);
+        q[ia] = q[ib] = std::sqrt((q[ia] * q[ia] + q[ib] * q[ib]) / 2);
       }
-      // s = sqrt(magnitude): the channel imbalance split evenly between k and q (SmoothQuant's 0.5), which
-      // measured better than flattening k fully (s = magnitude) on smollm2 and gemma3
-      double ms = 0;
-      for (int i = 0; i < hd; ++i) ms += g[i] / hd;  // mean of sqrt(g)^2
+      const double kmax = *std::max_element(k.begin(), k.end()), qmax = *std::max_element(q.begin(), q.end());
+      std::vector<double> r(hd);  // s^2 up to a factor; dead channels floored so the ratio stays finite
+      double mr = 0;
       for (int i = 0; i < hd; ++i) {
-        const double v = std::sqrt(g[i] / (ms + 1e-30));
-        s[(size_t)h * hd + i] = (float)(v > 1e-3 ? v : 1e-3);  // a dead channel: keep the division finite
+        r[i] = std::max(k[i], 1e-6 * kmax + 1e-30) / std::max(q[i], 1e-6 * qmax + 1e-30);
+        mr += r[i] / hd;
       }
+      for (int i = 0; i < hd; ++i)  // rms 1 per head
+        s[(size_t)h * hd + i] = (float)std::min(1e3, std::max(1e-3, std::sqrt(r[i] / mr)));
     }
     k_scale_.push_back(std::move(s));
   }

@@ -84,10 +84,11 @@ struct StepBatch {
 //   to the attention output (the softmax weights sum to 1).
 // rotate: K is stored Hadamard-rotated per head (kv_format.h) with q rotated alike, so q . k is unchanged
 //   while outlier channels are spread over the head; V is stored rotated and the attention output rotated back.
-// equalize: K is stored divided per channel by s (q multiplied by s, so q . k is unchanged), s the square root
-//   of the channel's expected magnitude estimated from the weights (the attn_k row norm scaled by attn_norm,
-//   times the k-norm weight where there is one; one value per RoPE pair; rms 1 per head), so that a few
-//   large channels no longer set every block's scale.
+// equalize: K is stored divided per channel by s (q multiplied by s, so q . k is unchanged), s^2 the ratio of
+//   K's to q's expected rms magnitude in that channel (estimated from the weights: the attn_k / attn_q row
+//   norms scaled by attn_norm, plus the bias where it is kept, times the head-norm weight where there is one;
+//   one value per RoPE pair; rms 1 per head): the s that minimises the expected error of q . k (make_k_scales),
+//   so that a few large channels no longer set every block's scale.
 struct KvConfig {
   KvType k_type = KvType::F16, v_type = KvType::F16;
   bool rotate = true, center = true, equalize = true;

@@ -487,24 +487,39 @@ def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transfor
     np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
-def test_k_scales_follow_the_weights(tmp_path, arch):
-    """K's per-channel divisors (native/forward.h, KvConfig::equalize) recomputed in float64 numpy."""
+@pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
+def test_k_scales_follow_the_weights(tmp_path, arch, center):
+    """K's per-channel divisors (native/forward.h, KvConfig::equalize) recomputed in float64 numpy: s^2 the
+    ratio of K's to q's rms channel magnitude (weights times attn_norm, the bias where it is kept, the head
+    norm where there is one; one value per RoPE pair; rms 1 per head)."""
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     with GGUFFile(path) as f:
-        model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0")
+        model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0", kv_center=center)
         assert Model(f, n_blocks=2, threads=1, block_size=4).k_scales is None  # f16 K: none
         ref, s = ReferenceModel(f), model.spec
+        half = s.rope.n_rot // 2
+        i = np.arange(half)
+        ia, ib = (i, i + half) if s.rope.neox else (2 * i, 2 * i + 1)
+
+        def rms(matrix, norm, bias, head_norm, n_heads):
+            w = ref.weight(matrix).astype(np.float64) * ref.weight(norm).astype(np.float64)
+            ms = (w**2).sum(axis=1) + (0 if bias is None else ref.weight(bias).astype(np.float64) ** 2)
+            ms = ms.reshape(n_heads, s.head_dim)
+            if head_norm is None:
+                return np.sqrt(ms)
+            return np.abs(ref.weight(head_norm)) * np.sqrt(ms / ms.mean(axis=1, keepdims=True))
+
         want = []
         for layer in s.layers:
-            wk = ref.weight(layer.attn_k).astype(np.float64) * ref.weight(layer.attn_norm).astype(np.float64)
-            g = np.sqrt((wk**2).sum(axis=1)).reshape(s.n_kv_head, s.head_dim)
-            if layer.attn_k_norm:
-                g = np.abs(ref.weight(layer.attn_k_norm)) * g / np.sqrt((g**2).mean(axis=1, keepdims=True))
-            half = s.rope.n_rot // 2
-            i = np.arange(half)
-            ia, ib = (i, i + half) if s.rope.neox else (2 * i, 2 * i + 1)
-            pair = np.sqrt((g[:, ia] ** 2 + g[:, ib] ** 2) / 2)
-            g[:, ia], g[:, ib] = pair, pair
-            want.append(np.maximum(np.sqrt(g / g.mean(axis=1, keepdims=True)), 1e-3).ravel())
+            centered = model.kv_centered[0]  # K stored minus its bias: the bias is not in its magnitude
+            k = rms(layer.attn_k, layer.attn_norm, None if centered else layer.attn_k_bias, layer.attn_k_norm,
+                    s.n_kv_head)
+            q = rms(layer.attn_q, layer.attn_norm, layer.attn_q_bias, layer.attn_q_norm, s.n_head)
+            q = np.sqrt((q**2).reshape(s.n_kv_head, s.n_head // s.n_kv_head, s.head_dim).mean(axis=1))
+            for g in (k, q):
+                pair = np.sqrt((g[:, ia] ** 2 + g[:, ib] ** 2) / 2)
+                g[:, ia], g[:, ib] = pair, pair
+            r = k / q
+            want.append(np.clip(np.sqrt(r / r.mean(axis=1, keepdims=True)), 1e-3, 1e3).ravel())
+        assert model.kv_centered[0] == (arch == "qwen2" and center)
         np.testing.assert_allclose(model.k_scales, np.array(want), rtol=1e-6)
