@@ -9,12 +9,7 @@
 #include "ops.h"
 
 // The inner loops run over 16 independent lanes (16 keys, or 16 dims of a head) as two vector-extension values,
-// which never reorders a sum: every clone (and the scalar lowering) computes bit-identical results.
-#if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__)
-#define LLL_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LLL_ATTENTION_CLONES
-#endif
+// which never reorders a sum; the AVX2 and AVX-512 builds (LLL_VECTOR_CLONES) contract them to FMA.
 
 namespace lll {
 
@@ -22,6 +17,7 @@ namespace {
 
 constexpr int QT = 16;  // query rows (of one sequence) per tile
 constexpr int KC = 16;  // keys per chunk; chunks start at multiples of KC, whatever the tile
+constexpr int RB = 4;   // query rows whose scores are computed together
 
 // 8 independent float lanes (GCC/Clang vector extension: one ymm or two xmm registers), used in pairs for 16
 // lanes; v8u reads and writes float arrays at any float alignment. (A 64-byte vector type is not kept in
@@ -43,7 +39,7 @@ struct Scratch {
 };
 
 // One tile of query rows against one kv head, online softmax over key chunks (flash-attention order).
-LLL_ATTENTION_CLONES
+LLL_VECTOR_CLONES
 void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Tile& tile, int kvh, const float* q,
                     const KvView& k_cache, const KvView& v_cache, float* out, Scratch& S) {
   const int D = a.head_dim, group = a.n_head / a.n_kv_head, bs = a.block_size;
@@ -75,53 +71,71 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       kv_dequantize_row(v_cache.type, v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes, D,
                         S.vc.data() + (size_t)k * D);
     }
-    for (int r = 0; r < R; ++r) {
-      const int t = tile.t0 + r / group;
-      const int hi = rows.positions[t];
-      const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
-      if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
-      const float* qr = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-      v8 sv0 = {}, sv1 = {};
+    // scores of RB rows at a time: each row's sum over d in the same order as alone, the rows' chains
+    // independent (one row's chain of head_dim dependent FMAs was latency-bound)
+    for (int r0 = 0; r0 < R; r0 += RB) {
+      const int nr = std::min(RB, R - r0);
+      const float* qr[RB];
+      for (int i = 0; i < RB; ++i) {
+        const int r = r0 + std::min(i, nr - 1), t = tile.t0 + r / group;
+        qr[i] = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
+      }
+      v8 sv0[RB] = {}, sv1[RB] = {};
       for (int d = 0; d < D; ++d) {
         const float* kd = S.kt.data() + (size_t)d * KC;
-        sv0 += qr[d] * *(const v8u*)kd;
-        sv1 += qr[d] * *(const v8u*)(kd + 8);
-      }
-      float s[KC];
-      std::memcpy(s, &sv0, sizeof(sv0));
-      std::memcpy(s + 8, &sv1, sizeof(sv1));
-      // keys jc + k for k in [k0, k1) are visible to this row
-      const int k0 = std::max(0, lo - jc), k1 = std::min(nk, hi - jc + 1);
-      for (int k = 0; k < KC; ++k) s[k] *= a.scale;
-      if (a.softcap > 0.f)
-        for (int k = k0; k < k1; ++k) s[k] = a.softcap * std::tanh(s[k] / a.softcap);
-      float mx = S.m[r];
-      for (int k = k0; k < k1; ++k) mx = std::max(mx, s[k]);
-      const float corr = S.m[r] == neg_inf ? 0.f : std::exp(S.m[r] - mx);
-      float sum = 0.f;
-      for (int k = 0; k < KC; ++k) {
-        s[k] = (k < k0 || k >= k1) ? 0.f : std::exp(s[k] - mx);
-        sum += s[k];
-      }
-      S.m[r] = mx;
-      S.l[r] = S.l[r] * corr + sum;
-      // acc = acc * corr + sum_k p_k v_k, in registers 16 dims at a time
-      float* ar = S.acc.data() + (size_t)r * D;
-      int d0 = 0;
-      for (; d0 + 16 <= D; d0 += 16) {
-        v8 o0 = *(const v8u*)(ar + d0) * corr, o1 = *(const v8u*)(ar + d0 + 8) * corr;
-        for (int k = 0; k < nk; ++k) {
-          const float* vk = S.vc.data() + (size_t)k * D + d0;
-          o0 += s[k] * *(const v8u*)vk;
-          o1 += s[k] * *(const v8u*)(vk + 8);
+        const v8 k0 = *(const v8u*)kd, k1 = *(const v8u*)(kd + 8);
+        for (int i = 0; i < RB; ++i) {
+          sv0[i] += qr[i][d] * k0;
+          sv1[i] += qr[i][d] * k1;
         }
-        *(v8u*)(ar + d0) = o0;
-        *(v8u*)(ar + d0 + 8) = o1;
       }
-      for (int d = d0; d < D; ++d) {
-        float o = ar[d] * corr;
-        for (int k = 0; k < nk; ++k) o += s[k] * S.vc[(size_t)k * D + d];
-        ar[d] = o;
+      for (int i = 0; i < nr; ++i) {
+        const int r = r0 + i, t = tile.t0 + r / group;
+        const int hi = rows.positions[t];
+        const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
+        if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
+        float s[KC];
+        std::memcpy(s, &sv0[i], sizeof(v8));
+        std::memcpy(s + 8, &sv1[i], sizeof(v8));
+        // keys jc + k for k in [k0, k1) are visible to this row
+        const int k0 = std::max(0, lo - jc), k1 = std::min(nk, hi - jc + 1);
+        for (int k = 0; k < KC; ++k) s[k] *= a.scale;
+        if (a.softcap > 0.f)
+          for (int k = k0; k < k1; ++k) s[k] = a.softcap * std::tanh(s[k] / a.softcap);
+        float mx = S.m[r];
+        for (int k = k0; k < k1; ++k) mx = std::max(mx, s[k]);
+        const float corr = S.m[r] == neg_inf ? 0.f : std::exp(S.m[r] - mx);
+        float e[KC];
+        for (int k = 0; k < KC; ++k) e[k] = exp_poly(s[k] - mx);  // vectorised; invisible lanes dropped below
+        float sum = 0.f;
+        for (int k = 0; k < KC; ++k) {
+          s[k] = (k < k0 || k >= k1) ? 0.f : e[k];
+          sum += s[k];
+        }
+        S.m[r] = mx;
+        S.l[r] = S.l[r] * corr + sum;
+        // acc = acc * corr + sum_k p_k v_k, in registers 32 dims (four independent chains) at a time
+        float* ar = S.acc.data() + (size_t)r * D;
+        int d0 = 0;
+        for (; d0 + 32 <= D; d0 += 32) {
+          v8 o[4];
+          for (int c = 0; c < 4; ++c) o[c] = *(const v8u*)(ar + d0 + 8 * c) * corr;
+          for (int k = 0; k < nk; ++k) {
+            const float* vk = S.vc.data() + (size_t)k * D + d0;
+            for (int c = 0; c < 4; ++c) o[c] += s[k] * *(const v8u*)(vk + 8 * c);
+          }
+          for (int c = 0; c < 4; ++c) *(v8u*)(ar + d0 + 8 * c) = o[c];
+        }
+        for (; d0 + 8 <= D; d0 += 8) {
+          v8 o0 = *(const v8u*)(ar + d0) * corr;
+          for (int k = 0; k < nk; ++k) o0 += s[k] * *(const v8u*)(S.vc.data() + (size_t)k * D + d0);
+          *(v8u*)(ar + d0) = o0;
+        }
+        for (int d = d0; d < D; ++d) {
+          float o = ar[d] * corr;
+          for (int k = 0; k < nk; ++k) o += s[k] * S.vc[(size_t)k * D + d];
+          ar[d] = o;
+        }
       }
     }
   }

@@ -41,8 +41,14 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float
   }
 }
 
-void silu_mul(float* g, const float* u, size_t n) {
-  for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+LLL_VECTOR_CLONES
+void silu_mul(float* __restrict g, const float* __restrict u, size_t n) {
+  // g / (1 + e^-g) with h = e^(-|g| / 2): g / (1 + h h) for g >= 0, (g h) h / (1 + h h) below, which stays exact
+  // down to where the result underflows (e^g alone would leave exp_poly's range below -87)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g[i], h = exp_poly(-0.5f * std::fabs(x));
+    g[i] = (x >= 0.f ? x : x * h * h) / (1.0f + h * h) * u[i];
+  }
 }
 
 void gelu_tanh_mul(float* g, const float* u, size_t n) {

@@ -3,10 +3,41 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "quant_formats.h"
 
+// Loops of elementwise float work built for AVX-512, AVX2 + FMA and the baseline, the best chosen at load
+// (GCC's function multi-versioning); elsewhere the baseline only.
+#if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define LLL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LLL_VECTOR_CLONES
+#endif
+
 namespace lll {
+
+// e^x for |x| <= 87 to within 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5 polynomial for
+// (e^r - 1 - r) / r^2); beyond +-87 it clamps. No calls or branches, so loops over it vectorise (the file
+// must be built with -fno-trapping-math for the clamp's compares to if-convert).
+inline float exp_poly(float x) {
+  x = x < -87.0f ? -87.0f : x;  // ternaries (not std::min / max) become minps / maxps
+  x = x > 87.0f ? 87.0f : x;
+  const float t = x * 1.44269504088896341f;
+  const float fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+  const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * (r * r) + r + 1.0f;
+  const int32_t bits = ((int32_t)fn + 127) << 23;  // 2^n, n in [-126, 126]
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return er * scale;
+}
 
 // out[r][i] = x[r][i] / sqrt(mean(x[r]**2) + eps) * w[i] for r < rows; x, out: [rows][n] (out may be x)
 void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out);
