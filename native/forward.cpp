@@ -1,6 +1,7 @@
 #include "forward.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -302,64 +303,81 @@ void Model::forward(const StepBatch& b, float* logits) {
     for (int r = 0; r < rows; ++r)
       for (int i = 0; i < n; ++i) y[(size_t)r * n + i] += bias[i];
   };
+  // the per-row work between the products (norms, biases, RoPE, the K/V transforms and cache write, residual
+  // adds): fn(t0, t1) over row ranges split across the pool for a prompt, inline for a few rows. Every row's
+  // arithmetic is the same whatever the split.
+  const int row_parts = T >= 64 ? 4 * pool_.size() : 1;
+  auto by_rows = [&](const std::function<void(int, int)>& fn) {
+    if (row_parts == 1) return fn(0, T);
+    pool_.run(row_parts, [&](int p, int) { fn((int)((int64_t)T * p / row_parts), (int)((int64_t)T * (p + 1) / row_parts)); });
+  };
   const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
+  const int group = c.n_head / c.n_kv_head;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     const LayerNorms& N = norms_[l];
-    rms_norm(h.data(), N.attn_norm, T, d, c.rms_eps, a.data());
+    if (l == 0)  // later layers' attn_norm runs with the previous layer's residual add
+      by_rows([&](int t0, int t1) { rms_norm(h.data() + (size_t)t0 * d, N.attn_norm, t1 - t0, d, c.rms_eps, a.data() + (size_t)t0 * d); });
     matmul({{&L.attn_q, q.data()}, {&L.attn_k, k.data()}, {&L.attn_v, v.data()}}, a.data(), T);
-    add_bias(q.data(), N.q_bias, T, qd);
-    add_bias(k.data(), N.k_bias, T, kvd);
-    add_bias(v.data(), N.v_bias, T, kvd);
-    if (N.q_norm) {
-      rms_norm(q.data(), N.q_norm, T * c.n_head, hd, c.rms_eps, q.data());
-      rms_norm(k.data(), N.k_norm, T * c.n_kv_head, hd, c.rms_eps, k.data());
-    }
     const RopeTable& R = ropes[rope_of[l]];
-    for (int t = 0; t < T; ++t) {
-      const float* cs = R.cs.data() + (size_t)t * half;
-      const float* sn = R.sn.data() + (size_t)t * half;
-      rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
-      rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
-    }
-    auto sub_heads = [&](float* x, const float* bias) {  // x: [T][n_kv_head * head_dim] -= bias
-      for (int t = 0; t < T; ++t)
-        for (int i = 0; i < kvd; ++i) x[(size_t)t * kvd + i] -= bias[i];
-    };
-    if (center_k_) sub_heads(k.data(), N.k_bias);  // scores shift by -q . b_k per query: softmax-invariant
-    if (center_v_) sub_heads(v.data(), N.v_bias);
-    if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
-      const float* ks = k_scale_[l].data();
-      const int group = c.n_head / c.n_kv_head;
-      for (int t = 0; t < T; ++t) {
-        for (int i = 0; i < kvd; ++i) k[(size_t)t * kvd + i] /= ks[i];
-        for (int h = 0; h < c.n_head; ++h)
-          for (int i = 0; i < hd; ++i) q[(size_t)t * qd + (size_t)h * hd + i] *= ks[(size_t)(h / group) * hd + i];
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *qt = q.data() + (size_t)t0 * qd, *kt = k.data() + (size_t)t0 * kvd, *vt = v.data() + (size_t)t0 * kvd;
+      add_bias(qt, N.q_bias, n, qd);
+      add_bias(kt, N.k_bias, n, kvd);
+      add_bias(vt, N.v_bias, n, kvd);
+      if (N.q_norm) {
+        rms_norm(qt, N.q_norm, n * c.n_head, hd, c.rms_eps, qt);
+        rms_norm(kt, N.k_norm, n * c.n_kv_head, hd, c.rms_eps, kt);
       }
-    }
-    if (rotate_k_) {  // (H q) . (H k) = q . k
-      hadamard_rotate(q.data(), T * c.n_head, hd);
-      hadamard_rotate(k.data(), T * c.n_kv_head, hd);
-    }
-    if (rotate_v_) hadamard_rotate(v.data(), T * c.n_kv_head, hd);
-    kv_.write(l, k.data(), v.data(), b.slot_mapping, T);
+      for (int t = t0; t < t1; ++t) {
+        const float* cs = R.cs.data() + (size_t)t * half;
+        const float* sn = R.sn.data() + (size_t)t * half;
+        rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
+        rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
+      }
+      for (int t = 0; t < n; ++t)  // x: [n][n_kv_head * head_dim] -= bias
+        for (int i = 0; i < kvd; ++i) {
+          if (center_k_) kt[(size_t)t * kvd + i] -= N.k_bias[i];  // scores shift by -q . b_k per query: softmax-invariant
+          if (center_v_) vt[(size_t)t * kvd + i] -= N.v_bias[i];
+        }
+      if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
+        const float* ks = k_scale_[l].data();
+        for (int t = 0; t < n; ++t) {
+          for (int i = 0; i < kvd; ++i) kt[(size_t)t * kvd + i] /= ks[i];
+          for (int hh = 0; hh < c.n_head; ++hh)
+            for (int i = 0; i < hd; ++i) qt[(size_t)t * qd + (size_t)hh * hd + i] *= ks[(size_t)(hh / group) * hd + i];
+        }
+      }
+      if (rotate_k_) {  // (H q) . (H k) = q . k
+        hadamard_rotate(qt, n * c.n_head, hd);
+        hadamard_rotate(kt, n * c.n_kv_head, hd);
+      }
+      if (rotate_v_) hadamard_rotate(vt, n * c.n_kv_head, hd);
+      kv_.write(l, kt, vt, b.slot_mapping + t0, n);  // distinct slots (check): ranges write disjoint rows
+    });
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     paged_attention(shape, rows, q.data(), kv_.k(l), kv_.v(l), att.data(), pool_);
-    if (rotate_v_) hadamard_rotate(att.data(), T * c.n_head, hd);  // sum p (H v) = H sum p v; H H = I
-    if (center_v_) {  // sum p (v - b_v) + b_v = sum p v: head h reads kv head h / group
-      const int group = c.n_head / c.n_kv_head;
-      for (int t = 0; t < T; ++t)
-        for (int h = 0; h < c.n_head; ++h)
-          for (int i = 0; i < hd; ++i) att[(size_t)t * qd + (size_t)h * hd + i] += N.v_bias[(size_t)(h / group) * hd + i];
-    }
+    if (rotate_v_ || center_v_)
+      by_rows([&](int t0, int t1) {
+        float* at = att.data() + (size_t)t0 * qd;
+        if (rotate_v_) hadamard_rotate(at, (t1 - t0) * c.n_head, hd);  // sum p (H v) = H sum p v; H H = I
+        if (center_v_)  // sum p (v - b_v) + b_v = sum p v: head h reads kv head h / group
+          for (int t = 0; t < t1 - t0; ++t)
+            for (int hh = 0; hh < c.n_head; ++hh)
+              for (int i = 0; i < hd; ++i) at[(size_t)t * qd + (size_t)hh * hd + i] += N.v_bias[(size_t)(hh / group) * hd + i];
+      });
     matmul(L.attn_output, att.data(), T, a.data());
-    add_bias(a.data(), N.o_bias, T, d);
-    if (N.post_attn) rms_norm(a.data(), N.post_attn, T, d, c.rms_eps, a.data());
-    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
-
-    rms_norm(h.data(), N.ffn_norm, T, d, c.rms_eps, a.data());
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
+      add_bias(at, N.o_bias, n, d);
+      if (N.post_attn) rms_norm(at, N.post_attn, n, d, c.rms_eps, at);
+      for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
+      rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
+    });
     matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
@@ -372,8 +390,14 @@ void Model::forward(const StepBatch& b, float* logits) {
       });
     }
     matmul(L.ffn_down, g.data(), T, a.data());
-    if (N.post_ffn) rms_norm(a.data(), N.post_ffn, T, d, c.rms_eps, a.data());
-    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+    const float* next_norm = l + 1 < c.n_layers ? norms_[l + 1].attn_norm : nullptr;
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
+      if (N.post_ffn) rms_norm(at, N.post_ffn, n, d, c.rms_eps, at);
+      for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
+      if (next_norm) rms_norm(ht, next_norm, n, d, c.rms_eps, at);  // the next layer's input
+    });
   }
 
   if (b.n_logits == 0) return;
