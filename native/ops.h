@@ -8,9 +8,12 @@
 #include "quant_formats.h"
 
 // Loops of elementwise float work built for AVX-512, AVX2 + FMA and the baseline, the best chosen at load
-// (GCC's function multi-versioning); elsewhere the baseline only.
-#if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+// (function multi-versioning). GCC before 12 and clang take no "arch=" clones: AVX-512F / AVX2 (no FMA)
+// there; elsewhere the baseline only.
+#if defined(LLL_X86) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define LLL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(LLL_X86) && defined(__linux__) && defined(__GNUC__)
+#define LLL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define LLL_VECTOR_CLONES
 #endif

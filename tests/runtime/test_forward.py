@@ -487,6 +487,23 @@ def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transfor
     np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_prompt_split_by_rows_matches_reference(tmp_path, arch, threads):
+    """A 70-token prompt (64 rows or more: the per-row work between the products runs over row ranges on the
+    pool, native/forward.cpp) with q4_0 K and V and every transform equals the reference over the same
+    quantized values, and token-by-token decode (one row, no split) agrees."""
+    path = write_qhead_model(tmp_path / "m.gguf", arch)
+    ids = [(7 * i + 3) % 10 for i in range(70)]
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=18, threads=threads, block_size=4, k_type="q4_0", v_type="q4_0")
+        expected = QuantCacheReference(f, "q4_0", "q4_0", True, True, model.k_scales).logits(ids)
+        got = one_sequence(model, ids)
+        steps = np.concatenate([one_sequence(model, ids[i : i + 1], start=i) for i in range(len(ids))])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=QUANT_ATOL)
+    np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
+
+
 @pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
 def test_k_scales_follow_the_weights(tmp_path, arch, center):
     """K's per-channel divisors (native/forward.h, KvConfig::equalize) recomputed in float64 numpy: s^2 the
