@@ -442,24 +442,24 @@ class QuantCacheReference(ReferenceModel):
             reference_forward.rope = rope
 
 
-def write_qhead_model(path, arch: str):
-    """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks)."""
+def write_qhead_model(path, arch: str, head_dim: int = QHEAD):
+    """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks), or another head_dim."""
     from test_model_spec import D, N_HEAD, N_KV
 
     extra = {
-        "blk.{}.attn_q.weight": (N_HEAD * QHEAD, D), "blk.{}.attn_k.weight": (N_KV * QHEAD, D),
-        "blk.{}.attn_v.weight": (N_KV * QHEAD, D), "blk.{}.attn_output.weight": (D, N_HEAD * QHEAD),
+        "blk.{}.attn_q.weight": (N_HEAD * head_dim, D), "blk.{}.attn_k.weight": (N_KV * head_dim, D),
+        "blk.{}.attn_v.weight": (N_KV * head_dim, D), "blk.{}.attn_output.weight": (D, N_HEAD * head_dim),
     }
     if arch == "qwen2":
-        extra.update({"blk.{}.attn_q.bias": (N_HEAD * QHEAD,), "blk.{}.attn_k.bias": (N_KV * QHEAD,),
-                      "blk.{}.attn_v.bias": (N_KV * QHEAD,)})
+        extra.update({"blk.{}.attn_q.bias": (N_HEAD * head_dim,), "blk.{}.attn_k.bias": (N_KV * head_dim,),
+                      "blk.{}.attn_v.bias": (N_KV * head_dim,)})
     if arch == "gemma3":
-        extra.update({"blk.{}.attn_q_norm.weight": (QHEAD,), "blk.{}.attn_k_norm.weight": (QHEAD,)})
-    kv = {f"{arch}.attention.key_length": QHEAD, f"{arch}.attention.value_length": QHEAD}
+        extra.update({"blk.{}.attn_q_norm.weight": (head_dim,), "blk.{}.attn_k_norm.weight": (head_dim,)})
+    kv = {f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim}
     kv.update(TINY_CASES.get(arch, {}).get("kv", {}))
     shapes = {k.format(i): v for k, v in extra.items() for i in range(2)}
     if arch == "llama":
-        shapes["rope_freqs.weight"] = (QHEAD // 2,)
+        shapes["rope_freqs.weight"] = (head_dim // 2,)
     return write_model(path, arch, kv=kv, extra=shapes, seed=3)
 
 
@@ -502,6 +502,18 @@ def test_long_prompt_split_by_rows_matches_reference(tmp_path, arch, threads):
         steps = np.concatenate([one_sequence(model, ids[i : i + 1], start=i) for i in range(len(ids))])
     np.testing.assert_allclose(got, expected, rtol=0, atol=QUANT_ATOL)
     np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
+
+
+@pytest.mark.parametrize("head_dim", [72, 80])
+def test_head_dims_off_the_32_grid_match_reference(tmp_path, head_dim):
+    """head_dim 72 and 80 (f16 cache): the attention's 32-dim P.V loop leaves a tail its 8-dim loop takes."""
+    path = write_qhead_model(tmp_path / "m.gguf", "llama", head_dim=head_dim)
+    ids = [(7 * i + 3) % 10 for i in range(20)]
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=6, threads=2, block_size=4)
+        expected = QuantCacheReference(f, "f16", "f16", False, False, None).logits(ids)
+        got = one_sequence(model, ids)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=QUANT_ATOL)
 
 
 @pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
