@@ -337,11 +337,14 @@ void Model::forward(const StepBatch& b, float* logits) {
         rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
         rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
       }
-      for (int t = 0; t < n; ++t)  // x: [n][n_kv_head * head_dim] -= bias
-        for (int i = 0; i < kvd; ++i) {
-          if (center_k_) kt[(size_t)t * kvd + i] -= N.k_bias[i];  // scores shift by -q . b_k per query: softmax-invariant
-          if (center_v_) vt[(size_t)t * kvd + i] -= N.v_bias[i];
-        }
+      // centering: K and V stored minus their bias. K's was added before RoPE, so this is not a no-op: every
+      // score of a query shifts by the same -q . b_k (softmax-invariant); V's is added back after attention
+      auto sub_bias = [&](float* x, const float* bias) {  // x: [n][n_kv_head * head_dim]
+        for (int t = 0; t < n; ++t)
+          for (int i = 0; i < kvd; ++i) x[(size_t)t * kvd + i] -= bias[i];
+      };
+      if (center_k_) sub_bias(kt, N.k_bias);
+      if (center_v_) sub_bias(vt, N.v_bias);
       if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
         const float* ks = k_scale_[l].data();
         for (int t = 0; t < n; ++t) {
