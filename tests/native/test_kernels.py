@@ -122,6 +122,22 @@ def test_paths_and_threads_agree_exactly_where_arithmetic_is_identical():
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("qt", [T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_tile_column_blocks_leave_columns_unchanged(qt, path):
+    """Long rows (k = 4864, 8960) with many columns run the tile path in column blocks (their activations would
+    not stay in L2 otherwise): every column must come out bit-identical to the same column of a product short
+    enough (16 columns) to run unblocked, whichever block and panel it falls in."""
+    kernels.configure(path=path, threads=2)
+    rng = np.random.default_rng(2000 + int(qt))
+    for k in (4864, 8960):
+        rows = random_rows(qt, 21, k, rng)
+        x = rng.standard_normal((200, k), dtype=np.float32)
+        y = kernels.matmul_raw(int(qt), rows, k, x)
+        for c0 in (0, 48, 184):
+            np.testing.assert_array_equal(y[c0:c0 + 16], kernels.matmul_raw(int(qt), rows, k, x[c0:c0 + 16]))
+    kernels.configure()
+
+
 def test_unsupported_type_names_type_and_tensor():
     rows = np.zeros((2, 66), dtype=np.uint8)
     with pytest.raises(kernels.UnsupportedTypeError, match=r"blk\.0\.attn_q\.weight.*IQ2_XXS"):
@@ -235,3 +251,20 @@ def test_silu_mul_matches_float64():
     want = g64 * u64 / (1.0 + np.exp(-g64))
     assert np.all(np.isfinite(got))
     assert np.all(np.abs(got - want) <= 8 * U * np.abs(want) + 1e-37)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("streams", [1, 4, 16])
+def test_stream_read_reads_every_byte(threads, streams):
+    """The read-bandwidth probe behind `bench`: its checksum (the uint64 words of the whole 64-byte chunks plus the
+    remaining bytes, mod 2^64) proves every byte was read once, whatever the thread and stream split."""
+    kernels.configure(threads=threads)
+    rng = np.random.default_rng(streams)
+    for n in (0, 63, 64 * 37 + 5, (1 << 20) + 4099):
+        buf = rng.integers(0, 256, n, dtype=np.uint8)
+        whole = n // 64 * 64
+        want = (int(buf[:whole].view(np.uint64).astype(object).sum()) + int(buf[whole:].astype(np.int64).sum())) % 2**64
+        assert kernels.stream_read(buf, streams) == want
+    kernels.configure()
+    with pytest.raises(ValueError, match="streams"):
+        kernels.stream_read(np.zeros(64, np.uint8), 0)
