@@ -159,14 +159,14 @@ py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array:
   return py::make_tuple(xq, dx, s16);
 }
 
-uint64_t stream_read_py(const py::array& buf) {
+uint64_t stream_read_py(const py::array& buf, int streams) {
   if (buf.ndim() != 1 || buf.itemsize() != 1 || !(buf.flags() & py::array::c_style))
     throw std::invalid_argument("buffer must be a contiguous 1-D uint8 array");
   const uint8_t* p = (const uint8_t*)buf.data();
   const size_t n = (size_t)buf.shape(0);
   CpuBackend& be = backend();
   py::gil_scoped_release nogil;
-  return stream_read(p, n, be.pool());
+  return stream_read(p, n, be.pool(), streams);
 }
 
 // GGUF string arrays: [u64 length][bytes] * count from byte pos of buf. Returns (starts, ends, end) or
@@ -595,7 +595,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
   m.def("quantize_x", &quantize_x_py, py::arg("x"), py::arg("block") = 32,
         "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16])");
-  m.def("stream_read", &stream_read_py, py::arg("buf"));
+  m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
   m.def("scan_strings", &scan_strings_py, py::arg("buf"), py::arg("pos"), py::arg("count"));
   m.def("decode_strings", &decode_strings_py, py::arg("buf"), py::arg("starts"), py::arg("ends"));
   m.def("merges_valid", &merges_valid_py, py::arg("tok_buf"), py::arg("t_starts"), py::arg("t_ends"), py::arg("m_buf"),

@@ -113,9 +113,13 @@ def activation_block(type_id: int, n: int) -> int:
     return _native.activation_block(type_id, n)
 
 
-def stream_read(buf: np.ndarray) -> int:
-    """Reads every byte of a contiguous uint8 buffer once with all threads; returns a checksum."""
-    return _native.stream_read(buf)
+def stream_read(buf: np.ndarray, streams: int = 1) -> int:
+    """Reads every byte of a contiguous uint8 buffer once with all threads, each reading its part as `streams`
+    interleaved streams (1 to 16); returns a checksum: the sum mod 2**64 of the little-endian uint64 words of the
+    buffer's whole 64-byte chunks plus its remaining bytes."""
+    if not 1 <= streams <= 16:
+        raise ValueError(f"streams must be between 1 and 16, got {streams}")
+    return _native.stream_read(buf, streams)
 
 
 configure()
