@@ -1,8 +1,14 @@
-"""Write small GGUF files holding random weight matrices with the real models' shapes per type, for
-`localllm bench kernels` on a machine the real models cannot reach (a borrowed machine with no network).
+"""Write small GGUF files holding weight matrices per type, for `localllm bench kernels` on a machine the real
+models cannot reach (a borrowed machine with no network): random blocks with the real models' shapes, or the
+real models' own matrices, a few of each type, copied out of their GGUF files.
 
     python models/synthetic_matrices.py DIR        # -> DIR/syn-0.5b.gguf (14 MB), DIR/syn-1.5b.gguf (19 MB)
+    python models/synthetic_matrices.py DIR --real MODEL.gguf [--mb-per-type 6]   # -> DIR/sub-MODEL.gguf
     localllm bench kernels DIR/syn-0.5b.gguf DIR/syn-1.5b.gguf --threads 1 2
+
+--real copies each quantized type's 2-D matrices (not the embedding, which is looked up, not multiplied) in
+file order until about --mb-per-type MB of that type are taken; a matrix larger than that keeps only its first
+rows (the 0.5B's 145 MB output matrix, say). 6 MB a type makes the 0.5B's file 24 MB.
 
 The blocks are random bytes with every f16 scale set to 2^-7, so no scale is subnormal, infinite or NaN (a
 subnormal operand can slow a multiply on some CPUs). The timings are only those of the kernels: these files
@@ -45,12 +51,59 @@ def write(path: Path, mats, rng: np.random.Generator) -> None:
     w.close()
 
 
+def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, str, int, int]]:
+    """Copies src's quantized 2-D matrices, about bytes_per_type of each type, into path; returns
+    (name, type, rows, row length) of each copied matrix."""
+    from localllm.gguf import GGUFFile
+
+    taken: dict[str, int] = {}
+    out = []
+    w = GGUFWriter(str(path), "llama")
+    with GGUFFile(src) as f:
+        for t in f.tensors.values():
+            if len(t.dims) != 2 or t.name == "token_embd.weight" or not t.type.supported:
+                continue
+            if t.type.name in ("F32", "F16", "BF16") or taken.get(t.type.name, 0) >= bytes_per_type:
+                continue
+            rows = np.array(t.rows())
+            left = bytes_per_type - taken.get(t.type.name, 0)
+            rows = rows[: max(1, min(len(rows), -(-left // rows.shape[1])))]
+            taken[t.type.name] = taken.get(t.type.name, 0) + rows.nbytes
+            w.add_tensor(t.name, rows, raw_shape=rows.shape, raw_dtype=T(t.type.id))
+            out.append((t.name, t.type.name, rows.shape[0], t.row_len))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def usage() -> int:
+    print("usage: " + "\n       ".join(line.strip() for line in __doc__.splitlines() if "synthetic_matrices.py DIR" in line),
+          file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: " + next(line.strip() for line in __doc__.splitlines() if "synthetic_matrices.py DIR" in line),
-              file=sys.stderr)
-        return 2
+    if not argv or argv[0].startswith("-"):
+        return usage()
     out = Path(argv[0])
+    if len(argv) > 1:
+        import argparse
+
+        p = argparse.ArgumentParser(prog="synthetic_matrices.py DIR")
+        p.add_argument("--real", nargs="+", required=True, metavar="MODEL.gguf")
+        p.add_argument("--mb-per-type", type=float, default=6.0)
+        a = p.parse_args(argv[1:])
+        if a.mb_per_type <= 0:
+            print("--mb-per-type must be positive", file=sys.stderr)
+            return 2
+        out.mkdir(parents=True, exist_ok=True)
+        for src in a.real:
+            dst = out / ("sub-" + Path(src).name)
+            write_subset(Path(src), dst, int(a.mb_per_type * 1e6))
+            print(dst)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for name, mats in SHAPES.items():

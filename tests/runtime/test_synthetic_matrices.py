@@ -46,3 +46,32 @@ def test_synthetic_files_hold_the_declared_matrices(tmp_path):
 def test_synthetic_script_without_a_directory_prints_its_usage(capsys):
     assert load_script().main([]) == 2
     assert "synthetic_matrices.py DIR" in capsys.readouterr().err
+
+
+def test_real_subset_copies_each_type_until_its_budget(tmp_path):
+    """--real: the copied matrices are the source's own bytes (first rows where a matrix is cut), about the budget
+    of each type and never the embedding."""
+    mod = load_script()
+    assert mod.main([str(tmp_path / "syn")]) == 0
+    src = tmp_path / "syn" / "syn-0.5b.gguf"
+    assert mod.main([str(tmp_path / "sub"), "--real", str(src), "--mb-per-type", "1"]) == 0
+    dst = tmp_path / "sub" / "sub-syn-0.5b.gguf"
+    with GGUFFile(src) as f, GGUFFile(dst) as g:
+        per_type: dict[str, int] = {}
+        row_bytes: dict[str, int] = {}
+        for name, t in g.tensors.items():
+            s = f.tensors[name]
+            assert (t.type.id, t.row_len) == (s.type.id, s.row_len) and t.n_rows <= s.n_rows
+            rows = np.array(t.rows())
+            np.testing.assert_array_equal(rows, np.array(s.rows()[: t.n_rows]))
+            per_type[t.type.name] = per_type.get(t.type.name, 0) + rows.nbytes
+            row_bytes[t.type.name] = max(row_bytes.get(t.type.name, 0), rows.shape[1])
+        assert set(per_type) == {"Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+        # each type stops once it holds 1 MB: the matrix that crosses the budget is cut within one row of it
+        for ty, b in per_type.items():
+            assert 1e6 <= b < 1e6 + row_bytes[ty], ty
+
+
+def test_real_subset_needs_a_positive_budget(tmp_path, capsys):
+    assert load_script().main([str(tmp_path), "--real", "x.gguf", "--mb-per-type", "0"]) == 2
+    assert "--mb-per-type" in capsys.readouterr().err
