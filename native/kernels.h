@@ -85,21 +85,26 @@ struct KernelTable {
                       const XGroups& X, float* acc);
   int qgemm_cb;  // activation columns per panel
   // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
-  // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller
+  // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller with this table's
+  // reduce16 (the AVX2 kernels fill lanes 0..7 only, and its reduce16 reads only those). init: the chunk is the
+  // first of its rows, so acc is written without being read (nobody zeroes it); else the chunk adds to it
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
-                      int nr, int n, const XLanes& X, float* acc);
+                      int nr, int n, const XLanes& X, bool init, float* acc);
   // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
-  void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc);
+  void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
+                          float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   bool lane4_tables;  // its small-N kernels read XLanes.dxe and .xce (built only then)
   // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
   // exact in int32); preferred over qgemv_fused where present; same acc contract, same chunking
-  void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, float* acc);
+  void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
+                          float* acc);
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
-  // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][15], in that
-  // order on every path (bit-identical results); acc: [16 rows][16 lanes]
+  // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][L - 1], in that
+  // order, L the lanes this table's kernels fill (16; 8 on AVX2): results do not depend on the row split or the
+  // thread count; acc: [16 rows][16 lanes]
   void (*reduce16)(const float* acc, int nr, float* y);
   // x: [k] float -> xq: [k] int8, dx: [k/block] (block 32 or 256, k a multiple of it), sum16: [k/16] (sum of
   // xq per 16); x ~= dx * xq with dx = amax / 127 of the block, xq rounded to nearest

@@ -354,11 +354,11 @@ struct UnpackedSource {
 // types is: sum_g s_g * (-offset) * dx_g * sum(xq over g), from X.xm; vector ALU slots are what limits these
 // kernels (two cores reach the read bandwidth only below about 12 vector instructions per 32 weights).
 template <class S, int C>
-static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, float* acc) {
+static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, bool init, float* acc) {
   constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
   __m256 a0[C], a1[C];  // even and odd steps
   for (int j = 0; j < C; ++j) {
-    a0[j] = _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
+    a0[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
     a1[j] = _mm256_setzero_ps();
   }
   const __m256 moff = _mm256_set1_ps(-(float)src.offset());
@@ -457,13 +457,13 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
 }
 
 template <class S>
-static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
+static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
   const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
   // one row at a time: each thread then streams its rows front to back, which the hardware prefetchers
   // follow; passes of 2 or 4 rows (four interleaved streams) decoded the 0.5B at 24 tok/s instead of 34-40
   auto cols = [&](int c0, auto CC) {
     constexpr int C = decltype(CC)::value;
-    for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, acc);
+    for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, init, acc);
   };
   int c = 0;
   for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
@@ -471,14 +471,15 @@ static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, c
 }
 
 template <class S>
-static void qgemv_fused_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
-  gemv_source(S{w, row_bytes}, row_bytes, nr, kc, n, X, acc);
+static void qgemv_fused_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
+                             float* acc) {
+  gemv_source(S{w, row_bytes}, row_bytes, nr, kc, n, X, init, acc);
 }
 
 template <bool Min, bool Off, bool Signed, int Group>
 static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s, const float* m, int sw, int kc, int nr, int n,
-                          const XLanes& X, float* acc) {
-  gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, acc);
+                          const XLanes& X, bool init, float* acc) {
+  gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, init, acc);
 }
 
 // ---- small N over per-256 activations (Q8_K-style: one dx per 256, sums per 16) ------------------------
@@ -494,9 +495,9 @@ static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s
 //     |int32 lane| <= 8 * 2 * (2 * 63 * 127) * 128 + 32 * 2 * 2 * 2032 * 128 < 2^26
 // The scalar reference of these kernels is the float64 product with x quantized per 256 (tests).
 template <int C>
-static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
   __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
+  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
   const __m256i m4 = _mm256_set1_epi8(15);
   for (int sb = 0; sb < nsb; ++sb) {
     const block_q4_K& b = ((const block_q4_K*)row)[sb];
@@ -544,9 +545,9 @@ static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const X
 }
 
 template <int C>
-static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
+static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
   __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
+  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
   const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
   // step q's multiplier from [sc_8p .. sc_8p+7 | same] (p = q / 4): int16 word 2q mod 8 in the low 128 bits,
   // 2q + 1 mod 8 in the high
@@ -596,55 +597,56 @@ static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const X
 
 // rows r < nr one at a time (streamed front to back), columns in pairs
 template <template <int> class Row>
-static void qgemv_super_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, float* acc) {
+static void qgemv_super_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
+                             float* acc) {
   const size_t pf = 8 * row_bytes;
   const int nsb = kc / 256;
   for (int r = 0; r < nr; ++r) {
     const uint8_t* row = w + (size_t)r * row_bytes;
     int c = 0;
-    for (; c + 2 <= n; c += 2) Row<2>::run(row, pf, nsb, X, c, acc + (size_t)r * 16);
-    if (c < n) Row<1>::run(row, pf, nsb, X, c, acc + (size_t)r * 16);
+    for (; c + 2 <= n; c += 2) Row<2>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
+    if (c < n) Row<1>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
   }
 }
 template <int C>
 struct Q4KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
-    q4k_super_row<C>(row, pf, nsb, X, c0, acc);
+  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
+    q4k_super_row<C>(row, pf, nsb, X, c0, init, acc);
   }
 };
 template <int C>
 struct Q6KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, float* acc) {
-    q6k_super_row<C>(row, pf, nsb, X, c0, acc);
+  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
+    q6k_super_row<C>(row, pf, nsb, X, c0, init, acc);
   }
 };
 
 static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
-                             int kc, int nr, int n, const XLanes& X, float* acc) {
-  if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.group == 32 && L.has_min) gemv_unpacked<true, false, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.group == 32) gemv_unpacked<false, true, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
-  else if (L.has_min) gemv_unpacked<true, false, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
-  else gemv_unpacked<false, true, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, acc);
+                             int kc, int nr, int n, const XLanes& X, bool init, float* acc) {
+  if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
+  else if (L.group == 32 && L.has_min) gemv_unpacked<true, false, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
+  else if (L.group == 32) gemv_unpacked<false, true, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
+  else if (L.has_min) gemv_unpacked<true, false, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
+  else gemv_unpacked<false, true, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
 }
 
-// 8 rows at a time: transpose the 8 x 16 block (two 8 x 8 dword transposes), then add the 16 lane vectors in
-// lane order from zero: each row's sequential sum exactly (the contract in kernels.h)
+// 8 rows at a time: transpose the 8 x 8 block of the lanes this path's kernels fill (0..7; a row's lanes 8..15
+// are never written here, kernels.h), then add the 8 lane vectors in lane order from zero: each row's
+// sequential sum exactly (adding the other contract's eight zeros after them would change no bit: the running
+// sum, started from +0, is never -0)
 static void reduce16_avx2(const float* acc, int nr, float* y) {
   int r0 = 0;
   for (; r0 + 8 <= nr; r0 += 8) {
     __m256 t = _mm256_setzero_ps();
-    for (int h = 0; h < 2; ++h) {
-      __m256i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256((const __m256i*)(acc + (r0 + i) * 16 + 8 * h));
-      transpose8_epi32(v);  // v[l] lane i = acc[r0 + i][8h + l]
-      for (int l = 0; l < 8; ++l) t = _mm256_add_ps(t, _mm256_castsi256_ps(v[l]));
-    }
+    __m256i v[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256((const __m256i*)(acc + (r0 + i) * 16));
+    transpose8_epi32(v);  // v[l] lane i = acc[r0 + i][l]
+    for (int l = 0; l < 8; ++l) t = _mm256_add_ps(t, _mm256_castsi256_ps(v[l]));
     _mm256_storeu_ps(y + r0, t);
   }
   for (int r = r0; r < nr; ++r) {
     float t = 0.f;
-    for (int l = 0; l < 16; ++l) t += acc[r * 16 + l];
+    for (int l = 0; l < 8; ++l) t += acc[r * 16 + l];
     y[r] = t;
   }
 }

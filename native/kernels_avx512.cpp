@@ -344,7 +344,7 @@ static inline void by_column_pairs(int n, F&& cols) {
 // ---- small N: one row at a time, lanes along k --------------------------------------------------
 template <int G, bool MIN, int C>
 static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* m_rows, int sw, int kc, int,
-                       const XLanes& X, int c0, float* acc) {
+                       const XLanes& X, int c0, bool init, float* acc) {
   constexpr int GPZ = 64 / G;  // groups per 64 weights
   constexpr int R = 4;         // rows per pass: activation loads are shared by R rows
   const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -353,7 +353,8 @@ static void qgemv_cols(const uint8_t* u_rows, const float* s_rows, const float* 
   for (int r0 = 0; r0 < TILE_M; r0 += R) {  // rows past nr were zero-filled by unpack
     __m512 af[C][R];
     for (int j = 0; j < C; ++j)
-      for (int i = 0; i < R; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+      for (int i = 0; i < R; ++i)
+        af[j][i] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
     for (int z = 0; z < nz; ++z) {
       const bool half = 64 * z + 64 > kc;  // a last 32 weights
       const __mmask64 m8 = half ? (__mmask64)0xFFFFFFFFull : ~(__mmask64)0;
@@ -420,13 +421,14 @@ static inline __m512 pair_scales(f16_t d0, f16_t d1) {
 // RN rows r0 .. r0 + RN - 1 (RN a compile-time count, so the accumulators stay in registers)
 template <class LD, int C, int RN>
 static inline void qgemv_fused_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
-                                    float* acc) {
+                                    bool init, float* acc) {
   using Block = typename LD::Block;
   constexpr int PF = 8;  // rows ahead to prefetch: the next pass of 4 rows (or the next tile)
   const int nz = kc / 64;
   __m512 af[C][RN];
   for (int j = 0; j < C; ++j)
-    for (int i = 0; i < RN; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+    for (int i = 0; i < RN; ++i)
+      af[j][i] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
   const Block* rows[RN];
   for (int i = 0; i < RN; ++i) rows[i] = (const Block*)(w + (size_t)(r0 + i) * row_bytes);
   for (int z = 0; z <= nz; ++z) {
@@ -453,16 +455,20 @@ static inline void qgemv_fused_pass(const uint8_t* w, size_t row_bytes, int r0, 
 }
 
 template <class LD, int C>
-static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+static void qgemv_fused_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, bool init,
+                             float* acc) {
   constexpr int R = 4;  // rows per pass: activation loads are shared by R rows
   int r0 = 0;
-  for (; r0 + R <= nr; r0 += R) qgemv_fused_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, acc);
-  for (; r0 < nr; ++r0) qgemv_fused_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, acc);
+  for (; r0 + R <= nr; r0 += R) qgemv_fused_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, init, acc);
+  for (; r0 < nr; ++r0) qgemv_fused_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, init, acc);
 }
 
 template <class LD>
-static void qgemv_fused(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
-  by_column_pairs(n, [&](int c, auto C) { qgemv_fused_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, acc); });
+static void qgemv_fused(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
+                        float* acc) {
+  by_column_pairs(n, [&](int c, auto C) {
+    qgemv_fused_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, init, acc);
+  });
 }
 
 // ---- small N, fused, K-quants (Q4_K, Q6_K): per 256-weight super-block, scales once, 4 x 64 weights --
@@ -516,7 +522,7 @@ struct LoadQ6_K {
 // RN rows r0 .. r0 + RN - 1 (RN a compile-time count, so the accumulators stay in registers)
 template <class LD, int C, int RN>
 static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int kc, const XLanes& X, int c0,
-                                 float* acc) {
+                                 bool init, float* acc) {
   using Block = typename LD::Block;
   constexpr int PF = 16, G = LD::G, GPZ = 64 / G, GPS = QK_K / G;  // groups per 64 weights, per super-block
   const __m512i base = G == 32 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -524,7 +530,8 @@ static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int
   const __mmask16 gmask = (__mmask16)((1u << GPS) - 1);
   __m512 af[C][RN];
   for (int j = 0; j < C; ++j)
-    for (int i = 0; i < RN; ++i) af[j][i] = _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
+    for (int i = 0; i < RN; ++i)
+      af[j][i] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r0 + i) * 16);
   for (int sb = 0; sb < kc / QK_K; ++sb) {
     // per row and column: the group scales times the activation's dx of each group, so a step's lanes
     // take their scale with one permute (the same float products as scaling per step)
@@ -567,32 +574,38 @@ static inline void qgemv_kq_pass(const uint8_t* w, size_t row_bytes, int r0, int
 }
 
 template <class LD, int C>
-static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, float* acc) {
+static void qgemv_kq_cols(const uint8_t* w, size_t row_bytes, int nr, int kc, const XLanes& X, int c0, bool init,
+                          float* acc) {
   constexpr int R = 4;  // rows per pass: activation loads are shared by R rows
   int r0 = 0;
-  for (; r0 + R <= nr; r0 += R) qgemv_kq_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, acc);
-  for (; r0 < nr; ++r0) qgemv_kq_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, acc);
+  for (; r0 + R <= nr; r0 += R) qgemv_kq_pass<LD, C, R>(w, row_bytes, r0, kc, X, c0, init, acc);
+  for (; r0 < nr; ++r0) qgemv_kq_pass<LD, C, 1>(w, row_bytes, r0, kc, X, c0, init, acc);
 }
 
 template <class LD>
-static void qgemv_kq(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, float* acc) {
-  by_column_pairs(n, [&](int c, auto C) { qgemv_kq_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, acc); });
+static void qgemv_kq(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
+                     float* acc) {
+  by_column_pairs(n, [&](int c, auto C) {
+    qgemv_kq_cols<LD, decltype(C)::value>(w, row_bytes, nr, kc, X, c, init, acc);
+  });
 }
 
 template <int G, bool MIN>
 static void qgemv_layout(const uint8_t* u_rows, const float* s, const float* m, int sw, int kc, int nr, int n,
-                         const XLanes& X, float* acc) {
-  by_column_pairs(n, [&](int c, auto C) { qgemv_cols<G, MIN, decltype(C)::value>(u_rows, s, m, sw, kc, nr, X, c, acc); });
+                         const XLanes& X, bool init, float* acc) {
+  by_column_pairs(n, [&](int c, auto C) {
+    qgemv_cols<G, MIN, decltype(C)::value>(u_rows, s, m, sw, kc, nr, X, c, init, acc);
+  });
 }
 
 static void qgemv_chunk_avx512(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
-                               int kc, int nr, int n, const XLanes& X, float* acc) {
+                               int kc, int nr, int n, const XLanes& X, bool init, float* acc) {
   if (L.group == 32) {
-    if (L.has_min) qgemv_layout<32, true>(u_rows, s, m, sw, kc, nr, n, X, acc);
-    else qgemv_layout<32, false>(u_rows, s, m, sw, kc, nr, n, X, acc);
+    if (L.has_min) qgemv_layout<32, true>(u_rows, s, m, sw, kc, nr, n, X, init, acc);
+    else qgemv_layout<32, false>(u_rows, s, m, sw, kc, nr, n, X, init, acc);
   } else {
-    if (L.has_min) qgemv_layout<16, true>(u_rows, s, m, sw, kc, nr, n, X, acc);
-    else qgemv_layout<16, false>(u_rows, s, m, sw, kc, nr, n, X, acc);
+    if (L.has_min) qgemv_layout<16, true>(u_rows, s, m, sw, kc, nr, n, X, init, acc);
+    else qgemv_layout<16, false>(u_rows, s, m, sw, kc, nr, n, X, init, acc);
   }
 }
 

@@ -243,14 +243,15 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     float* acc = carve<float>(cur, acc_n);
     for (int tile = t0; tile < t1; ++tile) {
       const int r0 = tile * TILE_M, nr = std::min(TILE_M, J.m - r0);
-      std::memset(acc, 0, sizeof(float) * acc_n);
+      // no zeroing: each kernel writes acc on the first chunk of the rows (init) and adds to it after
       for (int k0 = 0; k0 < k; k0 += ck) {
+        const bool init = k0 == 0;
         const int kc = std::min(ck, k - k0);
         const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
         if (super) {
           const XSuper Xs{XS.xq.data() + k0, (size_t)k, XS.dx.data() + k0 / 256, (size_t)k / 256,
                           bsum.data() + k0 / 16, (size_t)k / 16};
-          super(w, J.row_bytes, nr, kc, n, Xs, acc);
+          super(w, J.row_bytes, nr, kc, n, Xs, init, acc);
           continue;
         }
         const bool l4 = !T.dxe.empty();
@@ -258,7 +259,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
                         l4 ? T.xce.data() + k0 / 4 : nullptr, (size_t)k / 4,
                         T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
         if (fused) {
-          fused(w, J.row_bytes, nr, kc, n, Xl, acc);
+          fused(w, J.row_bytes, nr, kc, n, Xl, init, acc);
           continue;
         }
         if (r0 + TILE_M < J.m) {  // the next tile's rows of this chunk, into L2 (the fused kernels prefetch inside)
@@ -269,7 +270,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
               __builtin_prefetch(w + (size_t)(TILE_M + r) * J.row_bytes + off, 0, 2);
         }
         kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
-        kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, acc);
+        kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, init, acc);
       }
       for (int c = 0; c < n; ++c) kt.reduce16(acc + (size_t)c * TILE_M * 16, nr, J.y + (size_t)c * J.m + r0);
     }
