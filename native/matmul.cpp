@@ -151,13 +151,20 @@ struct LaneTables {
   }
 };
 
-int activation_block(const KernelTable& kt, int type_id, int n) {
-  return type_id >= 0 && type_id < 40 && kt.qgemv_super[type_id] && n <= GEMV_MAX_N ? 256 : 32;
+// whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels:
+// every type up to GEMV_MAX_N rows, types with a per-256 kernel up to the table's super_max_n
+static bool small_n(const KernelTable& kt, int type_id, int n) {
+  if (!kt.qgemv_chunk || !kt.unpack[type_id]) return false;
+  return n <= GEMV_MAX_N || (kt.qgemv_super[type_id] && n <= kt.super_max_n);
 }
 
-// small N (<= GEMV_MAX_N activation rows): lanes along k, no interleave. Several products sharing x (q/k/v,
-// gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to back,
-// and each dispatch costs a wake-up and a wait for the slowest thread.
+int activation_block(const KernelTable& kt, int type_id, int n) {
+  return type_id >= 0 && type_id < 40 && kt.qgemv_super[type_id] && small_n(kt, type_id, n) ? 256 : 32;
+}
+
+// small N (small_n: up to GEMV_MAX_N activation rows, more for per-256 kernels): lanes along k, no interleave.
+// Several products sharing x (q/k/v, gate/up) go out as one pool dispatch after one activation quantization:
+// decode issues them back to back, and each dispatch costs a wake-up and a wait for the slowest thread.
 static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
                       ThreadPool& pool) {
   // thread_local storage is named through references: a lambda body naming a thread_local would
@@ -463,7 +470,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
   TileActivations& acts = tls_acts;
   acts.quantized = false;
   for (int j = 0; j <= n_jobs; ++j) {  // runs of quantized small-N products share one dispatch
-    const bool small = j < n_jobs && jobs[j].m > 0 && kt.unpack[jobs[j].type_id] && kt.qgemv_chunk && n <= GEMV_MAX_N;
+    const bool small = j < n_jobs && jobs[j].m > 0 && small_n(kt, jobs[j].type_id, n);
     if (small) continue;
     if (j > j0) gemv_jobs(kt, jobs + j0, j - j0, k, x, n, pool);
     j0 = j + 1;
