@@ -65,9 +65,9 @@ def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, 
                 continue
             if t.type.name in ("F32", "F16", "BF16") or taken.get(t.type.name, 0) >= bytes_per_type:
                 continue
-            rows = np.array(t.rows())
+            view = t.rows()  # a view of the map: only the rows kept are copied
             left = bytes_per_type - taken.get(t.type.name, 0)
-            rows = rows[: max(1, min(len(rows), -(-left // rows.shape[1])))]
+            rows = np.array(view[: max(1, min(len(view), -(-left // view.shape[1])))])
             taken[t.type.name] = taken.get(t.type.name, 0) + rows.nbytes
             w.add_tensor(t.name, rows, raw_shape=rows.shape, raw_dtype=T(t.type.id))
             out.append((t.name, t.type.name, rows.shape[0], t.row_len))

@@ -36,7 +36,7 @@ uint64_t stream_read(const uint8_t* p, size_t n, ThreadPool& pool, int streams) 
       for (size_t i = 0; i < part; i += 64)
         for (int s = 0; s < S; ++s) {
           const uint8_t* q = p + b + s * part + i;
-          __builtin_prefetch(q + 1024, 0, 3);
+          __builtin_prefetch(q + (i + 1024 < part ? 1024 : 0), 0, 3);  // never past the stream's end
           uint64_t v[8];
           std::memcpy(v, q, 64);
           for (int j = 0; j < 8; ++j) a[j] += v[j];

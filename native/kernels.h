@@ -31,7 +31,8 @@ QuantLayout quant_layout(QType t);
 // last panel is zero-padded) so a kernel reaches every column of a panel from one pointer:
 //   xq: [n_panels][ng][CB][G] int8     xd, xc, xm: [n_panels][ng][CB]
 // xd: dx of the 32-block holding the group; xc: -offset * sum(xq over the group) (0 for types with a
-// min); xm: dx * sum(xq over the group) (types with a min).
+// min); xm: dx * sum(xq over the group) (types with a min). The pointers and n_panels may describe a block of
+// consecutive panels (the caller offsets them and the accumulators alike).
 struct XGroups {
   const int8_t* xq;
   const float* xd;

@@ -14,8 +14,9 @@ namespace {
 
 constexpr int GEMV_MAX_N = 4;      // up to this many activation rows the lanes-along-k kernels are faster (measured)
 constexpr int GEMV_CHUNK_K = 1024;  // it needs no interleave, so it takes longer chunks
-// activation bytes per column block of the tile path: with the tile's decoded rows and its accumulators, within
-// the L2 of the cores this runs on (512 KiB on Zen 3, 1-2 MiB on Zen 4 and recent Xeons)
+// int8 activation bytes per column block of the tile path (their per-group dx, offset and min tables add 8-12 bytes
+// per group: up to 75% more for 16-weight groups): with the tile's decoded rows and its accumulators, about the
+// L2 of the cores this runs on (512 KiB on Zen 3, 1-2 MiB on Zen 4 and recent Xeons); measured, not derived
 constexpr size_t XP_BLOCK_BYTES = 256 << 10;
 
 struct Aligned {

@@ -261,7 +261,7 @@ def test_stream_read_reads_every_byte(threads, streams):
     remaining bytes, mod 2^64) proves every byte was read once, whatever the thread and stream split."""
     kernels.configure(threads=threads)
     rng = np.random.default_rng(streams)
-    for n in (0, 63, 64 * 37 + 5, (1 << 20) + 4099):
+    for n in (0, 63, 1000, 64 * 37 + 5, (1 << 20) + 4099):  # 1000: whole chunks but no whole stream part
         buf = rng.integers(0, 256, n, dtype=np.uint8)
         whole = n // 64 * 64
         want = (int(buf[:whole].view(np.uint64).astype(object).sum()) + int(buf[whole:].astype(np.int64).sum())) % 2**64
