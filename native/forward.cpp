@@ -1,7 +1,6 @@
 #include "forward.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -307,8 +306,9 @@ void Model::forward(const StepBatch& b, float* logits) {
   // adds): fn(t0, t1) over row ranges split across the pool for a prompt, inline for a few rows. Every row's
   // arithmetic is the same whatever the split.
   const int row_parts = T >= 64 ? 4 * pool_.size() : 1;
-  auto by_rows = [&](const std::function<void(int, int)>& fn) {
-    if (row_parts == 1) return fn(0, T);
+  // (a template, not a std::function: a decode step calls it five times a layer, inline)
+  auto by_rows = [&](auto&& fn) {
+    if (row_parts == 1) return (void)fn(0, T);
     pool_.run(row_parts, [&](int p, int) { fn((int)((int64_t)T * p / row_parts), (int)((int64_t)T * (p + 1) / row_parts)); });
   };
   const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};

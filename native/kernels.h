@@ -101,7 +101,8 @@ struct KernelTable {
   // exact in int32); preferred over qgemv_fused where present; same acc contract, same chunking
   void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
                           float* acc);
-  int super_max_n;  // qgemv_super serves products of up to this many activation rows (the others: up to 4)
+  int super_max_n;  // qgemv_super serves products of up to this many activation rows (every small-N kernel: up
+                    // to 4, matmul.cpp's GEMV_MAX_N)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][L - 1], in that
