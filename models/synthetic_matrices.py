@@ -58,8 +58,8 @@ def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, 
 
     taken: dict[str, int] = {}
     out = []
-    w = GGUFWriter(str(path), "llama")
-    with GGUFFile(src) as f:
+    with GGUFFile(src) as f:  # opened (and checked) before anything is written
+        w = GGUFWriter(str(path), "llama")
         for t in f.tensors.values():
             if len(t.dims) != 2 or t.name == "token_embd.weight" or not t.type.supported:
                 continue
@@ -101,7 +101,11 @@ def main(argv: list[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for src in a.real:
             dst = out / ("sub-" + Path(src).name)
-            write_subset(Path(src), dst, int(a.mb_per_type * 1e6))
+            try:
+                write_subset(Path(src), dst, int(a.mb_per_type * 1e6))
+            except (OSError, ValueError) as e:  # GGUFError is a ValueError: a missing, unreadable or corrupt source
+                print(f"error: {src}: {e}", file=sys.stderr)
+                return 1
             print(dst)
         return 0
     out.mkdir(parents=True, exist_ok=True)

@@ -75,3 +75,16 @@ def test_real_subset_copies_each_type_until_its_budget(tmp_path):
 def test_real_subset_needs_a_positive_budget(tmp_path, capsys):
     assert load_script().main([str(tmp_path), "--real", "x.gguf", "--mb-per-type", "0"]) == 2
     assert "--mb-per-type" in capsys.readouterr().err
+
+
+def test_real_subset_of_a_bad_file_is_a_one_line_error_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)
+    out = tmp_path / "sub"
+    mod = load_script()
+    assert mod.main([str(out), "--real", str(bad)]) == 1
+    assert mod.main([str(out), "--real", str(tmp_path / "missing.gguf")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+    assert "bad.gguf" in err[0] and "missing.gguf" in err[1]
+    assert not list(out.glob("*.gguf"))
