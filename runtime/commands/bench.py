@@ -53,6 +53,8 @@ def register(sub) -> None:
     add_kv_arguments(p)  # bench MODEL only
     p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
                    help="buffer for the read-bandwidth measurement (default 1024: far past any cache)")
+    p.add_argument("--tensors", nargs="+", metavar="NAME", default=None,
+                   help="bench kernels: only these matrices (e.g. blk.0.ffn_down.weight)")
     p.add_argument("--stream-mib", type=int, default=512, metavar="MIB",
                    help="weights streamed per N = 1 measurement (copies of the matrices, default 512)")
     p.set_defaults(func=run)
@@ -100,7 +102,7 @@ def read_bandwidth(seconds: float = 0.5, mib: int = 1024) -> float:
 
 
 def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out,
-                stream_bytes: int = STREAM_BYTES) -> list[dict]:
+                stream_bytes: int = STREAM_BYTES, tensors: list[str] | None = None) -> list[dict]:
     import numpy as np
 
     from localllm import kernels
@@ -111,10 +113,15 @@ def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: fl
     by_type: dict[str, list] = {}
     for t in f.tensors.values():
         if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16"):
-            by_type.setdefault(t.type.name, []).append(t)
+            if tensors is None or t.name in tensors:
+                by_type.setdefault(t.type.name, []).append(t)
+    if tensors is not None and not by_type:
+        f.close()
+        raise ValueError(f"{path.name}: no quantized matrix named {', '.join(tensors)}")
     rng = np.random.default_rng(0)
     for tname, ts in sorted(by_type.items()):
-        ts = [t for t in ts if t.name != "token_embd.weight"] or ts  # the embedding is looked up, not multiplied
+        if tensors is None:  # the embedding is looked up, not multiplied (unless asked for by name)
+            ts = [t for t in ts if t.name != "token_embd.weight"] or ts
         mats = [(t.type.id, t.rows(), t.row_len) for t in ts]
         stream = list(mats)
         while sum(m[1].nbytes for m in stream) < stream_bytes:
@@ -368,6 +375,13 @@ def run(args: argparse.Namespace) -> int:
     kernels.configure(threads=max(threads))
     if args.bandwidth_mib < 1 or args.stream_mib < 1:
         raise ValueError("--bandwidth-mib and --stream-mib must be positive")
+    if args.tensors:  # every model must have one of them, checked before anything is measured
+        from localllm.gguf import GGUFFile
+
+        for p in paths:
+            with GGUFFile(p) as f:
+                if not set(args.tensors) & set(f.tensors):
+                    raise ValueError(f"{p.name}: no matrix named {', '.join(args.tensors)}")
     bw = read_bandwidth(mib=args.bandwidth_mib)
     print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
           f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)", file=out)
@@ -375,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
           + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1) + "  (GFLOP/s)  t(N=8)/t(N=1)", file=out)
     results = []
     for p in paths:
-        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w"), args.stream_mib << 20):
+        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w"), args.stream_mib << 20, args.tensors):
             r["n1_pct"] = 100 * r["n1_gbs"] / bw
             print(_fmt_row(r, ns), file=out, flush=True)
             results.append(r)

@@ -71,6 +71,18 @@ def test_bench_kernels_json():
         assert row["n1_gbs"] > 0 and row["n2_gflops"] > 0
 
 
+def test_bench_kernels_named_tensors():
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm("bench", "kernels", str(path), "--tensors", "blk.0.ffn_down.weight", "--threads", "1", "--n", "1",
+                 "--seconds", "0.01", "--bandwidth-mib", "64", "--stream-mib", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [row["type"] for row in json.loads(r.stdout)["results"]] == ["Q4_1"]
+    r = localllm("bench", "kernels", str(path), "--tensors", "no.such.weight", "--seconds", "0.01",
+                 "--bandwidth-mib", "64")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip().startswith("error: ") and "no.such.weight" in r.stderr
+
+
 def test_bench_compare_without_llama_cpp_says_how_to_get_it(tmp_path):
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm("bench", str(path), "--compare", "--llama-python", str(tmp_path / "no-python"), "-p", "8", "-g", "2")
