@@ -253,22 +253,6 @@ struct DIQ4_NL {
   static __m256i weights(const Block& b) { return iq4_values(nibbles32(b.qs)); }
 };
 
-// the 12 packed scale bytes of a Q4_K super-block -> bytes 0..7 the 8 six-bit scales, 8..15 the 8 mins (ggml's
-// get_scale_min_k4), in 7 vector instructions (GCC's own vectorisation of the scalar unpack took about 15, a
-// quarter of the decode kernel's vector work; kept in general registers instead it was slower in cache):
-//   sc0-3 = b0-3 & 63, m0-3 = b4-7 & 63, sc4-7 = (b8-11 & 15) | (b0-3 >> 6) << 4, m4-7 = (b8-11 >> 4) | (b4-7 >> 6) << 4
-static inline __m128i q4k_scales(const block_q4_K& b) {
-  const __m128i v = _mm_loadu_si128((const __m128i*)b.scales);  // the 12 bytes and 4 of qs (unused)
-  // dwords [b0-3 | b8-11 | b4-7 | b8-11]: the low bits, the last dword's from its high nibbles (a 16-bit shift
-  // brings the next byte's bits into bits 4-7, which the mask drops)
-  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-  const __m128i lo = _mm_and_si128(_mm_blend_epi32(a, _mm_srli_epi16(a, 4), 0x8),
-                                   _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-  // bits 6-7 of b0-3 and b4-7 into bits 4-5 of dwords 1 and 3
-  const __m128i c = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-  return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(c, 2), _mm_set1_epi8(0x30)));
-}
-
 struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
   static constexpr int G = 32;
   static constexpr bool MIN = true, OFF = false, SIGNED = false, FULL = true;

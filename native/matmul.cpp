@@ -238,8 +238,9 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     const auto super = P.super;
     const auto fused = P.fused;
     // weights per chunk: the fused kernels take what their table asks (AVX2: whole rows, each row streamed
-    // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy
-    const int ck = fused || super ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
+    // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy; the
+    // per-256 kernels always whole rows (on the Xeon, chunks of 1024 ran Q4_K's N = 1 about 10% slower)
+    const int ck = super ? k : fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
     const int cu = fused || super ? 0 : ck;
     const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);  // floats per row in the scale tables
     thread_local Arena arena;
