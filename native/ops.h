@@ -27,7 +27,8 @@ inline float exp_poly(float x) {
   x = x < -87.0f ? -87.0f : x;  // ternaries (not std::min / max) become minps / maxps
   x = x > 87.0f ? 87.0f : x;
   const float t = x * 1.44269504088896341f;
-  const float fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+  const float big = t + 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+  const float fn = big - 12582912.0f;
   const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -36,7 +37,12 @@ inline float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float er = p * (r * r) + r + 1.0f;
-  const int32_t bits = ((int32_t)fn + 127) << 23;  // 2^n, n in [-126, 126]
+  // 2^n, n in [-126, 126]: n sits in big's low mantissa bits (big's bits are 0x4B400000 + n), read as an integer;
+  // a NaN x (which the clamps above keep) goes through no float -> int conversion (undefined for NaN) and the
+  // NaN er makes the result NaN
+  uint32_t bits;
+  std::memcpy(&bits, &big, 4);
+  bits = (bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return er * scale;

@@ -254,6 +254,21 @@ def test_silu_mul_matches_float64():
     assert np.all(np.abs(got - want) <= 8 * U * np.abs(want) + 1e-37)
 
 
+def test_silu_mul_propagates_nan_and_inf():
+    """A NaN activation stays NaN through SiLU (the polynomial e^x converts no NaN to an integer: undefined in
+    C++), and the infinities stay infinite (+inf: g / (1 + h h); -inf: (g h) h, h = e^-87 after the clamp),
+    never a finite number that would hide a broken model."""
+    from localllm import _native
+
+    g = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0] * 8, dtype=np.float32)  # a vector's worth and a tail
+    u = np.full(g.size, 2.0, dtype=np.float32)
+    got = _native.silu_mul(g, u)
+    assert np.all(np.isnan(got[0::5])) and np.all(np.isnan(got[1::5]))
+    assert np.all(got[2::5] == np.inf)
+    assert np.all(got[3::5] == -np.inf)
+    np.testing.assert_allclose(got[4::5], 2.0 / (1.0 + np.exp(-1.0)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("streams", [1, 4, 16])
 def test_stream_read_reads_every_byte(threads, streams):
