@@ -87,17 +87,17 @@ def _timeit(fn, seconds: float) -> float:
             return best
 
 
-def read_bandwidth(seconds: float = 0.5, mib: int = 1024) -> float:
+def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     """Best GB/s of a multi-threaded streaming read over a buffer of `mib` MiB: one stream per thread, or four
     interleaved and prefetched, whichever reads faster here (the kernels prefetch several rows ahead, so one
     plain stream alone understated the roofline where a core's single stream is latency-bound: 16.8 GB/s
-    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s)."""
+    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). `seconds` in all: half to each."""
     import numpy as np
 
     from localllm import kernels
 
     buf = np.ones(mib << 20, dtype=np.uint8)
-    dt = min(_timeit(lambda: kernels.stream_read(buf, s), seconds) for s in (1, 4))
+    dt = min(_timeit(lambda: kernels.stream_read(buf, s), seconds / 2) for s in (1, 4))
     return buf.nbytes / dt / 1e9
 
 
