@@ -442,8 +442,8 @@ class QuantCacheReference(ReferenceModel):
             reference_forward.rope = rope
 
 
-def write_qhead_model(path, arch: str, head_dim: int = QHEAD):
-    """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks), or another head_dim."""
+def write_qhead_model(path, arch: str, head_dim: int = QHEAD, edit=None):
+    """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks), or another head_dim (edit: write_model's)."""
     from test_model_spec import D, N_HEAD, N_KV
 
     extra = {
@@ -460,7 +460,7 @@ def write_qhead_model(path, arch: str, head_dim: int = QHEAD):
     shapes = {k.format(i): v for k, v in extra.items() for i in range(2)}
     if arch == "llama":
         shapes["rope_freqs.weight"] = (head_dim // 2,)
-    return write_model(path, arch, kv=kv, extra=shapes, seed=3)
+    return write_model(path, arch, kv=kv, extra=shapes, seed=3, edit=edit)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
@@ -516,39 +516,75 @@ def test_head_dims_off_the_32_grid_match_reference(tmp_path, head_dim):
     np.testing.assert_allclose(got, expected, rtol=0, atol=QUANT_ATOL)
 
 
+def k_scales_reference(f, model):
+    """K's per-channel divisors in float64 numpy: s^2 the ratio of K's to q's rms channel magnitude (weights
+    times attn_norm, the bias where it is kept, the head norm where there is one; one value per RoPE pair),
+    a dead channel's magnitude floored at 1e-6 of its head's largest, rms 1 per head, clipped to [1e-3, 1e3]."""
+    ref, s = ReferenceModel(f), model.spec
+    half = s.rope.n_rot // 2
+    i = np.arange(half)
+    ia, ib = (i, i + half) if s.rope.neox else (2 * i, 2 * i + 1)
+
+    def rms(matrix, norm, bias, head_norm, n_heads):
+        w = ref.weight(matrix).astype(np.float64) * ref.weight(norm).astype(np.float64)
+        ms = (w**2).sum(axis=1) + (0 if bias is None else ref.weight(bias).astype(np.float64) ** 2)
+        ms = ms.reshape(n_heads, s.head_dim)
+        if head_norm is None:
+            return np.sqrt(ms)
+        return np.abs(ref.weight(head_norm)) * np.sqrt(ms / ms.mean(axis=1, keepdims=True))
+
+    want = []
+    for layer in s.layers:
+        centered = model.kv_centered[0]  # K stored minus its bias: the bias is not in its magnitude
+        k = rms(layer.attn_k, layer.attn_norm, None if centered else layer.attn_k_bias, layer.attn_k_norm,
+                s.n_kv_head)
+        q = rms(layer.attn_q, layer.attn_norm, layer.attn_q_bias, layer.attn_q_norm, s.n_head)
+        q = np.sqrt((q**2).reshape(s.n_kv_head, s.n_head // s.n_kv_head, s.head_dim).mean(axis=1))
+        for g in (k, q):
+            pair = np.sqrt((g[:, ia] ** 2 + g[:, ib] ** 2) / 2)
+            g[:, ia], g[:, ib] = pair, pair
+        floor = lambda g: np.maximum(g, 1e-6 * g.max(axis=1, keepdims=True) + 1e-30)  # noqa: E731
+        r = floor(k) / floor(q)
+        want.append(np.clip(np.sqrt(r / r.mean(axis=1, keepdims=True)), 1e-3, 1e3).ravel())
+    return np.array(want)
+
+
 @pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
 def test_k_scales_follow_the_weights(tmp_path, arch, center):
-    """K's per-channel divisors (native/forward.h, KvConfig::equalize) recomputed in float64 numpy: s^2 the
-    ratio of K's to q's rms channel magnitude (weights times attn_norm, the bias where it is kept, the head
-    norm where there is one; one value per RoPE pair; rms 1 per head)."""
+    """K's per-channel divisors (native/forward.h, KvConfig::equalize) against k_scales_reference."""
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     with GGUFFile(path) as f:
         model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0", kv_center=center)
         assert Model(f, n_blocks=2, threads=1, block_size=4).k_scales is None  # f16 K: none
-        ref, s = ReferenceModel(f), model.spec
-        half = s.rope.n_rot // 2
-        i = np.arange(half)
-        ia, ib = (i, i + half) if s.rope.neox else (2 * i, 2 * i + 1)
-
-        def rms(matrix, norm, bias, head_norm, n_heads):
-            w = ref.weight(matrix).astype(np.float64) * ref.weight(norm).astype(np.float64)
-            ms = (w**2).sum(axis=1) + (0 if bias is None else ref.weight(bias).astype(np.float64) ** 2)
-            ms = ms.reshape(n_heads, s.head_dim)
-            if head_norm is None:
-                return np.sqrt(ms)
-            return np.abs(ref.weight(head_norm)) * np.sqrt(ms / ms.mean(axis=1, keepdims=True))
-
-        want = []
-        for layer in s.layers:
-            centered = model.kv_centered[0]  # K stored minus its bias: the bias is not in its magnitude
-            k = rms(layer.attn_k, layer.attn_norm, None if centered else layer.attn_k_bias, layer.attn_k_norm,
-                    s.n_kv_head)
-            q = rms(layer.attn_q, layer.attn_norm, layer.attn_q_bias, layer.attn_q_norm, s.n_head)
-            q = np.sqrt((q**2).reshape(s.n_kv_head, s.n_head // s.n_kv_head, s.head_dim).mean(axis=1))
-            for g in (k, q):
-                pair = np.sqrt((g[:, ia] ** 2 + g[:, ib] ** 2) / 2)
-                g[:, ia], g[:, ib] = pair, pair
-            r = k / q
-            want.append(np.clip(np.sqrt(r / r.mean(axis=1, keepdims=True)), 1e-3, 1e3).ravel())
         assert model.kv_centered[0] == (arch == "qwen2" and center)
-        np.testing.assert_allclose(model.k_scales, np.array(want), rtol=1e-6)
+        np.testing.assert_allclose(model.k_scales, k_scales_reference(f, model), rtol=1e-6)
+
+
+def test_k_scales_of_dead_channels_stay_finite(tmp_path):
+    """A K channel pair whose weights are all zero, and a q channel pair that no query head of the group
+    reads: the floors keep every divisor finite and inside [1e-3, 1e3] (a dead K channel divides a zero; a
+    dead q channel would otherwise ask for an infinite divisor), as the float64 reference floors them; and
+    the model still runs on them against the reference attention."""
+    from test_model_spec import N_HEAD, N_KV
+
+    group = N_HEAD // N_KV
+
+    def edit(name, t):
+        if name == "blk.0.attn_k.weight":
+            t[0:2] = 0.0  # kv head 0, RoPE pair (0, 1) (llama: adjacent pairs)
+        if name == "blk.0.attn_q.weight":
+            for h in range(group):  # every query head of kv head 0, pair (4, 5)
+                t[h * QHEAD + 4 : h * QHEAD + 6] = 0.0
+
+    path = write_qhead_model(tmp_path / "m.gguf", "llama", edit=edit)
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=4, threads=1, block_size=4, k_type="q4_0")
+        got, want = np.array(model.k_scales), k_scales_reference(f, model)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert np.all(np.isfinite(got)) and got.min() >= 1e-3 and got.max() <= 1e3
+        head0 = got[0, :QHEAD]
+        assert got[0, 0] == got[0, 1] == head0.min() < np.median(head0)  # dead K: the smallest divisor
+        assert got[0, 4] == got[0, 5] == head0.max() > 100 * np.median(head0)  # unread by q: the largest
+        ids = [3, 1, 4, 1, 5, 9, 2]
+        expected = QuantCacheReference(f, "q4_0", "f16", True, True, model.k_scales).logits(ids)
+        np.testing.assert_allclose(one_sequence(model, ids), expected, rtol=0, atol=QUANT_ATOL)

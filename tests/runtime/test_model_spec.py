@@ -150,8 +150,9 @@ def test_spec_of_real_model(name):
 D, N_HEAD, N_KV, HEAD, FF, VOCAB = 8, 2, 1, 4, 16, 12
 
 
-def write_model(path, arch="llama", *, n_layers=2, kv=None, drop=(), extra=None, seed=0):
-    """A tiny model of `arch` with float32 weights; kv entries override (None removes) metadata keys."""
+def write_model(path, arch="llama", *, n_layers=2, kv=None, drop=(), extra=None, seed=0, edit=None):
+    """A tiny model of `arch` with float32 weights; kv entries override (None removes) metadata keys;
+    edit(name, array), where given, may change a tensor in place before it is written."""
     meta = {
         f"{arch}.block_count": n_layers,
         f"{arch}.context_length": 64,
@@ -225,6 +226,8 @@ def write_model(path, arch="llama", *, n_layers=2, kv=None, drop=(), extra=None,
             t = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
             t = rng.standard_normal(shape) / math.sqrt(shape[-1])
+        if edit:
+            edit(name, t)
         w.add_tensor(name, t.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
