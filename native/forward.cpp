@@ -326,7 +326,7 @@ void Model::forward(const StepBatch& b, float* logits) {
       float *qt = q.data() + (size_t)t0 * qd, *kt = k.data() + (size_t)t0 * kvd, *vt = v.data() + (size_t)t0 * kvd;
       add_bias(qt, N.q_bias, n, qd);
       add_bias(kt, N.k_bias, n, kvd);
-      add_bias(vt, N.v_bias, n, kvd);
+      add_bias(vt, center_v_ ? nullptr : N.v_bias, n, kvd);  // centered V: stored without its bias
       if (N.q_norm) {
         rms_norm(qt, N.q_norm, n * c.n_head, hd, c.rms_eps, qt);
         rms_norm(kt, N.k_norm, n * c.n_kv_head, hd, c.rms_eps, kt);
@@ -338,13 +338,13 @@ void Model::forward(const StepBatch& b, float* logits) {
         rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
       }
       // centering: K and V stored minus their bias. K's was added before RoPE, so this is not a no-op: every
-      // score of a query shifts by the same -q . b_k (softmax-invariant); V's is added back after attention
+      // score of a query shifts by the same -q . b_k (softmax-invariant); V's is never added (V has no RoPE)
+      // and is added to the attention's output instead (the weights sum to 1)
       auto sub_bias = [&](float* x, const float* bias) {  // x: [n][n_kv_head * head_dim]
         for (int t = 0; t < n; ++t)
           for (int i = 0; i < kvd; ++i) x[(size_t)t * kvd + i] -= bias[i];
       };
       if (center_k_) sub_bias(kt, N.k_bias);
-      if (center_v_) sub_bias(vt, N.v_bias);
       if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
         const float* ks = k_scale_[l].data();
         for (int t = 0; t < n; ++t) {

@@ -385,7 +385,8 @@ def roundtrip(x32: np.ndarray, kv_type: str) -> np.ndarray:
 
 class QuantCacheReference(ReferenceModel):
     """The numpy reference with K (after norm and rope) and V stored as the native cache stores them: for a
-    quantized part, minus the bias (center), divided by the per-channel scales (K, equalize), Hadamard-rotated
+    quantized part, minus the bias (center: K's subtracted, V's never added), divided by the per-channel
+    scales (K, equalize), Hadamard-rotated
     (rotate), each in float32 as the native code does; then rounded through gguf.quants and mapped back
     exactly (float64) into the attention, which these transforms leave unchanged."""
 
@@ -414,13 +415,14 @@ class QuantCacheReference(ReferenceModel):
         return y
 
     def linear(self, x, w, b=None):
-        y = super().linear(x, w, b)
         if not w.endswith("attn_v.weight"):
-            return y
+            return super().linear(x, w, b)
         layer, s = self._layer, self.spec
-        bias = self.weight(layer.attn_v_bias) if self.center and layer.attn_v_bias else None
-        v = self.store(y.reshape(len(y), s.n_kv_head, s.head_dim), self.v_type, bias, None, self.rotate)
-        return v.reshape(y.shape)
+        center = self.center and layer.attn_v_bias and self.v_type != "f16"
+        y = super().linear(x, w, None if center else b)  # a centered V is stored without its bias ...
+        v = self.store(y.reshape(len(y), s.n_kv_head, s.head_dim), self.v_type, None, None, self.rotate)
+        v = v.reshape(y.shape)
+        return v + self.weight(layer.attn_v_bias) if center else v  # ... which the attention's output gets back
 
     def attention(self, layer, x, pos):
         rope, calls, s = reference_forward.rope, [], self.spec
