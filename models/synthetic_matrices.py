@@ -98,6 +98,11 @@ def main(argv: list[str]) -> int:
         if a.mb_per_type <= 0:
             print("--mb-per-type must be positive", file=sys.stderr)
             return 2
+        names = [Path(src).name for src in a.real]
+        if len(set(names)) < len(names):  # each would overwrite the other's sub- file
+            dup = next(n for n in names if names.count(n) > 1)
+            print(f"error: two sources named {dup}: their subsets would share DIR/sub-{dup}", file=sys.stderr)
+            return 2
         out.mkdir(parents=True, exist_ok=True)
         for src in a.real:
             dst = out / ("sub-" + Path(src).name)

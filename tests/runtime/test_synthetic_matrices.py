@@ -88,3 +88,14 @@ def test_real_subset_of_a_bad_file_is_a_one_line_error_and_writes_nothing(tmp_pa
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
     assert "bad.gguf" in err[0] and "missing.gguf" in err[1]
     assert not list(out.glob("*.gguf"))
+
+
+def test_real_subsets_of_two_sources_of_one_name_are_refused(tmp_path, capsys):
+    """Two sources with one file name (a/m.gguf, b/m.gguf) would write the same DIR/sub-m.gguf, the second over
+    the first: refused before anything is written."""
+    out = tmp_path / "sub"
+    a = load_script().main([str(out), "--real", str(tmp_path / "a" / "m.gguf"), str(tmp_path / "b" / "m.gguf")])
+    assert a == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "m.gguf" in err[0] and err[0].startswith("error: ")
+    assert not out.exists()
