@@ -349,9 +349,11 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
   const int nsteps = kc / 32;
   // one span of steps s0 .. s0 + ns - 1; whole spans (F: ns = 8 at compile time) need no masks and no per-step
   // checks (in cache, a third of the instructions of a Q8_0 step were those checks and the span's bookkeeping)
-  auto span = [&](int s0, int ns_, auto FC) {
-    constexpr bool F = decltype(FC)::value;
-    const int ns = F ? 8 : ns_, ng = ns * GS;
+  // NS: the span's steps at compile time (8: a whole span, 4: half of one, the tail of a row of 896), 0: ns_
+  auto span = [&](int s0, int ns_, auto NSC) {
+    constexpr int NS = decltype(NSC)::value;
+    constexpr bool F = NS == 8;
+    const int ns = NS ? NS : ns_, ng = ns * GS;
     __m256i gmask[GS];  // the span's groups among each 8
     if (!F)
       for (int h = 0; h < GS; ++h)
@@ -395,6 +397,11 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
         step(q, a0);
         step(q + 1, a1);
       }
+    } else if (NS == 4) {
+      step(0, a0);
+      step(1, a1);
+      step(2, a0);
+      step(3, a1);
     } else {
 #pragma GCC unroll 4
       for (int q = 0; q < 8; q += 2) {
@@ -405,8 +412,9 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
     }
   };
   int s0 = 0;
-  for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::true_type{});
-  if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::false_type{});
+  for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::integral_constant<int, 8>{});
+  if (!S::FULL && nsteps - s0 == 4) span(s0, 4, std::integral_constant<int, 4>{});
+  else if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::integral_constant<int, 0>{});
   for (int j = 0; j < C; ++j)
     _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm256_add_ps(a0[j], a1[j]));
 }
