@@ -96,12 +96,14 @@ def main(argv: list[str]) -> int:
         p.add_argument("--mb-per-type", type=float, default=6.0)
         a = p.parse_args(argv[1:])
         if a.mb_per_type <= 0:
-            print("--mb-per-type must be positive", file=sys.stderr)
+            print("error: --mb-per-type must be positive", file=sys.stderr)
             return 2
         names = [Path(src).name for src in a.real]
         if len(set(names)) < len(names):  # each would overwrite the other's sub- file
             dup = next(n for n in names if names.count(n) > 1)
-            print(f"error: two sources named {dup}: their subsets would share DIR/sub-{dup}", file=sys.stderr)
+            paths = {str(Path(src).resolve()) for src in a.real if Path(src).name == dup}
+            what = f"{dup} given twice" if len(paths) == 1 else f"two sources named {dup}"
+            print(f"error: {what}: their subsets would share DIR/sub-{dup}", file=sys.stderr)
             return 2
         out.mkdir(parents=True, exist_ok=True)
         for src in a.real:

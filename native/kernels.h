@@ -98,7 +98,7 @@ struct KernelTable {
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   bool lane4_tables;  // its small-N kernels read XLanes.dxe and .xce (built only then)
   // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
-  // exact in int32); preferred over qgemv_fused where present; same acc contract, same chunking
+  // exact in int32); preferred over qgemv_fused where present; same acc contract, always whole rows (kc = K)
   void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
                           float* acc);
   int super_max_n;  // qgemv_super serves products of up to this many activation rows (every small-N kernel: up

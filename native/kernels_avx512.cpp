@@ -484,7 +484,7 @@ struct SuperQ4_K {
   // sc: words 0..7 the group scales; corr: the correction's multiplier against the 16 sums per 16 (m_g twice)
   static void scales(const Block& b, __m512i& sc, __m256i& corr, __m128& dm) {
     const __m256i w = _mm256_cvtepu8_epi16(q4k_scales(b));  // words 0..7 sc_g, 8..15 m_g
-    sc = _mm512_castsi256_si512(w);
+    sc = _mm512_zextsi256_si512(w);
     corr = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), w);
     int32_t dd;
     std::memcpy(&dd, &b.d, 4);  // d and dmin, adjacent halves
@@ -508,7 +508,7 @@ struct SuperQ6_K {
   static constexpr int G = 16;
   static void scales(const Block& b, __m512i& sc, __m256i& corr, __m128& dm) {
     corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));  // words 0..15: sc_g
-    sc = _mm512_castsi256_si512(corr);
+    sc = _mm512_zextsi256_si512(corr);
     dm = _mm_set_ss(_cvtsh_ss(b.d));
   }
   static __m512i weights(const Block& b, int z) {  // weights 64z .. 64z + 63

@@ -91,7 +91,7 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     """Best GB/s of a multi-threaded streaming read over a buffer of `mib` MiB: one stream per thread, or four
     interleaved and prefetched, whichever reads faster here (the kernels prefetch several rows ahead, so one
     plain stream alone understated the roofline where a core's single stream is latency-bound: 16.8 GB/s
-    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). `seconds` in all: half to each."""
+    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). about `seconds` in all, half to each (each adds a warm-up read)."""
     import numpy as np
 
     from localllm import kernels

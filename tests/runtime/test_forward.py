@@ -418,7 +418,7 @@ class QuantCacheReference(ReferenceModel):
         if not w.endswith("attn_v.weight"):
             return super().linear(x, w, b)
         layer, s = self._layer, self.spec
-        center = self.center and layer.attn_v_bias and self.v_type != "f16"
+        center = self.center and layer.attn_v_bias is not None and self.v_type != "f16"
         y = super().linear(x, w, None if center else b)  # a centered V is stored without its bias ...
         v = self.store(y.reshape(len(y), s.n_kv_head, s.head_dim), self.v_type, None, None, self.rotate)
         v = v.reshape(y.shape)

@@ -97,5 +97,8 @@ def test_real_subsets_of_two_sources_of_one_name_are_refused(tmp_path, capsys):
     a = load_script().main([str(out), "--real", str(tmp_path / "a" / "m.gguf"), str(tmp_path / "b" / "m.gguf")])
     assert a == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "m.gguf" in err[0] and err[0].startswith("error: ")
+    assert len(err) == 1 and "two sources named m.gguf" in err[0] and err[0].startswith("error: ")
+    same = str(tmp_path / "a" / "m.gguf")
+    assert load_script().main([str(out), "--real", same, same]) == 2
+    assert "m.gguf given twice" in capsys.readouterr().err
     assert not out.exists()
