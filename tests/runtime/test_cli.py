@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,10 @@ from localllm.gguf import GGUFFile
 
 
 def localllm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """env: the whole environment of the run (a minimal one), plus PYTHONPATH where this run has one (a package
+    on PYTHONPATH rather than installed must still be found)."""
+    if env is not None and "PYTHONPATH" in os.environ:
+        env = {**env, "PYTHONPATH": os.environ["PYTHONPATH"]}
     return subprocess.run([sys.executable, "-m", "localllm.cli", *args], capture_output=True, text=True, env=env,
                           timeout=300)
 
