@@ -91,7 +91,8 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     """Best GB/s of a multi-threaded streaming read over a buffer of `mib` MiB: one stream per thread, or four
     interleaved and prefetched, whichever reads faster here (the kernels prefetch several rows ahead, so one
     plain stream alone understated the roofline where a core's single stream is latency-bound: 16.8 GB/s
-    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). about `seconds` in all, half to each (each adds a warm-up read)."""
+    with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). About `seconds` in all, half to
+    each method (each adds a warm-up read)."""
     import numpy as np
 
     from localllm import kernels
@@ -99,6 +100,29 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     buf = np.ones(mib << 20, dtype=np.uint8)
     dt = min(_timeit(lambda: kernels.stream_read(buf, s), seconds / 2) for s in (1, 4))
     return buf.nbytes / dt / 1e9
+
+
+def quantized_matrices(f) -> list:
+    """The tensors of an open GGUF file that `bench kernels` times: quantized 2-D matrices of a supported type."""
+    return [t for t in f.tensors.values()
+            if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16")]
+
+
+def check_tensor_names(paths: list[Path], names: list[str]) -> None:
+    """--tensors, before anything is measured: every name a quantized matrix of some model (a misspelt one is not
+    silently dropped), and every model holding one of them."""
+    from localllm.gguf import GGUFFile
+
+    found: dict[Path, set[str]] = {}
+    for p in paths:
+        with GGUFFile(p) as f:
+            found[p] = {t.name for t in quantized_matrices(f)} & set(names)
+    unknown = [n for n in names if not any(n in s for s in found.values())]
+    if unknown:
+        raise ValueError(f"no quantized matrix named {', '.join(unknown)} in {', '.join(p.name for p in paths)}")
+    for p, s in found.items():
+        if not s:
+            raise ValueError(f"{p.name}: none of the matrices {', '.join(names)}")
 
 
 def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out,
@@ -111,13 +135,9 @@ def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: fl
     rows = []
     f = GGUFFile(path)
     by_type: dict[str, list] = {}
-    for t in f.tensors.values():
-        if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16"):
-            if tensors is None or t.name in tensors:
-                by_type.setdefault(t.type.name, []).append(t)
-    if tensors is not None and not by_type:
-        f.close()
-        raise ValueError(f"{path.name}: no quantized matrix named {', '.join(tensors)}")
+    for t in quantized_matrices(f):
+        if tensors is None or t.name in tensors:
+            by_type.setdefault(t.type.name, []).append(t)
     rng = np.random.default_rng(0)
     for tname, ts in sorted(by_type.items()):
         if tensors is None:  # the embedding is looked up, not multiplied (unless asked for by name)
@@ -375,13 +395,8 @@ def run(args: argparse.Namespace) -> int:
     kernels.configure(threads=max(threads))
     if args.bandwidth_mib < 1 or args.stream_mib < 1:
         raise ValueError("--bandwidth-mib and --stream-mib must be positive")
-    if args.tensors:  # every model must have one of them, checked before anything is measured
-        from localllm.gguf import GGUFFile
-
-        for p in paths:
-            with GGUFFile(p) as f:
-                if not set(args.tensors) & set(f.tensors):
-                    raise ValueError(f"{p.name}: no matrix named {', '.join(args.tensors)}")
+    if args.tensors:
+        check_tensor_names(paths, args.tensors)
     bw = read_bandwidth(mib=args.bandwidth_mib)
     print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
           f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)", file=out)

@@ -86,6 +86,13 @@ def test_bench_kernels_named_tensors():
                  "--bandwidth-mib", "64")
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.strip().startswith("error: ") and "no.such.weight" in r.stderr
+    # a misspelt name beside a good one is named too, not dropped; a 1-D tensor is not a matrix to time
+    for names in (["blk.0.ffn_down.weight", "blk.0.ffn_dwon.weight"], ["blk.0.attn_norm.weight"]):
+        r = localllm("bench", "kernels", str(path), "--tensors", *names, "--seconds", "0.01", "--bandwidth-mib", "64")
+        assert r.returncode == 1 and r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and names[-1] in lines[0]
+        assert "blk.0.ffn_down.weight" not in lines[0]
 
 
 def test_bench_compare_without_llama_cpp_says_how_to_get_it(tmp_path):
