@@ -54,16 +54,15 @@ def write(path: Path, mats, rng: np.random.Generator) -> None:
 def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, str, int, int]]:
     """Copies src's quantized 2-D matrices, about bytes_per_type of each type, into path; returns
     (name, type, rows, row length) of each copied matrix."""
+    from localllm.commands.bench import quantized_matrices
     from localllm.gguf import GGUFFile
 
     taken: dict[str, int] = {}
     out = []
     with GGUFFile(src) as f:  # opened (and checked) before anything is written
         w = GGUFWriter(str(path), "llama")
-        for t in f.tensors.values():
-            if len(t.dims) != 2 or t.name == "token_embd.weight" or not t.type.supported:
-                continue
-            if t.type.name in ("F32", "F16", "BF16") or taken.get(t.type.name, 0) >= bytes_per_type:
+        for t in quantized_matrices(f):  # the matrices bench kernels times
+            if t.name == "token_embd.weight" or taken.get(t.type.name, 0) >= bytes_per_type:
                 continue
             view = t.rows()  # a view of the map: only the rows kept are copied
             left = bytes_per_type - taken.get(t.type.name, 0)
