@@ -169,6 +169,22 @@ uint64_t stream_read_py(const py::array& buf, int streams) {
   return stream_read(p, n, be.pool(), streams);
 }
 
+// the current path's int8 peak loop (kernels.h) on every pool thread, iters steps each: (multiply-adds done in all,
+// the checksum of thread 0's chains; every thread computes the same); None where the path has no such loop
+py::object int8_peak_py(int64_t iters) {
+  if (iters < 1) throw std::invalid_argument("iters must be positive");
+  CpuBackend& be = backend();
+  const KernelTable& kt = be.kernels();
+  if (!kt.int8_peak) return py::none();
+  const int nt = be.pool().size();
+  std::vector<uint64_t> sums(nt);
+  {
+    py::gil_scoped_release nogil;
+    be.pool().run(nt, [&](int t, int) { sums[t] = kt.int8_peak(iters); });
+  }
+  return py::make_tuple(py::int_((uint64_t)nt * (uint64_t)iters * (uint64_t)kt.int8_peak_macs), py::int_(sums[0]));
+}
+
 // GGUF string arrays: [u64 length][bytes] * count from byte pos of buf. Returns (starts, ends, end) or
 // raises ValueError("index N: ...") naming the first bad element; lengths are bounded by the buffer.
 py::tuple scan_strings_py(const py::array& buf, size_t pos, size_t count) {
@@ -596,6 +612,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("quantize_x", &quantize_x_py, py::arg("x"), py::arg("block") = 32,
         "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16])");
   m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
+  m.def("int8_peak", &int8_peak_py, py::arg("iters"));
   m.def("scan_strings", &scan_strings_py, py::arg("buf"), py::arg("pos"), py::arg("count"));
   m.def("decode_strings", &decode_strings_py, py::arg("buf"), py::arg("starts"), py::arg("ends"));
   m.def("merges_valid", &merges_valid_py, py::arg("tok_buf"), py::arg("t_starts"), py::arg("t_ends"), py::arg("m_buf"),

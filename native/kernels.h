@@ -112,7 +112,17 @@ struct KernelTable {
   // x: [k] float -> xq: [k] int8, dx: [k/block] (block 32 or 256, k a multiple of it), sum16: [k/16] (sum of
   // xq per 16); x ~= dx * xq with dx = amax / 127 of the block, xq rounded to nearest
   void (*quantize_row_x)(const float* x, int k, int block, int8_t* xq, float* dx, int32_t* sum16);
+  // the compute roofline of `bench kernels` (optional, nullptr on the scalar path): `iters` steps of
+  // PEAK_CHAINS independent chains, each step one multiply-add instruction of this path's int8 products and
+  // its accumulation, int8_peak_macs multiply-adds a step in all; returns a checksum (tests: the chains in
+  // Python), so nothing is elided. The chains, lanes all alike, x_c starting at bytes c + 1:
+  //   avx2:   x_c = x_c + vpmaddubsw(x_c, 3s)  (int16, wrapping; the tile kernel's inner pair for 4-bit weights)
+  //   avx512: x_c = vpdpbusd(x_c, x_c, 3s)     (int32, wrapping)
+  //   checksum: sum over chains and lanes of the lanes' unsigned values, mod 2^64
+  uint64_t (*int8_peak)(int64_t iters);
+  int int8_peak_macs;
 };
+constexpr int PEAK_CHAINS = 12;  // enough to cover a multiply's latency (3-5 cycles) on two pipes
 
 const KernelTable* kernels_scalar();
 #if defined(LLL_X86)

@@ -643,6 +643,34 @@ static void reduce16_avx2(const float* acc, int nr, float* y) {
   }
 }
 
+// the int8 peak loop (kernels.h): vpmaddubsw and vpaddw, 32 multiply-adds a chain and step
+static uint64_t int8_peak_avx2(int64_t iters) {
+  static_assert(PEAK_CHAINS == 12, "the asm below names 12 chains");
+  // twelve named locals in one asm statement a step: with intrinsics over an array, GCC stored the array back
+  // to the stack every step
+  auto bytes = [](int v) { return _mm256_set1_epi8((char)v); };
+  const __m256i b = bytes(3);
+  __m256i x0 = bytes(1), x1 = bytes(2), x2 = bytes(3), x3 = bytes(4), x4 = bytes(5), x5 = bytes(6), x6 = bytes(7),
+          x7 = bytes(8), x8 = bytes(9), x9 = bytes(10), x10 = bytes(11), x11 = bytes(12);
+#define LLL_PEAK_STEP(n) "vpmaddubsw %[b], %[x" #n "], %%ymm15\n\tvpaddw %%ymm15, %[x" #n "], %[x" #n "]\n\t"
+  for (int64_t i = 0; i < iters; ++i)
+    asm volatile(LLL_PEAK_STEP(0) LLL_PEAK_STEP(1) LLL_PEAK_STEP(2) LLL_PEAK_STEP(3) LLL_PEAK_STEP(4) LLL_PEAK_STEP(5)
+                     LLL_PEAK_STEP(6) LLL_PEAK_STEP(7) LLL_PEAK_STEP(8) LLL_PEAK_STEP(9) LLL_PEAK_STEP(10) LLL_PEAK_STEP(11)
+                 : [x0] "+x"(x0), [x1] "+x"(x1), [x2] "+x"(x2), [x3] "+x"(x3), [x4] "+x"(x4), [x5] "+x"(x5),
+                   [x6] "+x"(x6), [x7] "+x"(x7), [x8] "+x"(x8), [x9] "+x"(x9), [x10] "+x"(x10), [x11] "+x"(x11)
+                 : [b] "x"(b)
+                 : "xmm15");
+#undef LLL_PEAK_STEP
+  const __m256i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
+  uint64_t sum = 0;
+  for (int c = 0; c < PEAK_CHAINS; ++c) {
+    alignas(64) uint16_t v[16];
+    _mm256_store_si256((__m256i*)v, x[c]);
+    for (uint16_t e : v) sum += e;
+  }
+  return sum;
+}
+
 }  // namespace avx2
 }  // namespace lll
 
@@ -676,6 +704,8 @@ const KernelTable* kernels_avx2() {
     // up to 8 rows: at N = 6 and 8 the per-256 kernels beat the tile path by 20-40% on Q6_K (four passes over
     // rows that stay in L1, against the tile path's unpack and interleave for few columns) and match it on Q4_K
     k.super_max_n = 8;
+    k.int8_peak = avx2::int8_peak_avx2;
+    k.int8_peak_macs = PEAK_CHAINS * 32;
     return k;
   }();
   return &t;

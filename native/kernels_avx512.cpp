@@ -654,6 +654,33 @@ static void reduce16_avx512(const float* acc, int nr, float* y) {
   _mm512_storeu_ps(y, t);
 }
 
+// the int8 peak loop (kernels.h): vpdpbusd on 512 bits, 64 multiply-adds a chain and step
+static uint64_t int8_peak_avx512(int64_t iters) {
+  static_assert(PEAK_CHAINS == 12, "the asm below names 12 chains");
+  // twelve named locals in one asm statement a step: with intrinsics over an array, GCC stored the array back
+  // to the stack every step
+  auto bytes = [](int v) { return _mm512_set1_epi8((char)v); };
+  const __m512i b = bytes(3);
+  __m512i x0 = bytes(1), x1 = bytes(2), x2 = bytes(3), x3 = bytes(4), x4 = bytes(5), x5 = bytes(6), x6 = bytes(7),
+          x7 = bytes(8), x8 = bytes(9), x9 = bytes(10), x10 = bytes(11), x11 = bytes(12);
+#define LLL_PEAK_STEP(n) "vpdpbusd %[b], %[x" #n "], %[x" #n "]\n\t"
+  for (int64_t i = 0; i < iters; ++i)
+    asm volatile(LLL_PEAK_STEP(0) LLL_PEAK_STEP(1) LLL_PEAK_STEP(2) LLL_PEAK_STEP(3) LLL_PEAK_STEP(4) LLL_PEAK_STEP(5)
+                     LLL_PEAK_STEP(6) LLL_PEAK_STEP(7) LLL_PEAK_STEP(8) LLL_PEAK_STEP(9) LLL_PEAK_STEP(10) LLL_PEAK_STEP(11)
+                 : [x0] "+v"(x0), [x1] "+v"(x1), [x2] "+v"(x2), [x3] "+v"(x3), [x4] "+v"(x4), [x5] "+v"(x5),
+                   [x6] "+v"(x6), [x7] "+v"(x7), [x8] "+v"(x8), [x9] "+v"(x9), [x10] "+v"(x10), [x11] "+v"(x11)
+                 : [b] "v"(b));
+#undef LLL_PEAK_STEP
+  const __m512i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
+  uint64_t sum = 0;
+  for (int c = 0; c < PEAK_CHAINS; ++c) {
+    alignas(64) uint32_t v[16];
+    _mm512_store_si512((void*)v, x[c]);
+    for (uint32_t e : v) sum += e;
+  }
+  return sum;
+}
+
 }  // namespace avx512
 
 const KernelTable* kernels_avx512() {
@@ -675,6 +702,8 @@ const KernelTable* kernels_avx512() {
     // not past GEMV_MAX_N: at N = 8, four columns at a time ran within the noise of the tile path on the Xeon
     // (83-156 GFLOP/s against 79-159)
     k.super_max_n = 4;
+    k.int8_peak = avx512::int8_peak_avx512;
+    k.int8_peak_macs = PEAK_CHAINS * 64;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
     k.unpack[(int)QType::Q4_1] = avx512::unpack_rows<avx512::unpack_q4_1_v>;
     k.unpack[(int)QType::Q5_0] = avx512::unpack_rows<avx512::unpack_q5_0_v>;

@@ -102,6 +102,20 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     return buf.nbytes / dt / 1e9
 
 
+def int8_peak(seconds: float = 0.5) -> float | None:
+    """Best GOP/s (two operations per multiply-add) of the kernel path's int8 multiply-add instruction and its
+    accumulation (vpmaddubsw + vpaddw on AVX2, vpdpbusd on AVX-512 VNNI) in independent chains on every thread,
+    over about `seconds`: the compute roofline of the N = 512 products, which also spend instructions on
+    decoding weights and widening sums. None on the scalar path."""
+    from localllm import kernels
+
+    iters = 1 << 20  # a few ms a call
+    if kernels.int8_peak(1) is None:
+        return None
+    macs = kernels.int8_peak(iters)[0]
+    return 2 * macs / _timeit(lambda: kernels.int8_peak(iters), seconds) / 1e9
+
+
 def quantized_matrices(f) -> list:
     """The tensors of an open GGUF file that `bench kernels` times: quantized 2-D matrices of a supported type."""
     return [t for t in f.tensors.values()
@@ -398,8 +412,10 @@ def run(args: argparse.Namespace) -> int:
     if args.tensors:
         check_tensor_names(paths, args.tensors)
     bw = read_bandwidth(mib=args.bandwidth_mib)
+    peak = int8_peak()
     print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
-          f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)", file=out)
+          f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)"
+          + (f"; int8 multiply-add peak {peak:.0f} GOP/s (the N = 512 roofline)" if peak else ""), file=out)
     print(f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
           + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1) + "  (GFLOP/s)  t(N=8)/t(N=1)", file=out)
     results = []
@@ -409,5 +425,6 @@ def run(args: argparse.Namespace) -> int:
             print(_fmt_row(r, ns), file=out, flush=True)
             results.append(r)
     if args.json:
-        print(json.dumps({"read_bandwidth_gbs": bw, "path": kernels.current_path(), "results": results}, indent=1))
+        print(json.dumps({"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path(),
+                          "results": results}, indent=1))
     return 0

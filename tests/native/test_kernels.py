@@ -270,6 +270,44 @@ def test_silu_mul_propagates_nan_and_inf():
     np.testing.assert_allclose(got[4::5], 2.0 / (1.0 + np.exp(-1.0)), rtol=1e-6)
 
 
+def int8_peak_reference(path: str, iters: int) -> int | None:
+    """kernels.h's int8 peak chains in Python: PEAK_CHAINS (12) chains whose lanes all hold one value, chain c's
+    bytes starting at c + 1, each step adding 3 * (the sum of the lane's unsigned bytes), wrapping at the lane's
+    width (avx2: vpmaddubsw pairs into 16-bit lanes, never saturating: 3 * 2 * 255 < 2^15; avx512: vpdpbusd
+    quads into 32-bit lanes); checksum: the lanes' unsigned values summed (16 lanes a chain on either path)."""
+    if path == "scalar":
+        return None
+    nbytes = {"avx2": 2, "avx512": 4}[path]
+    total = 0
+    for c in range(12):
+        v = int.from_bytes(bytes([c + 1] * nbytes), "little")
+        for _ in range(iters):
+            v = (v + 3 * sum(v.to_bytes(nbytes, "little"))) % (1 << 8 * nbytes)
+        total += 16 * v
+    return total
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_peak_loop(path, threads):
+    """bench kernels' compute roofline runs the loop kernels.h describes, on every thread: its checksum is the
+    chains' value computed in Python, and the multiply-adds it reports are threads * iters * per-step count."""
+    kernels.configure(path, threads=threads)
+    try:
+        for iters in (1, 2, 37):
+            got = kernels.int8_peak(iters)
+            want = int8_peak_reference(path, iters)
+            if want is None:
+                assert got is None
+                continue
+            macs, checksum = got
+            assert checksum == want
+            assert macs == threads * iters * 12 * {"avx2": 32, "avx512": 64}[path]
+        with pytest.raises(ValueError, match="iters"):
+            kernels.int8_peak(0)
+    finally:
+        kernels.configure()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("streams", [1, 4, 16])
 def test_stream_read_reads_every_byte(threads, streams):

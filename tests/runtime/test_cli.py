@@ -70,6 +70,9 @@ def test_bench_kernels_json():
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["read_bandwidth_gbs"] > 0
+    # the compute roofline: measured on every SIMD path, absent on the scalar one
+    assert (j["int8_peak_gops"] is None) == (j["path"] == "scalar")
+    assert j["int8_peak_gops"] is None or j["int8_peak_gops"] > 0
     types = {row["type"] for row in j["results"]}
     assert types == {"Q4_1", "Q8_0"}  # smollm2's matrices; token_embd (Q8_0) is tied to the output
     for row in j["results"]:
