@@ -52,9 +52,10 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
       // 4-bit weights (u <= 15, NSUM 8), the whole group in int16: a step's two weight vectors are loaded once
       // and its activation word broadcast once per column, into CB * 2 int16 sums, which with the float sums
       // just fit the 16 registers. The loop below instead reloads both for every column and half, and keeps one
-      // int16 sum live at a time: here 322 -> 177 instructions per group of 48 maddubs, Q4_K at N = 512 on one
-      // thread 131-143 -> 160-178 GFLOP/s (best of five alternated runs each). Not for 5- and 6-bit weights:
-      // their int16 sums cover part of a group, and the int32 sums besides would not fit the registers.
+      // int16 sum live at a time: here 221 -> 180 instructions per group of 48 maddubs (48 -> 16 weight loads),
+      // Q4_K at N = 512 on one thread 131-143 -> 160-178 GFLOP/s (best of five alternated runs each). Not for 5-
+      // and 6-bit weights: their int16 sums cover part of a group, and the int32 sums besides would not fit the
+      // registers (with the float sums in memory instead, or rows' halves in turn, they ran no faster).
       __m256i p16[CB][2];
       for (int q = 0; q < G / 4; ++q) {
         const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
