@@ -122,7 +122,6 @@ def stream_read(buf: np.ndarray, streams: int = 1) -> int:
     return _native.stream_read(buf, streams)
 
 
-
 def int8_peak(iters: int) -> tuple[int, int] | None:
     """The current path's int8 multiply-add peak loop (native/kernels.h) on every thread, `iters` steps each:
     (multiply-adds done in all, checksum of one thread's chains), or None on a path without one (scalar)."""
