@@ -48,14 +48,15 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
           }
         }
       }
-    } else if (NSUM == G / 4) {
-      // 4-bit weights (u <= 15, NSUM 8), the whole group in int16: a step's two weight vectors are loaded once
-      // and its activation word broadcast once per column, into CB * 2 int16 sums, which with the float sums
-      // just fit the 16 registers. The loop below instead reloads both for every column and half, and keeps one
-      // int16 sum live at a time: here 221 -> 180 instructions per group of 48 maddubs (48 -> 16 weight loads),
-      // Q4_K at N = 512 on one thread 131-143 -> 160-178 GFLOP/s (best of five alternated runs each). Not for 5-
-      // and 6-bit weights: their int16 sums cover part of a group, and the int32 sums besides would not fit the
-      // registers (with the float sums in memory instead, or rows' halves in turn, they ran no faster).
+    } else if (G == 32 && NSUM == G / 4) {
+      // 4-bit weights (Q4_0, Q4_1, Q4_K: u <= 15, NSUM 8), the whole group in int16 (so are Q2_K's and
+      // Q3_K's groups of 16, left on the loop below: not measured, no model here has them). A step's two weight
+      // vectors are loaded once and its activation word broadcast once per column, into CB * 2 int16 sums,
+      // which with the float sums just fit the 16 registers; the loop below reloads both for every column and
+      // half and keeps one int16 sum live at a time. Here 221 -> 180 instructions per group of 48 maddubs
+      // (48 -> 16 weight loads), Q4_K at N = 512 on one thread 109-137 -> 124-172 GFLOP/s (README, session 9).
+      // Not for 5- and 6-bit weights: their int16 sums cover part of a group, and the int32 sums besides would
+      // not fit the registers (with the float sums in memory instead, or rows' halves in turn, no faster).
       __m256i p16[CB][2];
       for (int q = 0; q < G / 4; ++q) {
         const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
@@ -75,7 +76,7 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
       for (int j = 0; j < CB; ++j)
         for (int h = 0; h < 2; ++h) ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16[j][h], ones));
     } else {
-      // unsigned weights u <= 31 (NSUM 4) or <= 63 (NSUM 2): NSUM int16 pair sums of at most
+      // unsigned weights u <= 7 or 31 (NSUM 4) or <= 63 (NSUM 2): NSUM int16 pair sums of at most
       // 2 * u * 127 each add up without saturating, so one madd widens NSUM steps
       for (int q0 = 0; q0 < G / 4; q0 += NSUM)
         for (int j = 0; j < CB; ++j)
@@ -688,13 +689,7 @@ static uint64_t int8_peak_avx2(int64_t iters) {
                  : "xmm15");
 #undef LLL_PEAK_STEP
   const __m256i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
-  uint64_t sum = 0;
-  for (int c = 0; c < PEAK_CHAINS; ++c) {
-    alignas(64) uint16_t v[16];
-    _mm256_store_si256((__m256i*)v, x[c]);
-    for (uint16_t e : v) sum += e;
-  }
-  return sum;
+  return lane_sum<uint16_t>(x, PEAK_CHAINS);
 }
 
 }  // namespace avx2

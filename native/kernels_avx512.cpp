@@ -672,13 +672,7 @@ static uint64_t int8_peak_avx512(int64_t iters) {
                  : [b] "v"(b));
 #undef LLL_PEAK_STEP
   const __m512i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
-  uint64_t sum = 0;
-  for (int c = 0; c < PEAK_CHAINS; ++c) {
-    alignas(64) uint32_t v[16];
-    _mm512_store_si512((void*)v, x[c]);
-    for (uint32_t e : v) sum += e;
-  }
-  return sum;
+  return lane_sum<uint32_t>(x, PEAK_CHAINS);
 }
 
 }  // namespace avx512

@@ -110,10 +110,10 @@ def int8_peak(seconds: float = 0.5) -> float | None:
     from localllm import kernels
 
     iters = 1 << 20  # a few ms a call
-    if kernels.int8_peak(1) is None:
+    first = kernels.int8_peak(iters)  # also the warm-up
+    if first is None:
         return None
-    macs = kernels.int8_peak(iters)[0]
-    return 2 * macs / _timeit(lambda: kernels.int8_peak(iters), seconds) / 1e9
+    return 2 * first[0] / _timeit(lambda: kernels.int8_peak(iters), seconds) / 1e9
 
 
 def quantized_matrices(f) -> list:
