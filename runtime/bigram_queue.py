@@ -9,10 +9,11 @@ either side was merged away or has grown since. Returns the merged parts in orde
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 
-def merge_by_queue(parts: list[str], priority: Callable[[str, str], Optional[Any]]) -> list[str]:
+def merge_by_queue(parts: list[str], priority: Callable[[str, str], Any | None]) -> list[str]:
     n = len(parts)
     nxt = [*range(1, n), -1]
     prv = [*range(-1, n - 1)]

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import numbers
 from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class BlockTable:
 
 
 class _Seq:
-    __slots__ = ("blocks", "num_slots", "keys", "num_registered", "num_cached", "array")
+    __slots__ = ("array", "blocks", "keys", "num_cached", "num_registered", "num_slots")
 
     def __init__(self, blocks: list[int], num_slots: int, keys: list[bytes], num_cached_blocks: int, block_size: int):
         self.blocks = blocks  # pool block ids, in position order
@@ -47,7 +47,7 @@ class _Seq:
         self.keys = keys  # prefix keys of the leading full blocks whose tokens are known
         self.num_registered = num_cached_blocks  # leading blocks that are computed and offered to the cache
         self.num_cached = num_cached_blocks * block_size
-        self.array: Optional[np.ndarray] = None  # blocks as int64, built on demand, dropped when blocks change
+        self.array: np.ndarray | None = None  # blocks as int64, built on demand, dropped when blocks change
 
 
 def _count(name: str, value, lo: int) -> int:
@@ -64,7 +64,7 @@ class BlockManager:
         self.n_blocks = _count("n_blocks", n_blocks, 1)
         self.block_size = _count("block_size", block_size, 1)
         self._ref = [0] * self.n_blocks  # tables holding each block
-        self._key: list[Optional[bytes]] = [None] * self.n_blocks  # key a block is registered under
+        self._key: list[bytes | None] = [None] * self.n_blocks  # key a block is registered under
         self._cached: dict[bytes, int] = {}  # key -> block id
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.n_blocks))  # head is taken first
         self._seqs: dict[Hashable, _Seq] = {}
@@ -78,7 +78,7 @@ class BlockManager:
         """Blocks that num_tokens slots take (a scheduler's admission check against n_blocks)."""
         return -(-num_tokens // self.block_size)
 
-    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> Optional[BlockTable]:
+    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> BlockTable | None:
         """Slots for token_ids, reusing the longest cached prefix of full blocks (never the block holding the
         last token: its logits must be computed). None, with nothing changed, when the pool is too full."""
         if seq_id in self._seqs:
@@ -105,7 +105,7 @@ class BlockManager:
         self._seqs[seq_id] = seq
         return self._table(seq)
 
-    def append_slots(self, seq_id: Hashable, n: int) -> Optional[BlockTable]:
+    def append_slots(self, seq_id: Hashable, n: int) -> BlockTable | None:
         """Slots for n more positions. None, with nothing changed, when the pool is too full."""
         seq = self._seq(seq_id)
         n = _count("n", n, 0)
@@ -123,8 +123,10 @@ class BlockManager:
         num_tokens may not reach back into blocks already offered to the cache."""
         seq = self._seq(seq_id)
         lo = seq.num_registered * self.block_size
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, numbers.Integral) or not (
-            lo <= num_tokens <= seq.num_slots
+        if (
+            isinstance(num_tokens, bool)
+            or not isinstance(num_tokens, numbers.Integral)
+            or not (lo <= num_tokens <= seq.num_slots)
         ):
             raise ValueError(f"num_tokens must be an integer in [{lo}, {seq.num_slots}], got {num_tokens!r}")
         keep = self.blocks_needed(num_tokens)
@@ -140,8 +142,10 @@ class BlockManager:
         """The KV of token_ids[:num_computed] (the sequence's tokens from position 0) is written: its full
         blocks are offered to the prefix cache. A key already cached under another block keeps that block."""
         seq = self._seq(seq_id)
-        if isinstance(num_computed, bool) or not isinstance(num_computed, numbers.Integral) or not (
-            0 <= num_computed <= min(len(token_ids), seq.num_slots)
+        if (
+            isinstance(num_computed, bool)
+            or not isinstance(num_computed, numbers.Integral)
+            or not (0 <= num_computed <= min(len(token_ids), seq.num_slots))
         ):
             raise ValueError(
                 f"num_computed must be an integer in [0, {min(len(token_ids), seq.num_slots)}], got {num_computed!r}"

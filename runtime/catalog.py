@@ -117,14 +117,16 @@ def _path() -> Path:
 
 def _file_name(f) -> bool:
     """A plain .gguf file name: no directory part, nothing that could leave a model's directory."""
-    return (isinstance(f, str) and f.lower().endswith(".gguf") and Path(f).name == f
-            and not any(c in f for c in "/\\\0"))
+    return isinstance(f, str) and f.lower().endswith(".gguf") and Path(f).name == f and not any(c in f for c in "/\\\0")
 
 
 def _repo_path(f) -> bool:
     """A relative path inside a repository, without empty, `.` or `..` parts."""
-    return (isinstance(f, str) and not any(c in f for c in "\\\0")
-            and all(part not in ("", ".", "..") for part in f.split("/")))
+    return (
+        isinstance(f, str)
+        and not any(c in f for c in "\\\0")
+        and all(part not in ("", ".", "..") for part in f.split("/"))
+    )
 
 
 def _source(path: Path, name: str, s: dict) -> HubSource | PackageSource:
@@ -158,8 +160,12 @@ def load(path: str | os.PathLike | None = None) -> Catalog:
             if not _file_name(m["file"]):
                 raise CatalogError(f"{p}: {name}: file must be a plain .gguf file name, got {m['file']!r}")
             entries[name] = CatalogEntry(
-                name=name, file=m["file"], size=m["size"], sha256=m["sha256"],
-                description=m.get("description", ""), aliases=tuple(m.get("aliases", ())),
+                name=name,
+                file=m["file"],
+                size=m["size"],
+                sha256=m["sha256"],
+                description=m.get("description", ""),
+                aliases=tuple(m.get("aliases", ())),
                 sources=tuple(_source(p, name, s) for s in m["sources"]),
             )
         default = data["default"]

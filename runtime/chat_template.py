@@ -30,8 +30,9 @@ import contextvars
 import json
 import operator
 import warnings
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -50,8 +51,8 @@ _PROBE_USER = "localllm-probe-question"
 _PROBE_ASSISTANT = "localllm-probe-answer"
 
 
-MAX_RENDER_CHARS = 1 << 24    # a rendered prompt (16 Mi characters: far past any context) or a built value
-MAX_RANGE_STEPS = 1 << 20     # range() iterations per render, all loops together
+MAX_RENDER_CHARS = 1 << 24  # a rendered prompt (16 Mi characters: far past any context) or a built value
+MAX_RANGE_STEPS = 1 << 20  # range() iterations per render, all loops together
 _steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("chat_template_range_steps")
 
 
@@ -66,7 +67,7 @@ class _TemplateRaised(Exception):
 class _Generation(jinja2.ext.Extension):
     """HF's `{% generation %}...{% endgeneration %}` (marks assistant text for training masks): renders its body."""
 
-    tags = {"generation"}
+    tags = frozenset({"generation"})
 
     def parse(self, parser):
         lineno = next(parser.stream).lineno
@@ -81,8 +82,13 @@ def _raise_exception(message: Any) -> None:
     raise _TemplateRaised(str(message))
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -99,8 +105,11 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context, operator_name: str, left: Any, right: Any) -> Any:
         if operator_name == "+":
-            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) \
-                    and len(left) + len(right) > MAX_RENDER_CHARS:
+            if (
+                isinstance(left, (str, list, tuple))
+                and isinstance(right, (str, list, tuple))
+                and len(left) + len(right) > MAX_RENDER_CHARS
+            ):
                 raise _TemplateTooBig(f"'+' would build {len(left) + len(right)} items")
             return operator.add(left, right)
         if operator_name == "*":
@@ -146,27 +155,35 @@ class ChatTemplate:
             warnings.warn(f"{model}: no tokenizer.chat_template in the model; using ChatML", stacklevel=2)
             source = CHATML
         if not isinstance(source, str):
-            raise ChatTemplateError(f"{model}: tokenizer.chat_template must be a string, "
-                                    f"got {type(source).__name__}")
+            raise ChatTemplateError(f"{model}: tokenizer.chat_template must be a string, got {type(source).__name__}")
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         try:
             self._template = _environment().from_string(source)
         except jinja2.TemplateSyntaxError as e:
-            raise ChatTemplateError(f"{model}: tokenizer.chat_template has a syntax error at line "
-                                    f"{e.lineno}: {e.message}") from None
+            raise ChatTemplateError(
+                f"{model}: tokenizer.chat_template has a syntax error at line {e.lineno}: {e.message}"
+            ) from None
 
-    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-               tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **extra: Any,
+    ) -> str:
         """The prompt text for messages ([{"role": ..., "content": ...}, ...]); special tokens stay as text."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise ChatTemplateError(f"{self.model}: messages must be a list of "
-                                    f"{{'role': ..., 'content': ...}} objects, got {type(messages).__name__}")
+            raise ChatTemplateError(
+                f"{self.model}: messages must be a list of "
+                f"{{'role': ..., 'content': ...}} objects, got {type(messages).__name__}"
+            )
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping):
-                raise ChatTemplateError(f"{self.model}: messages[{i}] must be an object with 'role' and "
-                                        f"'content', got {type(m).__name__}")
+                raise ChatTemplateError(
+                    f"{self.model}: messages[{i}] must be an object with 'role' and 'content', got {type(m).__name__}"
+                )
             if not isinstance(m.get("role"), str):
                 raise ChatTemplateError(f"{self.model}: messages[{i}] has no 'role' string")
         context = {
@@ -207,4 +224,4 @@ class ChatTemplate:
         except ChatTemplateError:
             return None
         at = text.rfind(_PROBE_ASSISTANT)
-        return None if at < 0 else text[at + len(_PROBE_ASSISTANT):]
+        return None if at < 0 else text[at + len(_PROBE_ASSISTANT) :]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import codecs
 import operator
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class IncrementalDetokenizer:

@@ -46,8 +46,10 @@ class PullError(ValueError):
 class HTTPStatusError(PullError):
     def __init__(self, status: int, url: str, headers: Message | None = None, body: str = ""):
         self.status, self.url, self.headers, self.body = status, url, headers or Message(), body
-        super().__init__(f"{host_of(url)}: HTTP {status} {http.client.responses.get(status, '')}".rstrip()
-                         + f" for {urlsplit(url).path}")
+        super().__init__(
+            f"{host_of(url)}: HTTP {status} {http.client.responses.get(status, '')}".rstrip()
+            + f" for {urlsplit(url).path}"
+        )
 
 
 class NetworkError(PullError):
@@ -201,10 +203,7 @@ def _sidecar(partial: Path) -> Path:
 
 def discard(partial: Path) -> None:
     for p in (partial, _sidecar(partial)):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
+        p.unlink(missing_ok=True)
 
 
 def _pin(url: str, size: int | None, sha256: str | None) -> dict:
@@ -234,16 +233,19 @@ def check_space(directory: Path, need: int) -> None:
     """Raises DiskFullError when `directory`'s file system has fewer than `need` bytes free."""
     free = shutil.disk_usage(directory).free
     if need > free:
-        raise DiskFullError(f"not enough disk space in {directory}: {format_size(need)} needed, "
-                            f"{format_size(free)} free")
+        raise DiskFullError(
+            f"not enough disk space in {directory}: {format_size(need)} needed, {format_size(free)} free"
+        )
 
 
 def _write_error(e: OSError, path: Path, written: Path | None = None) -> PullError:
     """A failed write to `written` (default `path`) as DiskFullError (after deleting `path`) or PullError."""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         discard(path)
-        return DiskFullError(f"disk full while writing {path.name} in {path.parent}; the partial file "
-                             f"was deleted: free some space and pull again")
+        return DiskFullError(
+            f"disk full while writing {path.name} in {path.parent}; the partial file "
+            f"was deleted: free some space and pull again"
+        )
     return PullError(f"cannot write {written or path}: {e.strerror or e}")
 
 
@@ -287,9 +289,17 @@ def _body_range(resp: http.client.HTTPResponse, url: str) -> tuple[int, int | No
     return 0, (int(n) if n.isdigit() else None)
 
 
-def download(url: str, partial: Path, *, size: int | None = None, sha256: str | None = None,
-             headers: dict[str, str] | None = None, net: NetConfig = DEFAULT_NET,
-             progress: Progress | None = None, label: str | None = None) -> str:
+def download(
+    url: str,
+    partial: Path,
+    *,
+    size: int | None = None,
+    sha256: str | None = None,
+    headers: dict[str, str] | None = None,
+    net: NetConfig = DEFAULT_NET,
+    progress: Progress | None = None,
+    label: str | None = None,
+) -> str:
     """Fetches url into `partial`, resuming what is there; returns the file's sha256 (hex).
 
     Raises ChecksumError (bytes deleted) when the size or sha256 is wrong, DiskFullError, HTTPStatusError
@@ -357,8 +367,9 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
                     h, done = hashlib.sha256(), 0
                 if total is not None and size is not None and total != size:
                     discard(partial)
-                    raise ChecksumError(f"{host} serves {label} as {total} bytes, expected {size}: "
-                                        f"not the file that was asked for")
+                    raise ChecksumError(
+                        f"{host} serves {label} as {total} bytes, expected {size}: not the file that was asked for"
+                    )
                 if size is None:
                     size = total
                 etag = resp.headers.get("ETag") or etag
@@ -382,8 +393,9 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
                     break
                 if done >= size:
                     break
-                err = NetworkError(f"{host}: connection closed at {format_size(done)} of {format_size(size)}",
-                                   host, True)
+                err = NetworkError(
+                    f"{host}: connection closed at {format_size(done)} of {format_size(size)}", host, True
+                )
             if done > best:
                 best, failures = done, 0
             failures = _wait(failures, net, err, progress)
@@ -397,6 +409,8 @@ def download(url: str, partial: Path, *, size: int | None = None, sha256: str | 
     digest = h.hexdigest()
     if sha256 and digest != sha256:
         discard(partial)
-        raise ChecksumError(f"{label} from {host} failed verification: sha256 {digest[:16]}… is not the "
-                            f"expected {sha256[:16]}…; the download was deleted")
+        raise ChecksumError(
+            f"{label} from {host} failed verification: sha256 {digest[:16]}… is not the "
+            f"expected {sha256[:16]}…; the download was deleted"
+        )
     return digest

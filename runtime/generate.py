@@ -12,8 +12,8 @@ whole UTF-8 and cannot be the start of a stop string.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class Stats:
 class Chunk:
     text: str
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: Optional[str] = None
-    stats: Optional[Stats] = None
+    finish_reason: str | None = None
+    stats: Stats | None = None
 
 
 def generate(llm, ids, params: SamplingParams) -> Iterator[Chunk]:

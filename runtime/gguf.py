@@ -14,12 +14,14 @@ the end of the map.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import stat
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +35,33 @@ MAX_KEY_LEN = 1 << 16
 # metadata value types
 _UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL, _STRING, _ARRAY, _UINT64, _INT64, _FLOAT64 = range(13)
 _SCALAR = {
-    _UINT8: ("<B", "<u1"), _INT8: ("<b", "<i1"), _UINT16: ("<H", "<u2"), _INT16: ("<h", "<i2"),
-    _UINT32: ("<I", "<u4"), _INT32: ("<i", "<i4"), _FLOAT32: ("<f", "<f4"), _BOOL: ("<?", "<u1"),
-    _UINT64: ("<Q", "<u8"), _INT64: ("<q", "<i8"), _FLOAT64: ("<d", "<f8"),
+    _UINT8: ("<B", "<u1"),
+    _INT8: ("<b", "<i1"),
+    _UINT16: ("<H", "<u2"),
+    _INT16: ("<h", "<i2"),
+    _UINT32: ("<I", "<u4"),
+    _INT32: ("<i", "<i4"),
+    _FLOAT32: ("<f", "<f4"),
+    _BOOL: ("<?", "<u1"),
+    _UINT64: ("<Q", "<u8"),
+    _INT64: ("<q", "<i8"),
+    _FLOAT64: ("<d", "<f8"),
 }
-_TYPE_NAMES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool", "string", "array",
-               "uint64", "int64", "float64"]
+_TYPE_NAMES = [
+    "uint8",
+    "int8",
+    "uint16",
+    "int16",
+    "uint32",
+    "int32",
+    "float32",
+    "bool",
+    "string",
+    "array",
+    "uint64",
+    "int64",
+    "float64",
+]
 
 
 class GGUFError(ValueError):
@@ -57,14 +80,14 @@ class StringArray(Sequence[str]):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return bytes(self._buf[self._starts[i]:self._ends[i]]).decode("utf-8", errors="replace")
+        return bytes(self._buf[self._starts[i] : self._ends[i]]).decode("utf-8", errors="replace")
 
     def native_view(self):
         """(uint8 buffer, starts, ends) for the native string functions, or None when not backed by one."""
         return None if self._u8 is None else (self._u8, self._starts, self._ends)
 
     def raw(self, i: int) -> bytes:
-        return bytes(self._buf[self._starts[i]:self._ends[i]])
+        return bytes(self._buf[self._starts[i] : self._ends[i]])
 
     def tolist(self) -> list[str]:
         if self._u8 is not None:  # the whole array decoded natively (tokenizer vocabularies: 150k strings)
@@ -174,7 +197,9 @@ class GGUFFile:
         try:
             self.file_size = os.fstat(fd).st_size
             if self.file_size < 24:
-                raise GGUFError(f"{self.path}: truncated file: {self.file_size} bytes is smaller than a GGUF header (at offset 0)")
+                raise GGUFError(
+                    f"{self.path}: truncated file: {self.file_size} bytes is smaller than a GGUF header (at offset 0)"
+                )
             try:
                 self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             except OSError as e:
@@ -220,7 +245,13 @@ class GGUFFile:
             self.metadata_types[key] = _TYPE_NAMES[vtype] if vtype < len(_TYPE_NAMES) else str(vtype)
 
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1) or align > 1 << 20:
+        if (
+            not isinstance(align, int)
+            or isinstance(align, bool)
+            or align <= 0
+            or align & (align - 1)
+            or align > 1 << 20
+        ):
             raise r.fail(f"general.alignment must be a power of two, got {align!r}")
         self.alignment = align
 
@@ -245,9 +276,14 @@ class GGUFFile:
                     raise r.fail(f"tensor {name!r} has absurd dimension {d}", at)
                 n *= d
             if dims[0] % qt.block_size:
-                raise r.fail(f"tensor {name!r}: row length {dims[0]} is not a multiple of {qt.name}'s block size {qt.block_size}", at)
+                raise r.fail(
+                    f"tensor {name!r}: row length {dims[0]} is not a multiple of {qt.name}'s block size {qt.block_size}",
+                    at,
+                )
             if offset % align:
-                raise r.fail(f"tensor {name!r}: data offset {offset} is not a multiple of the alignment {align}", r.pos - 8)
+                raise r.fail(
+                    f"tensor {name!r}: data offset {offset} is not a multiple of the alignment {align}", r.pos - 8
+                )
             infos.append((name, dims, qt, offset, n // qt.block_size * qt.type_size, at))
 
         self.data_offset = (r.pos + align - 1) // align * align
@@ -256,11 +292,13 @@ class GGUFFile:
         for name, dims, qt, offset, nbytes, at in infos:
             start = self.data_offset + offset
             if start + nbytes > self.file_size:
-                raise GGUFError(f"{self.path}: tensor data past end of file: {name!r} needs bytes "
-                                f"{start}..{start + nbytes} of a {self.file_size}-byte file (at offset {at})")
+                raise GGUFError(
+                    f"{self.path}: tensor data past end of file: {name!r} needs bytes "
+                    f"{start}..{start + nbytes} of a {self.file_size}-byte file (at offset {at})"
+                )
             if name in self.tensors:
                 raise GGUFError(f"{self.path}: duplicate tensor name {name!r} (at offset {at})")
-            self.tensors[name] = TensorInfo(name, tuple(dims), qt, start, nbytes, u8[start:start + nbytes])
+            self.tensors[name] = TensorInfo(name, tuple(dims), qt, start, nbytes, u8[start : start + nbytes])
 
     def _value(self, r: _Reader, vtype: int, key: str, depth: int = 0):
         if vtype in _SCALAR:
@@ -329,13 +367,11 @@ class GGUFFile:
             self.tensors = {}
             self.metadata = {}
             self._u8 = None
-            try:
+            with contextlib.suppress(BufferError):  # numpy views are still alive; the map is released when they are
                 m.close()
-            except BufferError:
-                pass  # numpy views are still alive; the map is released when they are
             self._mmap = None
 
-    def __enter__(self) -> "GGUFFile":
+    def __enter__(self) -> GGUFFile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -97,13 +97,17 @@ def explain(e: HTTPStatusError, repo: str, what: str) -> PullError:
     host = endpoint().split("://", 1)[-1]
     have_token = token() is not None
     if code == "GatedRepo" or (e.status == 403 and not code):
-        return AccessError(f"{repo} is gated (HTTP {e.status}): accept its terms at {endpoint()}/{repo} while "
-                           f"logged in, then set HF_TOKEN to an access token of that account "
-                           f"(export HF_TOKEN=hf_...; tokens: {endpoint()}/settings/tokens)")
+        return AccessError(
+            f"{repo} is gated (HTTP {e.status}): accept its terms at {endpoint()}/{repo} while "
+            f"logged in, then set HF_TOKEN to an access token of that account "
+            f"(export HF_TOKEN=hf_...; tokens: {endpoint()}/settings/tokens)"
+        )
     if e.status in (401, 403):
         if code == "RepoNotFound" or not have_token:
-            return AccessError(f"{repo} not found on {host}, or private (HTTP {e.status}): check the name; for a "
-                               f"private repository set HF_TOKEN (export HF_TOKEN=hf_...)")
+            return AccessError(
+                f"{repo} not found on {host}, or private (HTTP {e.status}): check the name; for a "
+                f"private repository set HF_TOKEN (export HF_TOKEN=hf_...)"
+            )
         return AccessError(f"{host} refused HF_TOKEN for {repo} (HTTP {e.status}): check the token and its access")
     if e.status == 404:
         if code == "RevisionNotFound":
@@ -178,19 +182,23 @@ def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
     if ref.file:
         hit = next((f for f in files if f.path == ref.file), None)
         if hit is None:
-            raise PullError(f"{ref.file} not found in {ref.repo}"
-                            + (f"; GGUF files there: {', '.join(f.path for f in ggufs[:8])}" if ggufs else ""))
+            raise PullError(
+                f"{ref.file} not found in {ref.repo}"
+                + (f"; GGUF files there: {', '.join(f.path for f in ggufs[:8])}" if ggufs else "")
+            )
         if m := SPLIT.search(hit.path):
             first = SPLIT.sub(f"-00001-of-{m[2]}.gguf", hit.path)
             hit = next((f for f in files if f.path == first), hit)
         return _group(files, hit)
-    hits = sorted((f for f in ggufs if has_quant(f.path, ref.quant)),
-                  key=lambda f: (SPLIT.search(f.path) is not None, f.path))
+    hits = sorted(
+        (f for f in ggufs if has_quant(f.path, ref.quant)), key=lambda f: (SPLIT.search(f.path) is not None, f.path)
+    )
     hits = [f for f in hits if not SPLIT.search(f.path) or SPLIT.search(f.path)[1] == "00001"]
     if not hits:
         quants = sorted({_quant_of(f.path) for f in ggufs})
         if not quants:
             raise PullError(f"{ref.repo} has no GGUF files")
-        raise PullError(f"{ref.repo} has no {ref.quant} file; quants there: {', '.join(quants)} "
-                        f"(e.g. pull {ref.repo}:{quants[0]})")
+        raise PullError(
+            f"{ref.repo} has no {ref.quant} file; quants there: {', '.join(quants)} (e.g. pull {ref.repo}:{quants[0]})"
+        )
     return _group(files, hits[0])

@@ -62,8 +62,10 @@ def threads() -> int:
 
 def _check(t: quant_types.QuantType, what: str) -> None:
     if not t.supported:
-        raise UnsupportedTypeError(f"{what}: tensor type {t.name} is not supported by the localllm kernels "
-                                   f"(supported: {', '.join(q.name for q in quant_types.SUPPORTED)})")
+        raise UnsupportedTypeError(
+            f"{what}: tensor type {t.name} is not supported by the localllm kernels "
+            f"(supported: {', '.join(q.name for q in quant_types.SUPPORTED)})"
+        )
 
 
 def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str = "weights") -> np.ndarray:

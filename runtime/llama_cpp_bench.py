@@ -28,8 +28,16 @@ def load(a):
     if a.get("kv", "f16") != "f16":
         kw = {"flash_attn": True, "type_k": GGML_TYPES[a["kv"]], "type_v": GGML_TYPES[a["kv"]]}
     n_batch = max(512, a.get("n_prompt", 0))
-    return Llama(model_path=a["model"], n_ctx=a["ctx"], n_threads=a["threads"], n_threads_batch=a["threads"],
-                 n_batch=n_batch, n_ubatch=n_batch, verbose=False, **kw)
+    return Llama(
+        model_path=a["model"],
+        n_ctx=a["ctx"],
+        n_threads=a["threads"],
+        n_threads_batch=a["threads"],
+        n_batch=n_batch,
+        n_ubatch=n_batch,
+        verbose=False,
+        **kw,
+    )
 
 
 def peak_rss_mb() -> float:
@@ -45,8 +53,8 @@ def peak_rss_mb() -> float:
 
 
 def bench(a) -> dict:
-    import numpy as np
     import llama_cpp
+    import numpy as np
 
     t0 = time.perf_counter()
     llm = load(a)
@@ -67,8 +75,13 @@ def bench(a) -> dict:
             tok = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))))
         tg = min(tg, time.perf_counter() - t0)
     rss = peak_rss_mb()
-    return {"load_s": load_s, "pp_tps": len(ids) / pp, "tg_tps": a["n_gen"] / tg, "peak_rss_mb": rss,
-            "version": getattr(llama_cpp, "__version__", "?")}
+    return {
+        "load_s": load_s,
+        "pp_tps": len(ids) / pp,
+        "tg_tps": a["n_gen"] / tg,
+        "peak_rss_mb": rss,
+        "version": getattr(llama_cpp, "__version__", "?"),
+    }
 
 
 def first_token(a) -> None:

@@ -19,7 +19,7 @@ that fills the context ends with finish_reason "length" and stats.context_full (
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -56,8 +56,9 @@ class LLM:
         less than one block)."""
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
-        if kv_budget_mib is not None and (isinstance(kv_budget_mib, bool) or not isinstance(kv_budget_mib, (int, float))
-                                          or not kv_budget_mib > 0):
+        if kv_budget_mib is not None and (
+            isinstance(kv_budget_mib, bool) or not isinstance(kv_budget_mib, (int, float)) or not kv_budget_mib > 0
+        ):
             raise ValueError(f"kv_budget_mib must be a positive number of MiB, got {kv_budget_mib!r}")
         self.k_type, self.v_type = kv_types(kv_type, k_type, v_type)
         self.path = os.fspath(path)
@@ -77,11 +78,21 @@ class LLM:
                 if fit < 1:
                     raise ValueError(
                         f"kv_budget_mib {kv_budget_mib} is less than one KV block ({per_block / (1 << 20):.3f} MiB "
-                        f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})")
+                        f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})"
+                    )
                 capped = fit < n_blocks
                 n_blocks = min(n_blocks, fit)
-            self.model = Model(self._file, n_blocks=n_blocks, spec=spec, threads=n_threads, k_type=self.k_type,
-                               v_type=self.v_type, kv_rotate=kv_rotate, kv_center=kv_center, kv_equalize=kv_equalize)
+            self.model = Model(
+                self._file,
+                n_blocks=n_blocks,
+                spec=spec,
+                threads=n_threads,
+                k_type=self.k_type,
+                v_type=self.v_type,
+                kv_rotate=kv_rotate,
+                kv_center=kv_center,
+                kv_equalize=kv_equalize,
+            )
         except Exception:
             self._file.close()
             raise
@@ -167,7 +178,7 @@ class LLM:
         self.model = None
         self._file.close()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
     def __exit__(self, *exc) -> None:

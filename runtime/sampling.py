@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def _real(name: str, value, lo: float, hi: float, lo_open: bool = False, hi_open
     return v
 
 
-def _integer(name: str, value, lo: int, optional: bool = False) -> Optional[int]:
+def _integer(name: str, value, lo: int, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -69,9 +69,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     penalty_last_n: int = 64
-    seed: Optional[int] = None
-    max_tokens: Optional[int] = None
-    stop: Union[str, Sequence[str]] = ()
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: str | Sequence[str] = ()
     ignore_eos: bool = False
 
     def __post_init__(self):
@@ -123,7 +123,7 @@ def _work(n: int) -> _Work:
     return w
 
 
-def _largest(x: np.ndarray, m: int, mask: Optional[np.ndarray] = None) -> np.ndarray:
+def _largest(x: np.ndarray, m: int, mask: np.ndarray | None = None) -> np.ndarray:
     """Indices of the m largest values of x (1-D), by value descending, ties by index. No full sort of a long
     row: a threshold from a strided subsample (or one partition) selects a superset, then only that is sorted.
     mask: optional [x.size] bool scratch."""
@@ -356,7 +356,7 @@ class StopChecker:
         self._stop = stop
         self._held = ""
         self.stopped = False
-        self.matched: Optional[str] = None
+        self.matched: str | None = None
 
     def push(self, text: str) -> str:
         if self.stopped:

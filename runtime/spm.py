@@ -50,8 +50,9 @@ class SPM:
             if tid is None:
                 tid = unk_id
             self._byte_ids.append([] if tid is None else [tid])
-        cross = sorted({t for t in vocab if SPACE in t[1:] and re.search(f"[^{SPACE}]{SPACE}", t)},
-                       key=len, reverse=True)
+        cross = sorted(
+            {t for t in vocab if SPACE in t[1:] and re.search(f"[^{SPACE}]{SPACE}", t)}, key=len, reverse=True
+        )
         self._cross = regex.compile("|".join(map(regex.escape, cross))) if cross else None
         self._cache: dict[str, list[int]] = {}
 

@@ -39,6 +39,7 @@ def _hub():
 
     return hub
 
+
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
 
 
@@ -109,16 +110,34 @@ class Model:
         return None
 
     def manifest(self) -> dict:
-        return {"name": self.name, "files": list(self.files), "sizes": list(self.sizes), "sha256": list(self.sha256),
-                "source": self.source, "pulled_at": self.pulled_at, "architecture": self.architecture,
-                "parameters": self.parameters, "quant": self.quant, "context_length": self.context_length}
+        return {
+            "name": self.name,
+            "files": list(self.files),
+            "sizes": list(self.sizes),
+            "sha256": list(self.sha256),
+            "source": self.source,
+            "pulled_at": self.pulled_at,
+            "architecture": self.architecture,
+            "parameters": self.parameters,
+            "quant": self.quant,
+            "context_length": self.context_length,
+        }
 
     @classmethod
     def from_manifest(cls, d: Path, m: dict) -> Model:
-        return cls(name=m["name"], dir=d, files=tuple(m["files"]), sizes=tuple(m["sizes"]), sha256=tuple(m["sha256"]),
-                   source=m.get("source", ""), pulled_at=float(m.get("pulled_at", 0)),
-                   architecture=m.get("architecture"), parameters=m.get("parameters"), quant=m.get("quant"),
-                   context_length=m.get("context_length"))
+        return cls(
+            name=m["name"],
+            dir=d,
+            files=tuple(m["files"]),
+            sizes=tuple(m["sizes"]),
+            sha256=tuple(m["sha256"]),
+            source=m.get("source", ""),
+            pulled_at=float(m.get("pulled_at", 0)),
+            architecture=m.get("architecture"),
+            parameters=m.get("parameters"),
+            quant=m.get("quant"),
+            context_length=m.get("context_length"),
+        )
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -155,11 +174,18 @@ def stem(file: str) -> str:
 
 def safe_file_name(name: str) -> str:
     """`name` when it can be a file in a model directory, else StoreError (telling the user to pass --name)."""
-    ok = (isinstance(name, str) and name not in ("", ".", "..", "manifest.json") and not any(c in name for c in "/\\\0")
-          and Path(name).name == name and len(name.encode("utf-8", "surrogateescape")) <= 200)
+    ok = (
+        isinstance(name, str)
+        and name not in ("", ".", "..", "manifest.json")
+        and not any(c in name for c in "/\\\0")
+        and Path(name).name == name
+        and len(name.encode("utf-8", "surrogateescape")) <= 200
+    )
     if not ok:
-        raise StoreError(f"{name!r} cannot be the name of a stored file: pass --name NAME to store the model "
-                         f"under a name of your choosing")
+        raise StoreError(
+            f"{name!r} cannot be the name of a stored file: pass --name NAME to store the model "
+            f"under a name of your choosing"
+        )
     return name
 
 
@@ -232,8 +258,9 @@ class Store:
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
                 if not wait:
-                    raise ModelBusyError(f"{name} is in use by another localllm process (pid {holder}): "
-                                         f"a pull or rm is in progress") from None
+                    raise ModelBusyError(
+                        f"{name} is in use by another localllm process (pid {holder}): a pull or rm is in progress"
+                    ) from None
                 if on_wait:
                     on_wait(holder)
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -259,11 +286,19 @@ class Store:
         stage.mkdir()
         for src, f in zip(staged, files):
             os.replace(src, stage / f)
-        model = Model(name=name, dir=self.models_dir / key(name), files=tuple(files),
-                      sizes=tuple((stage / f).stat().st_size for f in files), sha256=tuple(info["sha256"]),
-                      source=info.get("source", ""), pulled_at=time.time(),
-                      architecture=info.get("architecture"), parameters=info.get("parameters"),
-                      quant=info.get("quant"), context_length=info.get("context_length"))
+        model = Model(
+            name=name,
+            dir=self.models_dir / key(name),
+            files=tuple(files),
+            sizes=tuple((stage / f).stat().st_size for f in files),
+            sha256=tuple(info["sha256"]),
+            source=info.get("source", ""),
+            pulled_at=time.time(),
+            architecture=info.get("architecture"),
+            parameters=info.get("parameters"),
+            quant=info.get("quant"),
+            context_length=info.get("context_length"),
+        )
         with open(stage / "manifest.json", "w") as f:
             json.dump(model.manifest(), f, indent=1)
             f.flush()
@@ -299,8 +334,10 @@ def unknown_message(name: str, stored: list[str], with_catalog: bool = True) -> 
     close = cat.suggest(name, extra=stored) if cat else difflib.get_close_matches(name, stored, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     where = "the store or the catalog" if with_catalog else "the store"
-    return f"unknown model {name!r}: not in {where}{hint} (`localllm list` shows the store, " \
-           f"`localllm list --catalog` the catalog)"
+    return (
+        f"unknown model {name!r}: not in {where}{hint} (`localllm list` shows the store, "
+        f"`localllm list --catalog` the catalog)"
+    )
 
 
 def looks_like_path(ref: str) -> bool:
@@ -324,8 +361,11 @@ def resolve_model(name_or_path: str, pull: bool = False) -> Path:
             raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
         return m.path
     cat = catalog_mod.load()
-    pullable = cat.get(name_or_path) is not None or _hub().parse(name_or_path) is not None \
+    pullable = (
+        cat.get(name_or_path) is not None
+        or _hub().parse(name_or_path) is not None
         or name_or_path.startswith(("https://", "http://"))
+    )
     if not pullable:
         raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
     if pull:

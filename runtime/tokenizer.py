@@ -25,7 +25,8 @@ from __future__ import annotations
 import operator
 import os
 import re
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,7 @@ from .spm import SPACE, SPM
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
 
 # llama.cpp's text-based detection (llama_vocab::impl::load): the first text of each list found in the vocabulary
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-              "<｜end▁of▁sentence｜>")
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>")
 _EOM_TEXTS = ("<|eom_id|>",)
 _FIM_TEXTS = {
     "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"),
@@ -67,12 +67,12 @@ class Tokenizer:
     """
 
     @classmethod
-    def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
+    def from_gguf(cls, path: str | os.PathLike) -> Tokenizer:
         with GGUFFile(path) as f:
             return cls.from_metadata(f.metadata, name=os.fspath(path))
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any], name: str) -> "Tokenizer":
+    def from_metadata(cls, metadata: Mapping[str, Any], name: str) -> Tokenizer:
         """metadata: GGUFFile.metadata (or a dict of the same shapes); name: for error messages.
         Copies what it needs, so the GGUF file can be closed afterwards."""
         try:
@@ -86,8 +86,10 @@ class Tokenizer:
         self.name = name
         self.model = _string(md, "tokenizer.ggml.model", name)
         if self.model not in ("gpt2", "llama"):
-            raise TokenizerError(f"{name}: tokenizer.ggml.model {self.model!r} is not supported "
-                                 "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
+            raise TokenizerError(
+                f"{name}: tokenizer.ggml.model {self.model!r} is not supported "
+                "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)"
+            )
         tokens = _strings(md, "tokenizer.ggml.tokens", name)
         n = len(tokens)
         if n == 0:
@@ -109,8 +111,9 @@ class Tokenizer:
                 raise TokenizerError(f"{name}: tokenizer.ggml.pre must be a string, got {type(self.pre).__name__}")
             if "tokenizer.ggml.merges" not in md:
                 raise TokenizerError(f"{name}: tokenizer.ggml.merges is missing (needed by a 'gpt2' tokenizer)")
-            self._bpe = BPE(self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre,
-                            merges_checked=_merges_checked(md))
+            self._bpe = BPE(
+                self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre, merges_checked=_merges_checked(md)
+            )
             space_prefix, add_bos, bos, eos, unk = False, self._bpe.pre.add_bos, None, None, None
         else:
             scores = _numbers(md, "tokenizer.ggml.scores", name, n, np.float64)
@@ -123,11 +126,13 @@ class Tokenizer:
         self.unk_id = _token_id(md, "tokenizer.ggml.unknown_token_id", name, n, _default_id(unk, n))
         self.pad_id = _token_id(md, "tokenizer.ggml.padding_token_id", name, n, None)
         if self.add_bos and self.bos_id is None:
-            raise TokenizerError(f"{name}: tokenizer.ggml.add_bos_token is set but there is no "
-                                 "tokenizer.ggml.bos_token_id")
+            raise TokenizerError(
+                f"{name}: tokenizer.ggml.add_bos_token is set but there is no tokenizer.ggml.bos_token_id"
+            )
         if self.add_eos and self.eos_id is None:
-            raise TokenizerError(f"{name}: tokenizer.ggml.add_eos_token is set but there is no "
-                                 "tokenizer.ggml.eos_token_id")
+            raise TokenizerError(
+                f"{name}: tokenizer.ggml.add_eos_token is set but there is no tokenizer.ggml.eos_token_id"
+            )
         if self._bpe is None:
             self._spm = SPM(self._vocab, self.tokens, np.zeros(n) if scores is None else scores, self.unk_id)
 
@@ -138,9 +143,11 @@ class Tokenizer:
         self._visible_pieces = _Pieces(lambda i: self._piece(i, False), n)
         self._special_splitters: dict[bool, _SpecialSplitter] = {}
         self.chat_template = ChatTemplate(
-            md.get("tokenizer.chat_template"), model=name,
+            md.get("tokenizer.chat_template"),
+            model=name,
             bos_token="" if self.bos_id is None else self.tokens[self.bos_id],
-            eos_token="" if self.eos_id is None else self.tokens[self.eos_id])
+            eos_token="" if self.eos_id is None else self.tokens[self.eos_id],
+        )
         turn_end = self._template_end_of_turn()
         self.stop_ids: frozenset[int] = frozenset(eog if turn_end is None else eog | {turn_end})
 
@@ -164,8 +171,11 @@ class Tokenizer:
         eog = {self._vocab[t] for t in _EOG_TEXTS if t in self._vocab}
         for tid in (*by_text, *eog):
             self._types[tid] = CONTROL
-        eog.update(t for t in (self.eos_id, self.eot_id, self.eom_id, fim["fim_pad"], fim["fim_rep"],
-                               fim["fim_sep"]) if t is not None)
+        eog.update(
+            t
+            for t in (self.eos_id, self.eot_id, self.eom_id, fim["fim_pad"], fim["fim_rep"], fim["fim_sep"])
+            if t is not None
+        )
         return eog
 
     # -- properties ----------------------------------------------------------------------------------
@@ -214,13 +224,18 @@ class Tokenizer:
             out.append(self.eos_id)
         return out
 
-    def encode_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-                    tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> list[int]:
+    def encode_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **extra: Any,
+    ) -> list[int]:
         """chat_template.render(...) encoded with special tokens parsed and BOS added as encode() does;
         a BOS the template already wrote at the start is not doubled. ChatTemplateError on bad messages."""
         prompt = self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools, **extra)
         if self.add_bos and self.bos_id is not None and prompt.startswith(self.tokens[self.bos_id]):
-            prompt = prompt[len(self.tokens[self.bos_id]):]
+            prompt = prompt[len(self.tokens[self.bos_id]) :]
         return self.encode(prompt, add_special=True, parse_special=True)
 
     # -- decode ------------------------------------------------------------------------------------------
@@ -241,8 +256,9 @@ class Tokenizer:
 
     def detokenizer(self, special: bool = False) -> IncrementalDetokenizer:
         """A fresh streaming detokenizer; its push()/flush() output concatenates to decode(ids, special)."""
-        return IncrementalDetokenizer(self._pieces if special else self._visible_pieces,
-                                      strip_first_space=self.add_space_prefix)
+        return IncrementalDetokenizer(
+            self._pieces if special else self._visible_pieces, strip_first_space=self.add_space_prefix
+        )
 
     # -- internals ----------------------------------------------------------------------------------------
     def _check_id(self, token_id: int) -> int:
@@ -266,7 +282,7 @@ class Tokenizer:
             return bytes([int(text[3:5], 16)])
         return b""  # unused, undefined, and byte tokens of a BPE vocabulary: llama.cpp renders nothing
 
-    def _splitter(self, parse_special: bool) -> "_SpecialSplitter":
+    def _splitter(self, parse_special: bool) -> _SpecialSplitter:
         s = self._special_splitters.get(parse_special)
         if s is None:
             kinds = (CONTROL, UNKNOWN, USER_DEFINED) if parse_special else (USER_DEFINED,)

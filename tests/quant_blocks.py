@@ -4,16 +4,41 @@ so each type's whole bit-level format (signs, high bits, packed 6-bit scales) is
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
 
 # byte offsets of the f16 scale fields inside each block (the rest of the block is random bits)
 F16_FIELDS = {
-    T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.IQ4_NL: [0], T.IQ4_XS: [0],
-    T.Q4_1: [0, 2], T.Q5_1: [0, 2], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
-    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q6_K: [208],
+    T.Q4_0: [0],
+    T.Q5_0: [0],
+    T.Q8_0: [0],
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
+    T.Q4_1: [0, 2],
+    T.Q5_1: [0, 2],
+    T.Q4_K: [0, 2],
+    T.Q5_K: [0, 2],
+    T.Q2_K: [80, 82],
+    T.Q3_K: [108],
+    T.Q6_K: [208],
 }
-TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
-         T.IQ4_NL, T.IQ4_XS]
+TYPES = [
+    T.F32,
+    T.F16,
+    T.BF16,
+    T.Q4_0,
+    T.Q4_1,
+    T.Q5_0,
+    T.Q5_1,
+    T.Q8_0,
+    T.Q2_K,
+    T.Q3_K,
+    T.Q4_K,
+    T.Q5_K,
+    T.Q6_K,
+    T.IQ4_NL,
+    T.IQ4_XS,
+]
 
 
 def random_rows(qt: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -29,5 +54,5 @@ def random_rows(qt: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarra
     raw = rng.integers(0, 256, size=(rows, k // bs, ts), dtype=np.uint8)
     for off in F16_FIELDS[qt]:
         d = (rng.random((rows, k // bs)) * 0.02 + 0.001) * rng.choice([-1, 1], size=(rows, k // bs))
-        raw[:, :, off:off + 2] = d.astype(np.float16).view(np.uint8).reshape(rows, k // bs, 2)
+        raw[:, :, off : off + 2] = d.astype(np.float16).view(np.uint8).reshape(rows, k // bs, 2)
     return raw.reshape(rows, -1)

@@ -87,9 +87,17 @@ class ChatApp(App):
         Binding("ctrl+q", "quit", "quit", key_display="Ctrl+Q", priority=True),
     ]
 
-    def __init__(self, engine: ChatEngine, system: str | None = None, temperature: float = 0.8,
-                 top_p: float = 0.95, max_tokens: int | None = None, saved: History | None = None,
-                 store: Store | None = None, load_model: Callable[[Path], Any] = open_llm):
+    def __init__(
+        self,
+        engine: ChatEngine,
+        system: str | None = None,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        max_tokens: int | None = None,
+        saved: History | None = None,
+        store: Store | None = None,
+        load_model: Callable[[Path], Any] = open_llm,
+    ):
         super().__init__()
         self.engine = engine
         self.saved = saved  # where conversations are kept; None: nothing is saved and there is no side panel
@@ -371,7 +379,7 @@ class ChatApp(App):
         """Worker thread: opens the model and hands it to the engine."""
         try:
             llm = self.load_model(model.path)
-        except Exception as e:  # noqa: BLE001 -- a file the engine cannot open is an error line, not a crash
+        except Exception as e:
             self.post_message(ModelLoaded(model.name, str(e) or type(e).__name__))
             return
         self.engine.swap(llm, model.name)

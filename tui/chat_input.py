@@ -27,8 +27,13 @@ class ChatInput(TextArea):
             self.text = text
 
     def __init__(self, **kwargs):
-        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
-                         placeholder="Message the model: Enter sends, Ctrl+J new line, F1 keys", **kwargs)
+        super().__init__(
+            soft_wrap=True,
+            show_line_numbers=False,
+            tab_behavior="focus",
+            placeholder="Message the model: Enter sends, Ctrl+J new line, F1 keys",
+            **kwargs,
+        )
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":

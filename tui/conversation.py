@@ -97,7 +97,7 @@ class AssistantMessage(Widget):
             if shown == self.text:
                 continue
             if self.text.startswith(shown):
-                await self._markdown.append(self.text[len(shown):])
+                await self._markdown.append(self.text[len(shown) :])
             else:
                 await self._markdown.update(self.text)
 
@@ -147,7 +147,7 @@ class Conversation(VerticalScroll):
 
     def drop_from(self, widget: Widget) -> None:
         """Removes `widget` (one of the messages) and everything after it."""
-        for w in list(self.children[self.children.index(widget):]):
+        for w in list(self.children[self.children.index(widget) :]):
             w.remove()
 
     def set_raw(self, raw: bool) -> None:

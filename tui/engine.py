@@ -95,7 +95,7 @@ class ChatEngine:
 
     @property
     def kv_type(self) -> str:
-        """"f16", or "q8_0/q4_0" (K/V) when K and V differ."""
+        """ "f16", or "q8_0/q4_0" (K/V) when K and V differ."""
         k = getattr(self.llm, "k_type", "f16")
         v = getattr(self.llm, "v_type", k)
         return k if k == v else f"{k}/{v}"
@@ -137,13 +137,14 @@ class ChatEngine:
                     if reply.stopped:
                         break
                     reason = getattr(chunk, "finish_reason", None)
-                    ok = reply._push(chunk.text, len(chunk.token_ids),
-                                     End(reason, getattr(chunk, "stats", None)) if reason else None)
+                    ok = reply._push(
+                        chunk.text, len(chunk.token_ids), End(reason, getattr(chunk, "stats", None)) if reason else None
+                    )
                     if not ok:
                         break
                 else:
                     reply._push(end=End("stop"))  # a stream that ended without a finish_reason
-            except Exception as e:  # noqa: BLE001 -- any engine error (context full, bad template) is shown as text
+            except Exception as e:
                 reply._push(end=End("error", error=str(e) or type(e).__name__))
             finally:
                 close = getattr(stream, "close", None)

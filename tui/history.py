@@ -52,7 +52,7 @@ class Saved:
 def title_for(text: str, width: int = 40) -> str:
     """A conversation's title: its first message on one line, cut to `width` characters."""
     line = " ".join(text.split())
-    return line if len(line) <= width else line[:width - 1] + "…"
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 class History:
@@ -69,32 +69,39 @@ class History:
 
     def create(self, title: str, model: str) -> int:
         now = time.time()
-        cur = self._db.execute("INSERT INTO conversations (title, model, created, updated) VALUES (?, ?, ?, ?)",
-                               (title, model, now, now))
+        cur = self._db.execute(
+            "INSERT INTO conversations (title, model, created, updated) VALUES (?, ?, ?, ?)", (title, model, now, now)
+        )
         self._db.commit()
         return int(cur.lastrowid)
 
     def add(self, conversation_id: int, role: str, content: str) -> None:
-        self._db.execute("INSERT INTO messages (conversation_id, role, content) VALUES (?, ?, ?)",
-                         (conversation_id, role, content))
+        self._db.execute(
+            "INSERT INTO messages (conversation_id, role, content) VALUES (?, ?, ?)", (conversation_id, role, content)
+        )
         self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
         self._db.commit()
 
     def list(self) -> list[Saved]:
         rows = self._db.execute(
             "SELECT c.id, c.title, c.model, c.updated, COUNT(m.id) FROM conversations c "
-            "LEFT JOIN messages m ON m.conversation_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC")
+            "LEFT JOIN messages m ON m.conversation_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+        )
         return [Saved(int(i), t, mo, float(u), int(n)) for i, t, mo, u, n in rows]
 
     def messages(self, conversation_id: int) -> list[dict]:
-        rows = self._db.execute("SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY id",
-                                (conversation_id,))
+        rows = self._db.execute(
+            "SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        )
         return [{"role": r, "content": c} for r, c in rows]
 
     def truncate(self, conversation_id: int, keep: int) -> None:
         """Keeps the first `keep` messages of the conversation and deletes the rest."""
-        self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id NOT IN (SELECT id FROM messages "
-                         "WHERE conversation_id = ? ORDER BY id LIMIT ?)", (conversation_id, conversation_id, keep))
+        self._db.execute(
+            "DELETE FROM messages WHERE conversation_id = ? AND id NOT IN (SELECT id FROM messages "
+            "WHERE conversation_id = ? ORDER BY id LIMIT ?)",
+            (conversation_id, conversation_id, keep),
+        )
         self._db.commit()
 
     def rename(self, conversation_id: int, title: str) -> None:

@@ -29,8 +29,10 @@ def empty_store_message() -> str:
         example = f"localllm pull {load_catalog().default}"
     except CatalogError:
         example = "localllm pull NAME"
-    return (f"No models in the store yet. Pull one in a shell:\n\n    {example}\n\n"
-            "`localllm list --catalog` lists the names you can pull; a pulled model shows up here (Ctrl+O).")
+    return (
+        f"No models in the store yet. Pull one in a shell:\n\n    {example}\n\n"
+        "`localllm list --catalog` lists the names you can pull; a pulled model shows up here (Ctrl+O)."
+    )
 
 
 def describe(model: Model, current: str) -> str:

@@ -61,8 +61,12 @@ class Settings:
         if n and not n.isdigit():
             raise ValueError(f"max tokens must be a whole number (empty: no limit), got {n!r}")
         try:
-            return cls(system=system.strip() or None, temperature=number("temperature", temperature),
-                       top_p=number("top-p", top_p), max_tokens=int(n) if n else None)
+            return cls(
+                system=system.strip() or None,
+                temperature=number("temperature", temperature),
+                top_p=number("top-p", top_p),
+                max_tokens=int(n) if n else None,
+            )
         except ValueError as e:  # the engine's field names, as the screen spells them
             raise ValueError(str(e).replace("top_p", "top-p").replace("max_tokens", "max tokens")) from None
 
@@ -89,8 +93,9 @@ class SettingsScreen(ModalScreen[Settings | None]):
                 yield Label("Top-p")
                 yield Input(f"{s.top_p:g}", id="top_p", placeholder="1 = off")
                 yield Label("Max tokens")
-                yield Input("" if s.max_tokens is None else str(s.max_tokens), id="max_tokens",
-                            placeholder="empty = no limit")
+                yield Input(
+                    "" if s.max_tokens is None else str(s.max_tokens), id="max_tokens", placeholder="empty = no limit"
+                )
             yield Static("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -102,8 +107,12 @@ class SettingsScreen(ModalScreen[Settings | None]):
 
     def action_save(self) -> None:
         try:
-            s = Settings.parse(self.query_one("#system", TextArea).text, self.query_one("#temperature", Input).value,
-                               self.query_one("#top_p", Input).value, self.query_one("#max_tokens", Input).value)
+            s = Settings.parse(
+                self.query_one("#system", TextArea).text,
+                self.query_one("#temperature", Input).value,
+                self.query_one("#top_p", Input).value,
+                self.query_one("#max_tokens", Input).value,
+            )
         except ValueError as e:
             self.query_one("#settings-error", Static).update(f"✗ {e}")
             return

@@ -1,9 +1,9 @@
 """The side panel of saved conversations, most recent first.
 
-    panel = Sidebar()
-    await panel.show(history.list(), current=conversation_id)
-    # posts Sidebar.Resume(id) on Enter (or a click), Sidebar.Rename(id, title) on r and Sidebar.Delete(id) on
-    # Delete / d over an entry
+panel = Sidebar()
+await panel.show(history.list(), current=conversation_id)
+# posts Sidebar.Resume(id) on Enter (or a click), Sidebar.Rename(id, title) on r and Sidebar.Delete(id) on
+# Delete / d over an entry
 """
 
 from __future__ import annotations
@@ -41,8 +41,13 @@ class Sidebar(Vertical):
 
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("r", "rename", "rename the highlighted conversation", key_display="r (in the panel)", show=False),
-        Binding("delete,d", "delete", "delete the highlighted conversation", key_display="Delete, d (in the panel)",
-                show=False),
+        Binding(
+            "delete,d",
+            "delete",
+            "delete the highlighted conversation",
+            key_display="Delete, d (in the panel)",
+            show=False,
+        ),
     ]
 
     def __init__(self, **kwargs):

@@ -86,7 +86,7 @@ class StatusBar(Static):
             if room >= 8:
                 break
         room = max(room, 8)
-        model = self.model if len(self.model) <= room else self.model[:room - 1] + "…"
+        model = self.model if len(self.model) <= room else self.model[: room - 1] + "…"
         return " " + " │ ".join([model, *rest])
 
     def _show(self) -> None:

@@ -27,17 +27,24 @@ from pathlib import Path
 from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
 
 DEFAULT_MODELS = ["qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"]
-TEST_CACHE_NAMES = {"qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
-                    "qwen2.5-coder:1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m"}
+TEST_CACHE_NAMES = {
+    "qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "qwen2.5-coder:1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+}
 STREAM_BYTES = 512 << 20  # working set for N = 1: far past any last-level cache here
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: `bench MODEL` (pp512, tg128), `bench kernels` (matrix products)",
-                       description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
-                                   "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks: `bench MODEL` (pp512, tg128), `bench kernels` (matrix products)",
+        description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
+        "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.",
+    )
     p.add_argument("what", help="`kernels`, or a model (store name or .gguf path) to benchmark end to end")
-    p.add_argument("models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument(
+        "models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})"
+    )
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="bench MODEL: prompt tokens (default 512)")
     p.add_argument("-g", "--n-gen", type=int, default=128, help="bench MODEL: generated tokens (default 128)")
     p.add_argument("-r", "--repetitions", type=int, default=2, help="bench MODEL: runs per test, best kept")
@@ -47,16 +54,35 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--pull", action="store_true", help="pull catalog models that are not in the store yet")
     p.add_argument("--compare", action="store_true", help="bench MODEL: run llama.cpp (llama-cpp-python) too, same run")
-    p.add_argument("--llama-python", default=None, metavar="PYTHON",
-                   help="interpreter that has llama-cpp-python (default $LOCALLLM_LLAMA_PYTHON or "
-                        "~/.cache/localllm/llama-venv/bin/python)")
+    p.add_argument(
+        "--llama-python",
+        default=None,
+        metavar="PYTHON",
+        help="interpreter that has llama-cpp-python (default $LOCALLLM_LLAMA_PYTHON or "
+        "~/.cache/localllm/llama-venv/bin/python)",
+    )
     add_kv_arguments(p)  # bench MODEL only
-    p.add_argument("--bandwidth-mib", type=int, default=1024, metavar="MIB",
-                   help="buffer for the read-bandwidth measurement (default 1024: far past any cache)")
-    p.add_argument("--tensors", nargs="+", metavar="NAME", default=None,
-                   help="bench kernels: only these matrices (e.g. blk.0.ffn_down.weight)")
-    p.add_argument("--stream-mib", type=int, default=512, metavar="MIB",
-                   help="weights streamed per N = 1 measurement (copies of the matrices, default 512)")
+    p.add_argument(
+        "--bandwidth-mib",
+        type=int,
+        default=1024,
+        metavar="MIB",
+        help="buffer for the read-bandwidth measurement (default 1024: far past any cache)",
+    )
+    p.add_argument(
+        "--tensors",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help="bench kernels: only these matrices (e.g. blk.0.ffn_down.weight)",
+    )
+    p.add_argument(
+        "--stream-mib",
+        type=int,
+        default=512,
+        metavar="MIB",
+        help="weights streamed per N = 1 measurement (copies of the matrices, default 512)",
+    )
     p.set_defaults(func=run)
 
 
@@ -94,11 +120,10 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). About `seconds` in all, half to
     each method (each adds a warm-up read)."""
     import numpy as np
-
     from localllm import kernels
 
     buf = np.ones(mib << 20, dtype=np.uint8)
-    dt = min(_timeit(lambda: kernels.stream_read(buf, s), seconds / 2) for s in (1, 4))
+    dt = min(_timeit(lambda s=s: kernels.stream_read(buf, s), seconds / 2) for s in (1, 4))
     return buf.nbytes / dt / 1e9
 
 
@@ -118,8 +143,11 @@ def int8_peak(seconds: float = 0.5) -> float | None:
 
 def quantized_matrices(f) -> list:
     """The tensors of an open GGUF file that `bench kernels` times: quantized 2-D matrices of a supported type."""
-    return [t for t in f.tensors.values()
-            if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16")]
+    return [
+        t
+        for t in f.tensors.values()
+        if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16")
+    ]
 
 
 def check_tensor_names(paths: list[Path], names: list[str]) -> None:
@@ -139,10 +167,16 @@ def check_tensor_names(paths: list[Path], names: list[str]) -> None:
             raise ValueError(f"{p.name}: none of the matrices {', '.join(names)}")
 
 
-def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: float, out,
-                stream_bytes: int = STREAM_BYTES, tensors: list[str] | None = None) -> list[dict]:
+def bench_model(
+    path: Path,
+    thread_counts: list[int],
+    ns: list[int],
+    seconds: float,
+    out,
+    stream_bytes: int = STREAM_BYTES,
+    tensors: list[str] | None = None,
+) -> list[dict]:
     import numpy as np
-
     from localllm import kernels
     from localllm.gguf import GGUFFile
 
@@ -168,7 +202,9 @@ def bench_model(path: Path, thread_counts: list[int], ns: list[int], seconds: fl
             t1 = None
             for n in ns:
                 sel = stream if n <= 16 else small
-                dt = _timeit(lambda: [kernels.matmul_raw(i, r, k, xs[k][:n]) for i, r, k in sel], seconds)
+                dt = _timeit(
+                    lambda sel=sel, n=n, xs=xs: [kernels.matmul_raw(i, r, k, xs[k][:n]) for i, r, k in sel], seconds
+                )
                 nbytes = sum(r.nbytes for _, r, _ in sel)
                 flops = sum(2.0 * r.shape[0] * k * n for _, r, k in sel)
                 if n == 1:
@@ -196,8 +232,10 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
     return " ".join(cells)
 
 
-LLAMA_VENV_HINT = ("python -m venv ~/.cache/localllm/llama-venv && "
-                   "~/.cache/localllm/llama-venv/bin/pip install llama-cpp-python  (builds from source, ~11 min)")
+LLAMA_VENV_HINT = (
+    "python -m venv ~/.cache/localllm/llama-venv && "
+    "~/.cache/localllm/llama-venv/bin/pip install llama-cpp-python  (builds from source, ~11 min)"
+)
 FIRST_TOKEN_PROMPT = "def fibonacci(n):"
 
 
@@ -211,7 +249,9 @@ def llama_python(arg: str | None) -> str:
     except OSError:
         ok = False
     if not ok:
-        raise ValueError(f"--compare needs llama-cpp-python: {cand} cannot import llama_cpp; make it with: {LLAMA_VENV_HINT}")
+        raise ValueError(
+            f"--compare needs llama-cpp-python: {cand} cannot import llama_cpp; make it with: {LLAMA_VENV_HINT}"
+        )
     return cand
 
 
@@ -219,13 +259,23 @@ def _llama_script() -> str:
     return str(Path(__file__).resolve().parent.parent / "llama_cpp_bench.py")
 
 
-def bench_llama_cpp(python: str, path: Path, threads: int, ids: list[int], n_gen: int, reps: int, ctx: int,
-                    kv: str) -> dict:
+def bench_llama_cpp(
+    python: str, path: Path, threads: int, ids: list[int], n_gen: int, reps: int, ctx: int, kv: str
+) -> dict:
     """llama.cpp's load, pp, tg and peak RSS in its own process (llama_cpp_bench.py)."""
     import subprocess
 
-    args = {"mode": "bench", "model": str(path), "threads": threads, "n_prompt": len(ids), "n_gen": n_gen,
-            "reps": reps, "ctx": ctx, "token_ids": [int(i) for i in ids], "kv": kv}
+    args = {
+        "mode": "bench",
+        "model": str(path),
+        "threads": threads,
+        "n_prompt": len(ids),
+        "n_gen": n_gen,
+        "reps": reps,
+        "ctx": ctx,
+        "token_ids": [int(i) for i in ids],
+        "kv": kv,
+    }
     r = subprocess.run([python, _llama_script(), json.dumps(args)], capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"llama-cpp-python failed on {path.name}: {r.stderr.strip().splitlines()[-1:]}")
@@ -273,10 +323,30 @@ def llama_cpp_rounds(python: str, path: Path, threads: int, ids: list[int], n_ge
 
 def compare_first_token(path: Path, threads: int, r: dict, python: str, lr: dict) -> None:
     """Both times to first token, alternated, best of each, into r and lr."""
-    ours = [sys.executable, "-m", "localllm.cli", "run", str(path), FIRST_TOKEN_PROMPT, "--raw", "-n", "1",
-            "--temperature", "0", "-t", str(threads), "-c", "256"]
-    theirs = [python, _llama_script(), json.dumps({"mode": "first-token", "model": str(path), "threads": threads,
-                                                   "prompt": FIRST_TOKEN_PROMPT, "ctx": 256})]
+    ours = [
+        sys.executable,
+        "-m",
+        "localllm.cli",
+        "run",
+        str(path),
+        FIRST_TOKEN_PROMPT,
+        "--raw",
+        "-n",
+        "1",
+        "--temperature",
+        "0",
+        "-t",
+        str(threads),
+        "-c",
+        "256",
+    ]
+    theirs = [
+        python,
+        _llama_script(),
+        json.dumps(
+            {"mode": "first-token", "model": str(path), "threads": threads, "prompt": FIRST_TOKEN_PROMPT, "ctx": 256}
+        ),
+    ]
     lr["first_token_s"] = r["first_token_s"] = float("inf")
     for _ in range(5):  # alternated, best of each: the machine's load drifts between runs
         r["first_token_s"] = min(r["first_token_s"], first_token_s(ours, 1))
@@ -304,14 +374,22 @@ def prompt_ids(n_vocab: int, n: int):
     return np.random.default_rng(0).integers(100, min(n_vocab, 30000), size=n)
 
 
-def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw_mib: int, kv: dict | None = None,
-              ids=None, between=None) -> dict:
+def bench_llm(
+    path: Path,
+    threads: int,
+    n_prompt: int,
+    n_gen: int,
+    reps: int,
+    bw_mib: int,
+    kv: dict | None = None,
+    ids=None,
+    between=None,
+) -> dict:
     """pp: one step of n_prompt tokens from an empty cache (logits for the last); tg: n_gen single-token
     steps from a one-token context, as llama-bench measures them; best of reps. kv: LLM's KV cache keyword
     arguments. between(rep): called after each of our repetitions (--compare runs llama.cpp's there, so the
     two alternate and share the machine's drifting load)."""
     import numpy as np
-
     from localllm.llm import LLM
 
     t0 = time.perf_counter()
@@ -337,15 +415,24 @@ def bench_llm(path: Path, threads: int, n_prompt: int, n_gen: int, reps: int, bw
             between(rep)
     # every weight streams once per token, except an embedding table that is only looked up
     f = llm._file
-    streamed = sum(t.nbytes for name, t in f.tensors.items()
-                   if name != "token_embd.weight" or "output.weight" not in f.tensors)
+    streamed = sum(
+        t.nbytes for name, t in f.tensors.items() if name != "token_embd.weight" or "output.weight" not in f.tensors
+    )
     peak_rss = peak_rss_mb()
     llm.close()
     bw = read_bandwidth(mib=bw_mib)
     return {
-        "model": path.name, "threads": threads, "kv": kv_name, "load_s": load_s,
-        "pp_tps": n_prompt / pp, "tg_tps": n_gen / tg, "n_prompt": n_prompt, "n_gen": n_gen,
-        "weights_streamed_mb": streamed / 1e6, "tg_gbs": streamed * n_gen / tg / 1e9, "read_bandwidth_gbs": bw,
+        "model": path.name,
+        "threads": threads,
+        "kv": kv_name,
+        "load_s": load_s,
+        "pp_tps": n_prompt / pp,
+        "tg_tps": n_gen / tg,
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+        "weights_streamed_mb": streamed / 1e6,
+        "tg_gbs": streamed * n_gen / tg / 1e9,
+        "read_bandwidth_gbs": bw,
         "peak_rss_mb": peak_rss,
     }
 
@@ -373,28 +460,49 @@ def run(args: argparse.Namespace) -> int:
         with GGUFFile(path) as f:
             n_vocab = _n_vocab(f)
         ids = prompt_ids(n_vocab, args.n_prompt)
-        between, lr = (llama_cpp_rounds(python, path, threads, ids.tolist(), args.n_gen, kv_kwargs(args)) if python
-                       else (None, None))
-        r = bench_llm(path, threads, args.n_prompt, args.n_gen, args.repetitions, args.bandwidth_mib, kv_kwargs(args),
-                      ids=ids, between=between)
+        between, lr = (
+            llama_cpp_rounds(python, path, threads, ids.tolist(), args.n_gen, kv_kwargs(args))
+            if python
+            else (None, None)
+        )
+        r = bench_llm(
+            path,
+            threads,
+            args.n_prompt,
+            args.n_gen,
+            args.repetitions,
+            args.bandwidth_mib,
+            kv_kwargs(args),
+            ids=ids,
+            between=between,
+        )
         if python:
             compare_first_token(path, threads, r, python, lr)
         if args.json:
             print(json.dumps({**r, "llama_cpp": lr} if lr else r, indent=1))
         elif lr:
-            print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}; "
-                  f"llama-cpp-python {lr['version']}, same run")
+            print(
+                f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}; "
+                f"llama-cpp-python {lr['version']}, same run"
+            )
             print(f"  {'':<22}{'localllm':>10}{'llama.cpp':>11}{'ratio':>8}")
-            rows = [("load s", "load_s"), (f"pp{r['n_prompt']} tok/s", "pp_tps"), (f"tg{r['n_gen']} tok/s", "tg_tps"),
-                    ("peak RSS MiB", "peak_rss_mb"), ("first token s", "first_token_s")]
+            rows = [
+                ("load s", "load_s"),
+                (f"pp{r['n_prompt']} tok/s", "pp_tps"),
+                (f"tg{r['n_gen']} tok/s", "tg_tps"),
+                ("peak RSS MiB", "peak_rss_mb"),
+                ("first token s", "first_token_s"),
+            ]
             for label, key in rows:
                 print(f"  {label:<22}{r[key]:>10.2f}{lr[key]:>11.2f}{r[key] / lr[key]:>7.2f}x")
         else:
             print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}")
             print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
             print(f"  pp{r['n_prompt']:<10} {r['pp_tps']:.1f} tok/s")
-            print(f"  tg{r['n_gen']:<10} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
-                  f"{r['tg_gbs']:.1f} GB/s of {r['read_bandwidth_gbs']:.1f} GB/s read bandwidth)")
+            print(
+                f"  tg{r['n_gen']:<10} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
+                f"{r['tg_gbs']:.1f} GB/s of {r['read_bandwidth_gbs']:.1f} GB/s read bandwidth)"
+            )
             print(f"  peak RSS     {r['peak_rss_mb']:.0f} MiB")
         return 0
 
@@ -413,18 +521,30 @@ def run(args: argparse.Namespace) -> int:
         check_tensor_names(paths, args.tensors)
     bw = read_bandwidth(mib=args.bandwidth_mib)
     peak = int8_peak()
-    print(f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
-          f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)"
-          + (f"; int8 multiply-add peak {peak:.0f} GOP/s (the N = 512 roofline)" if peak else ""), file=out)
-    print(f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
-          + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1) + "  (GFLOP/s)  t(N=8)/t(N=1)", file=out)
+    print(
+        f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
+        f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)"
+        + (f"; int8 multiply-add peak {peak:.0f} GOP/s (the N = 512 roofline)" if peak else ""),
+        file=out,
+    )
+    print(
+        f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
+        + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1)
+        + "  (GFLOP/s)  t(N=8)/t(N=1)",
+        file=out,
+    )
     results = []
-    for p in paths:
-        for r in bench_model(p, threads, ns, args.seconds, open(os.devnull, "w"), args.stream_mib << 20, args.tensors):
-            r["n1_pct"] = 100 * r["n1_gbs"] / bw
-            print(_fmt_row(r, ns), file=out, flush=True)
-            results.append(r)
+    with open(os.devnull, "w") as quiet:
+        for p in paths:
+            for r in bench_model(p, threads, ns, args.seconds, quiet, args.stream_mib << 20, args.tensors):
+                r["n1_pct"] = 100 * r["n1_gbs"] / bw
+                print(_fmt_row(r, ns), file=out, flush=True)
+                results.append(r)
     if args.json:
-        print(json.dumps({"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path(),
-                          "results": results}, indent=1))
+        print(
+            json.dumps(
+                {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path(), "results": results},
+                indent=1,
+            )
+        )
     return 0

@@ -98,8 +98,15 @@ def run(args: argparse.Namespace) -> int:
             saved = History(default_home() / "chat.sqlite3")
         except (OSError, sqlite3.Error) as e:
             print(f"warning: conversations will not be saved: {e}", file=sys.stderr)
-    app = ChatApp(engine, system=args.system, temperature=args.temperature, top_p=args.top_p,
-                  max_tokens=args.max_tokens, saved=saved, load_model=open_llm)
+    app = ChatApp(
+        engine,
+        system=args.system,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        saved=saved,
+        load_model=open_llm,
+    )
     try:
         app.run()
     finally:

@@ -13,20 +13,44 @@ def add_kv_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-type", default="f16", choices=KV_TYPES, help=f"KV cache K and V type: {types} (default f16)")
     p.add_argument("--k-type", default=None, choices=KV_TYPES, help="K cache type (overrides --kv-type)")
     p.add_argument("--v-type", default=None, choices=KV_TYPES, help="V cache type (overrides --kv-type)")
-    p.add_argument("--kv-budget", type=float, default=None, metavar="MIB",
-                   help="most MiB the KV cache may take; the context shrinks to what fits (default: all of --ctx-size)")
-    p.add_argument("--no-kv-rotate", dest="kv_rotate", action="store_false",
-                   help="store quantized K and V unrotated (default: Hadamard-rotated per head)")
-    p.add_argument("--no-kv-center", dest="kv_center", action="store_false",
-                   help="store quantized K and V with their biases (default: minus the model's K / V bias)")
-    p.add_argument("--no-kv-equalize", dest="kv_equalize", action="store_false",
-                   help="store a quantized K unscaled (default: divided per channel by its expected magnitude)")
+    p.add_argument(
+        "--kv-budget",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="most MiB the KV cache may take; the context shrinks to what fits (default: all of --ctx-size)",
+    )
+    p.add_argument(
+        "--no-kv-rotate",
+        dest="kv_rotate",
+        action="store_false",
+        help="store quantized K and V unrotated (default: Hadamard-rotated per head)",
+    )
+    p.add_argument(
+        "--no-kv-center",
+        dest="kv_center",
+        action="store_false",
+        help="store quantized K and V with their biases (default: minus the model's K / V bias)",
+    )
+    p.add_argument(
+        "--no-kv-equalize",
+        dest="kv_equalize",
+        action="store_false",
+        help="store a quantized K unscaled (default: divided per channel by its expected magnitude)",
+    )
 
 
 def kv_kwargs(args: argparse.Namespace) -> dict:
     """LLM keyword arguments from the parsed options."""
-    return {"kv_type": args.kv_type, "k_type": args.k_type, "v_type": args.v_type, "kv_rotate": args.kv_rotate,
-            "kv_center": args.kv_center, "kv_equalize": args.kv_equalize, "kv_budget_mib": args.kv_budget}
+    return {
+        "kv_type": args.kv_type,
+        "k_type": args.k_type,
+        "v_type": args.v_type,
+        "kv_rotate": args.kv_rotate,
+        "kv_center": args.kv_center,
+        "kv_equalize": args.kv_equalize,
+        "kv_budget_mib": args.kv_budget,
+    }
 
 
 def kv_label(llm) -> str:

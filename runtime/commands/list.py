@@ -10,7 +10,11 @@ from ..progress import format_size
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("list", help="list the models in the store", description="List the models in the store, or with --catalog the models `localllm pull` knows by name.")
+    p = subparsers.add_parser(
+        "list",
+        help="list the models in the store",
+        description="List the models in the store, or with --catalog the models `localllm pull` knows by name.",
+    )
     p.add_argument("--catalog", action="store_true", help="list the catalog: names `localllm pull` knows")
     p.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     p.set_defaults(func=run)
@@ -47,8 +51,17 @@ def run(args) -> int:
     if args.catalog:
         cat = load()
         stored = {m.name for m in store.models()}
-        items = [{"name": e.name, "size": e.size, "file": e.file, "stored": e.name in stored,
-                  "default": e.name == cat.default, "description": e.description} for e in cat.entries.values()]
+        items = [
+            {
+                "name": e.name,
+                "size": e.size,
+                "file": e.file,
+                "stored": e.name in stored,
+                "default": e.name == cat.default,
+                "description": e.description,
+            }
+            for e in cat.entries.values()
+        ]
         if args.json:
             print(json.dumps(items, indent=1))
             return 0
@@ -58,8 +71,11 @@ def run(args) -> int:
         return 0
     models = store.models()
     if args.json:
-        print(json.dumps([{**m.manifest(), "path": str(m.path), "size": m.size, "damaged": m.damage()}
-                          for m in models], indent=1))
+        print(
+            json.dumps(
+                [{**m.manifest(), "path": str(m.path), "size": m.size, "damaged": m.damage()} for m in models], indent=1
+            )
+        )
         return 0
     if not models:
         print(f"no models in {store.models_dir}; pull one with `localllm pull NAME` (`localllm list --catalog`)")
@@ -67,7 +83,15 @@ def run(args) -> int:
     rows = [["NAME", "SIZE", "QUANT", "ARCH", "PARAMS", "PULLED"]]
     for m in models:
         pulled = datetime.datetime.fromtimestamp(m.pulled_at).strftime("%Y-%m-%d %H:%M")
-        rows.append([m.name + (" (damaged)" if m.damage() else ""), format_size(m.size), m.quant or "-",
-                     m.architecture or "-", format_params(m.parameters), f"{format_age(m.pulled_at)} ({pulled})"])
+        rows.append(
+            [
+                m.name + (" (damaged)" if m.damage() else ""),
+                format_size(m.size),
+                m.quant or "-",
+                m.architecture or "-",
+                format_params(m.parameters),
+                f"{format_age(m.pulled_at)} ({pulled})",
+            ]
+        )
     print(_table(rows))
     return 0

@@ -37,8 +37,19 @@ def run(args: argparse.Namespace) -> int:
         r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)
         label = kv_label(llm)
     if args.json:
-        print(json.dumps({"model": str(path), "kv": label, "k_type": llm.k_type, "v_type": llm.v_type,
-                          "kv_rotate": kv["kv_rotate"], "kv_center": kv["kv_center"], **r.__dict__}))
+        print(
+            json.dumps(
+                {
+                    "model": str(path),
+                    "kv": label,
+                    "k_type": llm.k_type,
+                    "v_type": llm.v_type,
+                    "kv_rotate": kv["kv_rotate"],
+                    "kv_center": kv["kv_center"],
+                    **r.__dict__,
+                }
+            )
+        )
     else:
         print(f"perplexity {r.ppl:.4f} over {r.chunks} chunks of {args.ctx} ({r.scored} predictions, kv {label})")
     return 0

@@ -22,17 +22,31 @@ $XDG_DATA_HOME/localllm or ~/.local/share/localllm).
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("pull", help="download a model into the store", description="Download a model into the store: a catalog name, a hub reference, a URL or a local file.",
-                              epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "pull",
+        help="download a model into the store",
+        description="Download a model into the store: a catalog name, a hub reference, a URL or a local file.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("model", metavar="MODEL", help="catalog name, hub reference, URL or .gguf path")
     p.add_argument("--name", help="store the model under this name (URL and file imports)")
     p.add_argument("-f", "--force", action="store_true", help="download again even when the model is stored")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress; print only the stored file's path")
-    p.add_argument("--timeout", type=float, default=NetConfig.timeout, metavar="S",
-                   help=f"seconds to connect, and of silence before a transfer is retried "
-                        f"(default {NetConfig.timeout:g})")
-    p.add_argument("--retries", type=int, default=NetConfig.retries, metavar="N",
-                   help=f"retries after a dropped or stalled connection (default {NetConfig.retries})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=NetConfig.timeout,
+        metavar="S",
+        help=f"seconds to connect, and of silence before a transfer is retried (default {NetConfig.timeout:g})",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=NetConfig.retries,
+        metavar="N",
+        help=f"retries after a dropped or stalled connection (default {NetConfig.retries})",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,12 +57,19 @@ def run(args) -> int:
         raise ValueError("--timeout must be positive and --retries at least 0")
     progress = Progress(quiet=args.quiet)
     try:
-        m = pull(args.model, progress=progress, net=NetConfig(timeout=args.timeout, retries=args.retries),
-                 force=args.force, name=args.name)
+        m = pull(
+            args.model,
+            progress=progress,
+            net=NetConfig(timeout=args.timeout, retries=args.retries),
+            force=args.force,
+            name=args.name,
+        )
     except KeyboardInterrupt:
         progress.close()
-        print(f"interrupted: what was downloaded is kept; run `localllm pull {args.model}` again to resume",
-              file=sys.stderr)
+        print(
+            f"interrupted: what was downloaded is kept; run `localllm pull {args.model}` again to resume",
+            file=sys.stderr,
+        )
         return 130
     finally:
         progress.close()

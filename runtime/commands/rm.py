@@ -8,7 +8,11 @@ from ..progress import format_size
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("rm", help="remove a model from the store", description="Delete models from the store (refused while a pull of the model runs).")
+    p = subparsers.add_parser(
+        "rm",
+        help="remove a model from the store",
+        description="Delete models from the store (refused while a pull of the model runs).",
+    )
     p.add_argument("names", nargs="+", metavar="NAME", help="store name (as `localllm list` shows it) or alias")
     p.set_defaults(func=run)
 

@@ -44,10 +44,17 @@ def run(args: argparse.Namespace) -> int:
     from localllm.sampling import SamplingParams
 
     params = SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty, seed=args.seed, max_tokens=args.max_tokens,
-        stop=tuple(args.stop), ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repeat_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+        ignore_eos=args.ignore_eos,
     )
     path = resolve(args.model, pull=args.pull)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
@@ -58,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
             stream = llm.generate(prompt, params=params)
         else:
             messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-                {"role": "user", "content": prompt}]
+                {"role": "user", "content": prompt}
+            ]
             stream = llm.chat(messages, params=params)
         last = None
         try:
@@ -73,11 +81,17 @@ def run(args: argparse.Namespace) -> int:
             return 130
         sys.stdout.write("\n")
         if last is not None and last.stats is not None and last.stats.context_full:
-            print(f"localllm: context full ({llm.ctx_size} tokens): generation stopped; "
-                  f"raise --ctx-size for longer replies", file=sys.stderr)
+            print(
+                f"localllm: context full ({llm.ctx_size} tokens): generation stopped; "
+                f"raise --ctx-size for longer replies",
+                file=sys.stderr,
+            )
         if args.verbose and last is not None and last.stats is not None:
             s = last.stats
-            print(f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "
-                  f"generated: {s.completion_tokens} tokens, {s.decode_tps:.1f} tok/s; "
-                  f"finish: {last.finish_reason}", file=sys.stderr)
+            print(
+                f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "
+                f"generated: {s.completion_tokens} tokens, {s.decode_tps:.1f} tok/s; "
+                f"finish: {last.finish_reason}",
+                file=sys.stderr,
+            )
     return 0

@@ -10,8 +10,11 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("show", help="summarise a GGUF model (store name or path)",
-                       description="Print a model's architecture, size, quantization mix, shape and tokenizer.")
+    p = sub.add_parser(
+        "show",
+        help="summarise a GGUF model (store name or path)",
+        description="Print a model's architecture, size, quantization mix, shape and tokenizer.",
+    )
     p.add_argument("model", help="a store name (see `localllm list`) or a path to a .gguf file")
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
@@ -93,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [
         ("model", s["name"] or Path(s["path"]).name),
-        ("file", f"{s['path']} ({_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)"),
+        (
+            "file",
+            f"{s['path']} ({_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)",
+        ),
         ("architecture", s["architecture"]),
         ("parameters", f"{_count(s['parameters'])} ({s['parameters']:,}), {s['bits_per_weight']} bits per weight"),
         ("context length", s["context_length"]),

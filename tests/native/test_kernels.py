@@ -22,13 +22,13 @@ import sys
 
 import numpy as np
 import pytest
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-
 from localllm import kernels, quant_types
 from quant_blocks import TYPES, random_rows
 
-U = 2.0 ** -23
+U = 2.0**-23
 FLOAT_TYPES = {T.F32, T.F16, T.BF16}
 PATHS = ["scalar", "avx2", "avx512"]
 N_LIST = list(range(1, 18)) + [64, 512]
@@ -135,7 +135,7 @@ def test_tile_column_blocks_leave_columns_unchanged(qt, path):
         x = rng.standard_normal((200, k), dtype=np.float32)
         y = kernels.matmul_raw(int(qt), rows, k, x)
         for c0 in (0, 48, 184):
-            np.testing.assert_array_equal(y[c0:c0 + 16], kernels.matmul_raw(int(qt), rows, k, x[c0:c0 + 16]))
+            np.testing.assert_array_equal(y[c0 : c0 + 16], kernels.matmul_raw(int(qt), rows, k, x[c0 : c0 + 16]))
     kernels.configure()
 
 
@@ -162,8 +162,12 @@ def test_bad_shapes_raise_value_error():
 @pytest.mark.parametrize("want", PATHS)
 def test_env_var_forces_path(want):
     env = dict(os.environ, LOCALLLM_CPU=want)
-    r = subprocess.run([sys.executable, "-c", "from localllm import kernels; print(kernels.current_path())"],
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "from localllm import kernels; print(kernels.current_path())"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if want in kernels.available_paths():
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == want
@@ -244,9 +248,14 @@ def test_silu_mul_matches_float64():
     from localllm import _native
 
     rng = np.random.default_rng(5)
-    g = np.concatenate([np.linspace(-30, 30, 20001, dtype=np.float32), rng.standard_normal(4096, dtype=np.float32) * 4,
-                        np.array([-1000, -88, -87.5, 87.5, 88, 1000, 0, -0.0], dtype=np.float32),
-                        np.linspace(-180, 180, 20001, dtype=np.float32)])
+    g = np.concatenate(
+        [
+            np.linspace(-30, 30, 20001, dtype=np.float32),
+            rng.standard_normal(4096, dtype=np.float32) * 4,
+            np.array([-1000, -88, -87.5, 87.5, 88, 1000, 0, -0.0], dtype=np.float32),
+            np.linspace(-180, 180, 20001, dtype=np.float32),
+        ]
+    )
     u = rng.standard_normal(g.size, dtype=np.float32)
     got = _native.silu_mul(g, u).astype(np.float64)
     g64, u64 = g.astype(np.float64), u.astype(np.float64)

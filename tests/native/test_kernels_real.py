@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import MODEL_NAMES, model_file
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-
-from conftest import MODEL_NAMES, model_file
 from localllm import kernels
 from localllm.gguf import GGUFFile
 from test_kernels import check_product
@@ -25,8 +24,9 @@ def test_real_tensors(name):
                 rows = t.rows()[:40] if len(t.dims) == 2 else t.data.reshape(1, -1)
                 k = t.row_len
                 ref = ref_dequantize(np.array(rows), T(t.type.id)).reshape(rows.shape[0], k)
-                np.testing.assert_array_equal(kernels.dequantize_raw(t.type.id, rows, k, t.name), ref,
-                                              err_msg=f"{name}: {t.name} ({tname})")
-                if len(t.dims) == 2 and t.type.id != 0 or tname == "F32" and len(t.dims) == 2:
+                np.testing.assert_array_equal(
+                    kernels.dequantize_raw(t.type.id, rows, k, t.name), ref, err_msg=f"{name}: {t.name} ({tname})"
+                )
+                if (len(t.dims) == 2 and t.type.id != 0) or (tname == "F32" and len(t.dims) == 2):
                     x = rng.standard_normal((5, k), dtype=np.float32)
                     check_product(T(t.type.id), kernels.matmul_raw(t.type.id, rows, k, x), ref.astype(np.float64), x)

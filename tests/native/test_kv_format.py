@@ -18,7 +18,6 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
 from gguf.quants import quantize as ref_quantize
-
 from localllm.kv_types import hadamard, kv_dequantize, kv_quantize
 
 QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}
@@ -51,7 +50,9 @@ def test_q4_0_is_ggml_q4_0_with_less_error(k):
     assert np.all(err <= ref_err * (1 + 1e-6) + 1e-30)
     g = np.random.default_rng(1).standard_normal((500, k)).astype(np.float32)  # no outliers: 0.886 measured
     sq = lambda q: float(((q.reshape(g.shape).astype(np.float64) - g) ** 2).sum())  # noqa: E731
-    assert sq(kv_dequantize("q4_0", kv_quantize("q4_0", g), k)) < 0.92 * sq(ref_dequantize(ref_quantize(g, T.Q4_0), T.Q4_0))
+    assert sq(kv_dequantize("q4_0", kv_quantize("q4_0", g), k)) < 0.92 * sq(
+        ref_dequantize(ref_quantize(g, T.Q4_0), T.Q4_0)
+    )
     assert np.all(back.reshape(64, -1, 32)[0, 0] == 0)  # the all-zero block stays zero
 
 
@@ -69,7 +70,7 @@ def test_quantize_and_dequantize_match_gguf(name, k):
 
 def test_f16_rows_round_to_nearest_even():
     x = kv_rows(5, 40)
-    x[4, :4] = [65520.0, 1e-8, 6e-8, np.float32(2.0 ** -25) * 3]  # overflow, underflow, subnormal ties
+    x[4, :4] = [65520.0, 1e-8, 6e-8, np.float32(2.0**-25) * 3]  # overflow, underflow, subnormal ties
     got = kv_quantize("f16", x)
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
@@ -90,7 +91,7 @@ def test_hadamard_is_the_normalised_sylvester_rotation(dim, m):
     got = hadamard(x)
     g = x.astype(np.float64).reshape(9, dim // m, m)
     want = (g @ sylvester(m).T).reshape(9, dim)
-    bound = 2.0 ** -23 * (np.log2(m) + 1) * np.abs(g).sum(axis=2, keepdims=True)
+    bound = 2.0**-23 * (np.log2(m) + 1) * np.abs(g).sum(axis=2, keepdims=True)
     assert np.all(np.abs(got.reshape(9, dim // m, m) - want.reshape(9, dim // m, m)) <= bound)
     # orthogonal and symmetric: its own inverse, norms kept
     np.testing.assert_allclose(hadamard(got), x, rtol=0, atol=1e-5 * np.abs(x).max())

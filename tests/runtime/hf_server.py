@@ -101,8 +101,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, "EntryNotFound")
             data = hub.repos[repo][file][0]
             loc = f"http://localhost:{hub.port}/cdn/{repo}/{rev}/{file}"
-            return self._send(302, b"", {"Location": loc, "X-Linked-Size": str(len(data)),
-                                         "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"'})
+            return self._send(
+                302,
+                b"",
+                {
+                    "Location": loc,
+                    "X-Linked-Size": str(len(data)),
+                    "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"',
+                },
+            )
         if m := re.fullmatch(r"/cdn/([^/]+/[^/]+)/([^/]+)/(.+)", path):
             entry = hub.repos.get(m[1], {}).get(m[3])
             return self._body(entry[0], fault, True) if entry else self._error(404)
@@ -135,13 +142,17 @@ class _Handler(BaseHTTPRequestHandler):
         dirs = sorted({p.rsplit("/", 1)[0] for p in hub.repos[repo] if "/" in p})
         items += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in dirs]
         for p, (data, lfs) in sorted(hub.repos[repo].items()):
-            item = {"type": "file", "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
-                    "size": 134 if lfs else len(data), "path": p}
+            item = {
+                "type": "file",
+                "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
+                "size": 134 if lfs else len(data),
+                "path": p,
+            }
             if lfs:
                 item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             items.append(item)
         start = int(q.get("cursor", ["0"])[0])
-        page = items[start:start + hub.page_size]
+        page = items[start : start + hub.page_size]
         headers = {"Content-Type": "application/json"}
         if start + hub.page_size < len(items):
             base = hub.next_base or hub.url
@@ -152,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body[:fault.get("after", 0)])
+            self.wfile.write(body[: fault.get("after", 0)])
             self.close_connection = True
             return
         self._send(200, body, headers)
@@ -168,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:]
         if kind == "corrupt":
             i = len(body) // 2
-            body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1:]
+            body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1 :]
         self.send_response(206 if start or kind == "content_range" else 200)
         if kind == "content_range":
             self.send_header("Content-Range", fault["value"])
@@ -182,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         if kind in ("drop", "stall"):
-            self.wfile.write(body[:fault.get("after", 0)])
+            self.wfile.write(body[: fault.get("after", 0)])
             self.wfile.flush()
             if kind == "stall":
                 self.server.hub.stop.wait(fault.get("seconds", 5))
@@ -191,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "slow":
             step = -(-len(body) // 20)
             for i in range(0, len(body), step):
-                self.wfile.write(body[i:i + step])
+                self.wfile.write(body[i : i + step])
                 self.wfile.flush()
                 if self.server.hub.stop.wait(fault["seconds"] / 20):
                     return

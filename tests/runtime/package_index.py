@@ -1,9 +1,9 @@
 """A PEP 503 simple package index on 127.0.0.1 for tests, serving wheels generated on the spot.
 
-    with PackageIndex(tmp_path / "index") as idx:
-        idx.add_wheel("my-model-part1", "1.0", {"data/part01.bin": b"..."})
-        monkeypatch.setenv(...) for each of idx.pip_env().items()    # pip looks only here
-        idx.log -> ["/simple/my-model-part1/", "/packages/my_model_part1-1.0-py3-none-any.whl", ...]
+with PackageIndex(tmp_path / "index") as idx:
+    idx.add_wheel("my-model-part1", "1.0", {"data/part01.bin": b"..."})
+    monkeypatch.setenv(...) for each of idx.pip_env().items()    # pip looks only here
+    idx.log -> ["/simple/my-model-part1/", "/packages/my_model_part1-1.0-py3-none-any.whl", ...]
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class PackageIndex:
         info = f"{dist}-{version}.dist-info"
         files = dict(members)
         files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n".encode()
-        files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: localllm-tests\nRoot-Is-Purelib: true\n"
-                                  b"Tag: py3-none-any\n")
+        files[f"{info}/WHEEL"] = (
+            b"Wheel-Version: 1.0\nGenerator: localllm-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files.items()) + f"{info}/RECORD,,\n"
         with zipfile.ZipFile(whl, "w", zipfile.ZIP_STORED) as z:
             for n, d in files.items():
@@ -73,7 +74,9 @@ class PackageIndex:
         names = sorted(self.projects)
         (self.root / "simple" / "index.html").write_text(
             "<!DOCTYPE html><html><body>"
-            + "".join(f'<a href="{re.sub(r"[-_.]+", "-", n).lower()}/">{n}</a>' for n in names) + "</body></html>")
+            + "".join(f'<a href="{re.sub(r"[-_.]+", "-", n).lower()}/">{n}</a>' for n in names)
+            + "</body></html>"
+        )
         for n in names:
             d = self.root / "simple" / re.sub(r"[-_.]+", "-", n).lower()
             d.mkdir(exist_ok=True)
@@ -85,9 +88,17 @@ class PackageIndex:
 
     def pip_env(self) -> dict[str, str]:
         """PIP_* variables that point pip at this index only, without retries or cache."""
-        return {"PIP_INDEX_URL": self.url, "PIP_EXTRA_INDEX_URL": self.url, "PIP_FIND_LINKS": "",
-                "PIP_CONFIG_FILE": os.devnull, "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_CACHE_DIR": "1",
-                "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+        return {
+            "PIP_INDEX_URL": self.url,
+            "PIP_EXTRA_INDEX_URL": self.url,
+            "PIP_FIND_LINKS": "",
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_RETRIES": "0",
+            "PIP_TIMEOUT": "5",
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INPUT": "1",
+        }
 
     def __enter__(self) -> PackageIndex:
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()

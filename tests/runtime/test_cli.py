@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import model_file
 from localllm.gguf import GGUFFile
 
@@ -18,8 +17,9 @@ def localllm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     on PYTHONPATH rather than installed must still be found)."""
     if env is not None and "PYTHONPATH" in os.environ:
         env = {**env, "PYTHONPATH": os.environ["PYTHONPATH"]}
-    return subprocess.run([sys.executable, "-m", "localllm.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "localllm.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_help_lists_commands():
@@ -43,11 +43,14 @@ def test_show_text_and_json_agree_with_the_file():
     assert (j["heads"], j["kv_heads"], j["tokenizer"], j["chat_template"]) == (14, 2, "gpt2", True)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["show", "/nonexistent/model.gguf"], "no such file"),
-    (["show", "no-such-model-anywhere"], "no-such-model-anywhere"),
-    (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "error:"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["show", "/nonexistent/model.gguf"], "no such file"),
+        (["show", "no-such-model-anywhere"], "no-such-model-anywhere"),
+        (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "error:"),
+    ],
+)
 def test_errors_are_one_line_on_stderr(tmp_path, args, message):
     r = localllm(*args, env={"LOCALLLM_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 1
@@ -65,8 +68,23 @@ def test_show_corrupt_file(tmp_path):
 
 def test_bench_kernels_json():
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm("bench", "kernels", str(path), "--threads", "1", "--n", "1", "2", "--seconds", "0.01",
-                 "--bandwidth-mib", "64", "--stream-mib", "64", "--json")
+    r = localllm(
+        "bench",
+        "kernels",
+        str(path),
+        "--threads",
+        "1",
+        "--n",
+        "1",
+        "2",
+        "--seconds",
+        "0.01",
+        "--bandwidth-mib",
+        "64",
+        "--stream-mib",
+        "64",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["read_bandwidth_gbs"] > 0
@@ -81,12 +99,29 @@ def test_bench_kernels_json():
 
 def test_bench_kernels_named_tensors():
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm("bench", "kernels", str(path), "--tensors", "blk.0.ffn_down.weight", "--threads", "1", "--n", "1",
-                 "--seconds", "0.01", "--bandwidth-mib", "64", "--stream-mib", "64", "--json")
+    r = localllm(
+        "bench",
+        "kernels",
+        str(path),
+        "--tensors",
+        "blk.0.ffn_down.weight",
+        "--threads",
+        "1",
+        "--n",
+        "1",
+        "--seconds",
+        "0.01",
+        "--bandwidth-mib",
+        "64",
+        "--stream-mib",
+        "64",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert [row["type"] for row in json.loads(r.stdout)["results"]] == ["Q4_1"]
-    r = localllm("bench", "kernels", str(path), "--tensors", "no.such.weight", "--seconds", "0.01",
-                 "--bandwidth-mib", "64")
+    r = localllm(
+        "bench", "kernels", str(path), "--tensors", "no.such.weight", "--seconds", "0.01", "--bandwidth-mib", "64"
+    )
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.strip().startswith("error: ") and "no.such.weight" in r.stderr
     # a misspelt name beside a good one is named too, not dropped; a 1-D tensor is not a matrix to time
@@ -115,8 +150,24 @@ def test_bench_compare_runs_both_in_one_run():
     if not llama.exists():
         pytest.skip(f"no llama-cpp-python environment at {llama}")
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm("bench", str(path), "--compare", "--llama-python", str(llama), "-p", "32", "-g", "4", "-r", "2",
-                 "--threads", "1", "--bandwidth-mib", "64", "--json")
+    r = localllm(
+        "bench",
+        str(path),
+        "--compare",
+        "--llama-python",
+        str(llama),
+        "-p",
+        "32",
+        "-g",
+        "4",
+        "-r",
+        "2",
+        "--threads",
+        "1",
+        "--bandwidth-mib",
+        "64",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     for side in (j, j["llama_cpp"]):

@@ -91,8 +91,12 @@ def test_tiny_model_matches_reference(tmp_path, arch):
 def test_tiny_model_sliding_window_matters(tmp_path):
     """Positions beyond the window of a sliding layer change nothing; on a global layer they do."""
     for sliding in (True, False):
-        path = write_model(tmp_path / f"{sliding}.gguf", "gemma3", n_layers=1,
-                           kv={"gemma3.attention.sliding_window_pattern": [sliding]})
+        path = write_model(
+            tmp_path / f"{sliding}.gguf",
+            "gemma3",
+            n_layers=1,
+            kv={"gemma3.attention.sliding_window_pattern": [sliding]},
+        )
         with GGUFFile(path) as f:
             model = Model(f, n_blocks=2, threads=1, block_size=4)
             a, b = one_sequence(model, [1, 2, 3, 4, 5]), one_sequence(model, [7, 0, 3, 4, 5])
@@ -132,8 +136,15 @@ def test_bad_steps_raise_and_leave_the_cache_alone(tmp_path):
     with GGUFFile(path) as f:
         model = Model(f, n_blocks=2, threads=1, block_size=4)
         t = np.array([[0, 1]])
-        good = dict(token_ids=[1, 2], positions=[0, 1], slot_mapping=[0, 1], seq_index=[0, 0], block_tables=t,
-                    context_lens=[2], logits_rows=[1])
+        good = dict(
+            token_ids=[1, 2],
+            positions=[0, 1],
+            slot_mapping=[0, 1],
+            seq_index=[0, 0],
+            block_tables=t,
+            context_lens=[2],
+            logits_rows=[1],
+        )
         before = model.forward(**good)
         bad = [
             ({"token_ids": [1, VOCAB]}, "token_ids\\[1\\] = 12 is outside the vocabulary"),
@@ -261,8 +272,10 @@ def test_greedy_matches_llamacpp(llms, name):
             if _margin(case["topk_per_position"][pos]) < TOP1_MARGIN or (i, pos) in ties:
                 break
             n += 1
-        print(f"{name} prompt {i}: greedy compared over {n} of {len(theirs)}, equal over "
-              f"{next((k for k in range(len(theirs)) if ours[k] != theirs[k]), len(theirs))}")
+        print(
+            f"{name} prompt {i}: greedy compared over {n} of {len(theirs)}, equal over "
+            f"{next((k for k in range(len(theirs)) if ours[k] != theirs[k]), len(theirs))}"
+        )
         assert ours[:n] == theirs[:n]
 
 
@@ -446,15 +459,22 @@ class QuantCacheReference(ReferenceModel):
 
 def write_qhead_model(path, arch: str, head_dim: int = QHEAD, edit=None):
     """A tiny model of arch with head_dim 64 (whole q8_0 / q4_0 blocks), or another head_dim (edit: write_model's)."""
-    from test_model_spec import D, N_HEAD, N_KV
+    from test_model_spec import N_HEAD, N_KV, D
 
     extra = {
-        "blk.{}.attn_q.weight": (N_HEAD * head_dim, D), "blk.{}.attn_k.weight": (N_KV * head_dim, D),
-        "blk.{}.attn_v.weight": (N_KV * head_dim, D), "blk.{}.attn_output.weight": (D, N_HEAD * head_dim),
+        "blk.{}.attn_q.weight": (N_HEAD * head_dim, D),
+        "blk.{}.attn_k.weight": (N_KV * head_dim, D),
+        "blk.{}.attn_v.weight": (N_KV * head_dim, D),
+        "blk.{}.attn_output.weight": (D, N_HEAD * head_dim),
     }
     if arch == "qwen2":
-        extra.update({"blk.{}.attn_q.bias": (N_HEAD * head_dim,), "blk.{}.attn_k.bias": (N_KV * head_dim,),
-                      "blk.{}.attn_v.bias": (N_KV * head_dim,)})
+        extra.update(
+            {
+                "blk.{}.attn_q.bias": (N_HEAD * head_dim,),
+                "blk.{}.attn_k.bias": (N_KV * head_dim,),
+                "blk.{}.attn_v.bias": (N_KV * head_dim,),
+            }
+        )
     if arch == "gemma3":
         extra.update({"blk.{}.attn_q_norm.weight": (head_dim,), "blk.{}.attn_k_norm.weight": (head_dim,)})
     kv = {f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim}
@@ -468,8 +488,13 @@ def write_qhead_model(path, arch: str, head_dim: int = QHEAD, edit=None):
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
 @pytest.mark.parametrize(
     "k_type,v_type,transforms",
-    [("q8_0", "q8_0", True), ("q4_0", "q4_0", True), ("q4_0", "q4_0", False), ("q4_0", "f16", True),
-     ("f16", "q8_0", True)],
+    [
+        ("q8_0", "q8_0", True),
+        ("q4_0", "q4_0", True),
+        ("q4_0", "q4_0", False),
+        ("q4_0", "f16", True),
+        ("f16", "q8_0", True),
+    ],
 )
 def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transforms):
     """Native attention over a quantized cache equals the reference attention over the same quantized values
@@ -477,11 +502,22 @@ def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transfor
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
     with GGUFFile(path) as f:
-        model = Model(f, n_blocks=4, threads=2, block_size=4, k_type=k_type, v_type=v_type, kv_rotate=transforms,
-                      kv_center=transforms, kv_equalize=transforms)
+        model = Model(
+            f,
+            n_blocks=4,
+            threads=2,
+            block_size=4,
+            k_type=k_type,
+            v_type=v_type,
+            kv_rotate=transforms,
+            kv_center=transforms,
+            kv_equalize=transforms,
+        )
         assert model.kv_rotated == (transforms and k_type != "f16", transforms and v_type != "f16")
-        assert model.kv_centered == (transforms and arch == "qwen2" and k_type != "f16",
-                                     transforms and arch == "qwen2" and v_type != "f16")
+        assert model.kv_centered == (
+            transforms and arch == "qwen2" and k_type != "f16",
+            transforms and arch == "qwen2" and v_type != "f16",
+        )
         expected = QuantCacheReference(f, k_type, v_type, transforms, transforms, model.k_scales).logits(ids)
         got = one_sequence(model, ids)
         steps = np.concatenate([one_sequence(model, ids[i : i + 1], start=i) for i in range(len(ids))])
@@ -538,8 +574,7 @@ def k_scales_reference(f, model):
     want = []
     for layer in s.layers:
         centered = model.kv_centered[0]  # K stored minus its bias: the bias is not in its magnitude
-        k = rms(layer.attn_k, layer.attn_norm, None if centered else layer.attn_k_bias, layer.attn_k_norm,
-                s.n_kv_head)
+        k = rms(layer.attn_k, layer.attn_norm, None if centered else layer.attn_k_bias, layer.attn_k_norm, s.n_kv_head)
         q = rms(layer.attn_q, layer.attn_norm, layer.attn_q_bias, layer.attn_q_norm, s.n_head)
         q = np.sqrt((q**2).reshape(s.n_kv_head, s.n_head // s.n_kv_head, s.head_dim).mean(axis=1))
         for g in (k, q):

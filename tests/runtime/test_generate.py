@@ -6,11 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import model_file, reference
-from test_forward import GREEDY_NEAR_TIES, KNOWN_NEAR_TIES, TOP1_MARGIN
 from localllm.llm import LLM
-from localllm.sampling import SamplingParams
+from test_forward import GREEDY_NEAR_TIES, KNOWN_NEAR_TIES, TOP1_MARGIN
 
 SMOL = "smollm2-135m-instruct-q4_1"
 
@@ -38,8 +36,9 @@ def test_greedy_generate_reproduces_llama_cpp(smol):
     for prompt_index, entry in enumerate(reference(SMOL)["teacher_forced"][:2]):
         n = margin_ok_prefix(entry, prompt_index)
         assert n >= 5, "too few decided tokens to compare"
-        chunks = list(smol.generate(entry["prompt_ids"], temperature=0.0, max_tokens=len(entry["greedy_ids"]),
-                                    ignore_eos=True))
+        chunks = list(
+            smol.generate(entry["prompt_ids"], temperature=0.0, max_tokens=len(entry["greedy_ids"]), ignore_eos=True)
+        )
         ids = [t for c in chunks for t in c.token_ids]
         assert ids[:n] == entry["greedy_ids"][:n]
         last = chunks[-1]
@@ -58,11 +57,13 @@ def test_seed_reproducibility(smol):
 
 
 def test_stop_string_and_eos(smol):
-    full = "".join(c.text for c in smol.generate("The capital of France is", temperature=0.0, max_tokens=16,
-                                                 ignore_eos=True))
+    full = "".join(
+        c.text for c in smol.generate("The capital of France is", temperature=0.0, max_tokens=16, ignore_eos=True)
+    )
     word = full.strip().split()[1] if len(full.split()) > 1 else full.strip()[:3]
-    chunks = list(smol.generate("The capital of France is", temperature=0.0, max_tokens=16, stop=[word],
-                                ignore_eos=True))
+    chunks = list(
+        smol.generate("The capital of France is", temperature=0.0, max_tokens=16, stop=[word], ignore_eos=True)
+    )
     text = "".join(c.text for c in chunks)
     assert chunks[-1].finish_reason == "stop" and word not in text and full.startswith(text)
     chat = list(smol.chat([{"role": "user", "content": "Say hi."}], temperature=0.0, max_tokens=64))
@@ -93,8 +94,9 @@ def test_invalid_parameters_name_the_parameter(smol):
 
 
 def run_cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "localllm.cli", "run", *args], input=stdin, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "localllm.cli", "run", *args], input=stdin, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_run_cli_streams_only_text_to_stdout():

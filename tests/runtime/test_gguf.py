@@ -7,10 +7,11 @@ import struct
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType, GGUFWriter
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import MODEL_NAMES, model_file
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from localllm.gguf import GGUFError, GGUFFile, StringArray
 
 
@@ -52,7 +53,12 @@ def test_generated_file_matches_gguf_reader(tmp_path):
         assert f.version == 3
         assert md["general.architecture"] == "llama"
         assert (md["t.u8"], md["t.i8"], md["t.u16"], md["t.i16"]) == (200, -5, 60000, -30000)
-        assert (md["t.u32"], md["t.i32"], md["t.u64"], md["t.i64"]) == (4_000_000_000, -2_000_000_000, 2**63 + 5, -(2**62))
+        assert (md["t.u32"], md["t.i32"], md["t.u64"], md["t.i64"]) == (
+            4_000_000_000,
+            -2_000_000_000,
+            2**63 + 5,
+            -(2**62),
+        )
         assert (md["t.f32"], md["t.f64"], md["t.bool"], md["t.str"]) == (1.5, 2.25, True, "héllo ✓")
         assert isinstance(md["t.strs"], StringArray) and md["t.strs"].tolist() == ["a", "", "ü", "<|im_start|>"]
         assert md["t.strs"][2] == "ü" and md["t.strs"][-1] == "<|im_start|>" and len(md["t.strs"]) == 4
@@ -102,6 +108,7 @@ def test_real_models_match_gguf_reader(name):
 
 # ---- corrupt files ---------------------------------------------------------------------------------
 
+
 def header(version=3, n_tensors=0, n_kv=0, magic=b"GGUF"):
     return magic + struct.pack("<IQQ", version, n_tensors, n_kv)
 
@@ -113,8 +120,13 @@ def kv_string(key, value):
 
 def tensor_info(name, dims, type_id, offset):
     n = name.encode()
-    return (struct.pack("<Q", len(n)) + n + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-            + struct.pack("<IQ", type_id, offset))
+    return (
+        struct.pack("<Q", len(n))
+        + n
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", type_id, offset)
+    )
 
 
 def open_bytes(tmp_path, data):
@@ -123,32 +135,50 @@ def open_bytes(tmp_path, data):
     return GGUFFile(p)
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"", "truncated file"),
-    (b"GGUF\x03\x00", "truncated file"),
-    (header(magic=b"GGML") + b"\0" * 8, "bad magic"),
-    (header(version=1), "unsupported GGUF version 1"),
-    (header(version=4), "unsupported GGUF version 4"),
-    (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "big-endian"),
-    (header(n_kv=1 << 60), "absurd metadata count"),
-    (header(n_tensors=1 << 60), "absurd tensor count"),
-    (header(n_kv=1) + struct.pack("<Q", 1 << 40) + b"x" * 16, "absurd string length"),
-    (header(n_kv=1) + kv_string("a", "b")[:-1], "truncated file"),
-    (header(n_kv=1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 99) + b"\0" * 16, "unknown metadata value type 99"),
-    (header(n_kv=1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, 1 << 50) + b"\0" * 16, "absurd array length"),
-    (header(n_kv=1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 8, 3) + struct.pack("<Q", 1 << 33) + b"\0" * 64,
-     "absurd string length"),
-    (header(n_kv=1) + struct.pack("<Q", 2) + b"\xff\xfe" + struct.pack("<I", 4) + b"\0" * 12, "not valid UTF-8"),
-    (header(n_kv=2) + kv_string("a", "b") + kv_string("a", "c") + b"\0" * 16, "duplicate metadata key"),
-    (header(n_tensors=1) + tensor_info("w", [32, 2], 77, 0) + b"\0" * 64, "unknown type id 77"),
-    (header(n_tensors=1) + tensor_info("w", [32, 2, 1, 1, 1], 0, 0) + b"\0" * 64, "has 5 dimensions"),
-    (header(n_tensors=1) + tensor_info("w", [32, 2], 0, 16) + b"\0" * 512, "not a multiple of the alignment 32"),
-    (header(n_tensors=1) + tensor_info("w", [33, 2], 8, 0) + b"\0" * 512, "not a multiple of Q8_0's block size"),
-    (header(n_tensors=1) + tensor_info("w", [32, 1000], 0, 0) + b"\0" * 512, "tensor data past end of file"),
-    (header(n_tensors=1) + tensor_info("w", [1 << 62, 1 << 62], 0, 0) + b"\0" * 512, "absurd dimension"),
-    (header(n_kv=1) + struct.pack("<Q", 17) + b"general.alignment" + struct.pack("<II", 4, 48) + b"\0" * 16,
-     "power of two"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"", "truncated file"),
+        (b"GGUF\x03\x00", "truncated file"),
+        (header(magic=b"GGML") + b"\0" * 8, "bad magic"),
+        (header(version=1), "unsupported GGUF version 1"),
+        (header(version=4), "unsupported GGUF version 4"),
+        (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "big-endian"),
+        (header(n_kv=1 << 60), "absurd metadata count"),
+        (header(n_tensors=1 << 60), "absurd tensor count"),
+        (header(n_kv=1) + struct.pack("<Q", 1 << 40) + b"x" * 16, "absurd string length"),
+        (header(n_kv=1) + kv_string("a", "b")[:-1], "truncated file"),
+        (
+            header(n_kv=1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 99) + b"\0" * 16,
+            "unknown metadata value type 99",
+        ),
+        (
+            header(n_kv=1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, 1 << 50) + b"\0" * 16,
+            "absurd array length",
+        ),
+        (
+            header(n_kv=1)
+            + struct.pack("<Q", 1)
+            + b"k"
+            + struct.pack("<IIQ", 9, 8, 3)
+            + struct.pack("<Q", 1 << 33)
+            + b"\0" * 64,
+            "absurd string length",
+        ),
+        (header(n_kv=1) + struct.pack("<Q", 2) + b"\xff\xfe" + struct.pack("<I", 4) + b"\0" * 12, "not valid UTF-8"),
+        (header(n_kv=2) + kv_string("a", "b") + kv_string("a", "c") + b"\0" * 16, "duplicate metadata key"),
+        (header(n_tensors=1) + tensor_info("w", [32, 2], 77, 0) + b"\0" * 64, "unknown type id 77"),
+        (header(n_tensors=1) + tensor_info("w", [32, 2, 1, 1, 1], 0, 0) + b"\0" * 64, "has 5 dimensions"),
+        (header(n_tensors=1) + tensor_info("w", [32, 2], 0, 16) + b"\0" * 512, "not a multiple of the alignment 32"),
+        (header(n_tensors=1) + tensor_info("w", [33, 2], 8, 0) + b"\0" * 512, "not a multiple of Q8_0's block size"),
+        (header(n_tensors=1) + tensor_info("w", [32, 1000], 0, 0) + b"\0" * 512, "tensor data past end of file"),
+        (header(n_tensors=1) + tensor_info("w", [1 << 62, 1 << 62], 0, 0) + b"\0" * 512, "absurd dimension"),
+        (
+            header(n_kv=1) + struct.pack("<Q", 17) + b"general.alignment" + struct.pack("<II", 4, 48) + b"\0" * 16,
+            "power of two",
+        ),
+    ],
+)
 def test_corrupt_files_raise_clear_errors(tmp_path, data, message):
     with pytest.raises(GGUFError, match=message) as e:
         open_bytes(tmp_path, data)
@@ -209,7 +239,9 @@ def test_fuzz_mutated_headers_raise_only_gguf_error(tmp_path, seeds, data):
         if kind == "byte":
             buf[pos] = data.draw(st.integers(0, 255))
         elif kind == "u64" and pos + 8 <= len(buf):
-            buf[pos:pos + 8] = struct.pack("<Q", data.draw(st.sampled_from([0, 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1])))
+            buf[pos : pos + 8] = struct.pack(
+                "<Q", data.draw(st.sampled_from([0, 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1]))
+            )
         elif kind == "truncate":
             del buf[pos:]
             break

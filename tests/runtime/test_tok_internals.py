@@ -7,10 +7,9 @@ import functools
 import warnings
 
 import pytest
+from conftest import model_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import model_file
 from localllm.bpe import BPE, BYTE_TO_UNICODE, PRE_TOKENIZERS
 from localllm.spm import SPACE
 from localllm.tokenizer import Tokenizer, _can_overlap, _SpecialSplitter, _trie_pattern
@@ -23,7 +22,7 @@ def bytes_only(pre: str | None) -> BPE:
     return BPE({c: i for i, c in enumerate(BYTE_TO_UNICODE)}, [], pre)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> Tokenizer:
     return Tokenizer.from_gguf(model_file(name))
 
@@ -34,18 +33,21 @@ def tok(name: str) -> Tokenizer:
 
 
 # -- pre-tokenizers (llama.cpp's regex lists, applied one after another) -------------------------------------
-@pytest.mark.parametrize("pre, text, pieces", [
-    ("qwen2", "Hello world 123 it's", ["Hello", " world", " ", "1", "2", "3", " it", "'s"]),
-    ("qwen2", "a  \n\n  b", ["a", "  \n\n", " ", " b"]),
-    ("qwen2", "x=[1];\n", ["x", "=[", "1", "];\n"]),
-    ("llama-bpe", "1234567 IT'S", ["123", "456", "7", " IT", "'S"]),
-    ("smollm", "numbers 1234 x", ["numbers", " ", "1", "2", "3", "4", " x"]),
-    ("starcoder", "a  b", ["a", " ", " b"]),
-    ("gpt-2", "Hello  world!!", ["Hello", " ", " world", "!!"]),
-    ("gpt-2", "it's 42", ["it", "'s", " 42"]),
-    ("default", "a+b=1234", ["a", "+", "b", "=", "123", "4"]),
-    ("deepseek-coder", "Hi there\n12", ["Hi", " there", "\n", "1", "2"]),
-])
+@pytest.mark.parametrize(
+    "pre, text, pieces",
+    [
+        ("qwen2", "Hello world 123 it's", ["Hello", " world", " ", "1", "2", "3", " it", "'s"]),
+        ("qwen2", "a  \n\n  b", ["a", "  \n\n", " ", " b"]),
+        ("qwen2", "x=[1];\n", ["x", "=[", "1", "];\n"]),
+        ("llama-bpe", "1234567 IT'S", ["123", "456", "7", " IT", "'S"]),
+        ("smollm", "numbers 1234 x", ["numbers", " ", "1", "2", "3", "4", " x"]),
+        ("starcoder", "a  b", ["a", " ", " b"]),
+        ("gpt-2", "Hello  world!!", ["Hello", " ", " world", "!!"]),
+        ("gpt-2", "it's 42", ["it", "'s", " 42"]),
+        ("default", "a+b=1234", ["a", "+", "b", "=", "123", "4"]),
+        ("deepseek-coder", "Hi there\n12", ["Hi", " there", "\n", "1", "2"]),
+    ],
+)
 def test_pre_tokenizer_split(pre, text, pieces):
     assert bytes_only(pre).split(text) == pieces
 
@@ -99,7 +101,7 @@ def _bpe_min_rank_reference(bpe: BPE, word: str) -> list[str]:
         if not found:
             break
         _, i = min(found)
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
     return parts
 
 
@@ -127,7 +129,7 @@ def test_spm_chunks_give_the_ids_of_the_whole_fragment(text):
     spm = tok("gemma-3-270m-q4_k_m")._spm
     escaped = text.replace(" ", SPACE)
     assert "".join(spm.chunks(escaped)) == escaped
-    whole = [spm._vocab[s] if s in spm._vocab else None for s in spm._merge_long(list(escaped))] if escaped else []
+    whole = [spm._vocab.get(s) for s in spm._merge_long(list(escaped))] if escaped else []
     if None not in whole:
         assert spm.encode(text) == whole
     else:
@@ -165,7 +167,7 @@ def st_partition_reference(text: str, specials: list[tuple[str, int]]) -> list[s
             if length > 0:
                 out.append((off, length))
         buf = out
-    return [f if isinstance(f, int) else text[f[0]:f[0] + f[1]] for f in buf]
+    return [f if isinstance(f, int) else text[f[0] : f[0] + f[1]] for f in buf]
 
 
 def ordered(specials: list[str]) -> list[tuple[str, int]]:
@@ -238,11 +240,11 @@ def test_native_merge_check_agrees_with_bpe():
     cases = {
         ("a b", "ab c"): True,
         ("é a",): True,
-        ("a c",): False,          # "ac" is not a token
-        ("a b c",): False,        # first space splits "a" | "b c": "b c" is not a token
-        ("ab",): False,           # no space
-        (" ab",): False,          # the space must be at byte 1 or later
-        ("a ",): False,           # ... and not last
+        ("a c",): False,  # "ac" is not a token
+        ("a b c",): False,  # first space splits "a" | "b c": "b c" is not a token
+        ("ab",): False,  # no space
+        (" ab",): False,  # the space must be at byte 1 or later
+        ("a ",): False,  # ... and not last
         ("a",): False,
     }
     vocab = {t: i for i, t in enumerate(tokens)}

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from localllm.bpe import BYTE_TO_UNICODE
 from localllm.chat_template import ChatTemplateError
 from localllm.tokenizer import Tokenizer, TokenizerError
@@ -53,7 +52,7 @@ def bpe_kv(**changes) -> dict:
         "tokenizer.ggml.merges": BPE_MERGES,
         "tokenizer.ggml.eos_token_id": tokens.index("<|im_end|>"),
         "tokenizer.chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-                                   "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     }
     kv.update(changes)
     return {k: v for k, v in kv.items() if v is not None}
@@ -107,8 +106,7 @@ def test_vocab_only_spm(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"),
-                    max_size=60))
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=60))
 def test_spm_round_trip_with_space_prefix(tmp_path_factory, text):
     # the space prefix encode adds is dropped by decode; U+2581 is excluded as it decodes to a space
     t = _tiny_spm(tmp_path_factory)
@@ -129,27 +127,34 @@ def _tiny_spm(tmp_path_factory) -> Tokenizer:
 
 
 def test_spm_without_space_prefix(tmp_path):
-    t = Tokenizer.from_gguf(write_gguf(tmp_path / "spm.gguf", spm_kv(**{"tokenizer.ggml.add_space_prefix": False,
-                                                                        "tokenizer.ggml.add_bos_token": False})))
+    t = Tokenizer.from_gguf(
+        write_gguf(
+            tmp_path / "spm.gguf",
+            spm_kv(**{"tokenizer.ggml.add_space_prefix": False, "tokenizer.ggml.add_bos_token": False}),
+        )
+    )
     assert [t.tokens[i] for i in t.encode("hello hello")] == ["hello", "▁hello"]
     assert t.decode(t.encode(" hello")) == " hello"
 
 
-@pytest.mark.parametrize("kv, key", [
-    (bpe_kv(**{"tokenizer.ggml.merges": BPE_MERGES + ["hello x"]}), "tokenizer.ggml.merges"),
-    (bpe_kv(**{"tokenizer.ggml.merges": BPE_MERGES + ["hellox"]}), "tokenizer.ggml.merges"),
-    (bpe_kv(**{"tokenizer.ggml.merges": None}), "tokenizer.ggml.merges"),
-    (bpe_kv(**{"tokenizer.ggml.token_type": [1] * 10}), "tokenizer.ggml.token_type"),
-    (bpe_kv(**{"tokenizer.ggml.tokens": None}), "tokenizer.ggml.tokens"),
-    (bpe_kv(**{"tokenizer.ggml.tokens": [1, 2, 3]}), "tokenizer.ggml.tokens"),
-    (bpe_kv(**{"tokenizer.ggml.model": None}), "tokenizer.ggml.model"),
-    (bpe_kv(**{"tokenizer.ggml.model": "bert"}), "tokenizer.ggml.model"),
-    (bpe_kv(**{"tokenizer.ggml.eos_token_id": 100_000}), "tokenizer.ggml.eos_token_id"),
-    (bpe_kv(**{"tokenizer.ggml.bos_token_id": "x"}), "tokenizer.ggml.bos_token_id"),
-    (bpe_kv(**{"tokenizer.ggml.add_bos_token": "yes"}), "tokenizer.ggml.add_bos_token"),
-    (spm_kv(**{"tokenizer.ggml.scores": np.zeros(7, dtype=np.float32)}), "tokenizer.ggml.scores"),
-    (spm_kv(**{"tokenizer.ggml.scores": ["a", "b"]}), "tokenizer.ggml.scores"),
-])
+@pytest.mark.parametrize(
+    "kv, key",
+    [
+        (bpe_kv(**{"tokenizer.ggml.merges": BPE_MERGES + ["hello x"]}), "tokenizer.ggml.merges"),
+        (bpe_kv(**{"tokenizer.ggml.merges": BPE_MERGES + ["hellox"]}), "tokenizer.ggml.merges"),
+        (bpe_kv(**{"tokenizer.ggml.merges": None}), "tokenizer.ggml.merges"),
+        (bpe_kv(**{"tokenizer.ggml.token_type": [1] * 10}), "tokenizer.ggml.token_type"),
+        (bpe_kv(**{"tokenizer.ggml.tokens": None}), "tokenizer.ggml.tokens"),
+        (bpe_kv(**{"tokenizer.ggml.tokens": [1, 2, 3]}), "tokenizer.ggml.tokens"),
+        (bpe_kv(**{"tokenizer.ggml.model": None}), "tokenizer.ggml.model"),
+        (bpe_kv(**{"tokenizer.ggml.model": "bert"}), "tokenizer.ggml.model"),
+        (bpe_kv(**{"tokenizer.ggml.eos_token_id": 100_000}), "tokenizer.ggml.eos_token_id"),
+        (bpe_kv(**{"tokenizer.ggml.bos_token_id": "x"}), "tokenizer.ggml.bos_token_id"),
+        (bpe_kv(**{"tokenizer.ggml.add_bos_token": "yes"}), "tokenizer.ggml.add_bos_token"),
+        (spm_kv(**{"tokenizer.ggml.scores": np.zeros(7, dtype=np.float32)}), "tokenizer.ggml.scores"),
+        (spm_kv(**{"tokenizer.ggml.scores": ["a", "b"]}), "tokenizer.ggml.scores"),
+    ],
+)
 def test_malformed_metadata(tmp_path, kv, key):
     path = write_gguf(tmp_path / "bad.gguf", kv)
     with warnings.catch_warnings():
@@ -162,8 +167,13 @@ def test_malformed_metadata(tmp_path, kv, key):
 
 def test_add_bos_without_bos_token(tmp_path):
     tokens = ["a", "b", "ab"]
-    kv = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.merges": ["a b"], "tokenizer.ggml.add_bos_token": True}
+    kv = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.ggml.add_bos_token": True,
+    }
     with pytest.raises(TokenizerError, match="add_bos_token"):
         Tokenizer.from_gguf(write_gguf(tmp_path / "bad.gguf", kv))
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import time
+from pathlib import Path
 
 import pytest
+from conftest import MODEL_NAMES, model_file, reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from conftest import MODEL_NAMES, model_file, reference
 from localllm.bpe import BYTE_TO_UNICODE
 from localllm.tokenizer import CONTROL, Tokenizer
 
@@ -18,7 +18,7 @@ SMOLLM, QWEN, GEMMA, QWEN15 = MODEL_NAMES
 HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> Tokenizer:
     return Tokenizer.from_gguf(model_file(name))
 
@@ -146,8 +146,7 @@ def test_bpe_drops_bytes_without_a_token():
 # SentencePiece writes spaces as U+2581, so a literal U+2581 in the input decodes as a space; gemma has
 # add_space_prefix = false, so nothing else is normalized.
 @HYPOTHESIS
-@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"),
-                    max_size=200))
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=200))
 def test_spm_round_trip(text):
     t = tok(GEMMA)
     assert t.decode(t.encode(text)) == text
@@ -242,15 +241,28 @@ def mixed_text(n_bytes: int = 1 << 20) -> str:
     import tarfile
     import typing
     import zipfile
-
     from pydoc_data.topics import topics
 
     prose = "\n\n".join(topics[k] for k in sorted(topics))
-    code = "".join(open(m.__file__, encoding="utf-8").read() for m in (
-        argparse, typing, dataclasses, pathlib, http.client, email.message, collections, inspect, logging,
-        subprocess, tarfile, zipfile))
-    prose = prose.encode()[:n_bytes // 2]
-    text = (prose + code.encode()[:n_bytes - len(prose)]).decode("utf-8", "ignore")
+    code = "".join(
+        Path(m.__file__).read_text(encoding="utf-8")
+        for m in (
+            argparse,
+            typing,
+            dataclasses,
+            pathlib,
+            http.client,
+            email.message,
+            collections,
+            inspect,
+            logging,
+            subprocess,
+            tarfile,
+            zipfile,
+        )
+    )
+    prose = prose.encode()[: n_bytes // 2]
+    text = (prose + code.encode()[: n_bytes - len(prose)]).decode("utf-8", "ignore")
     assert len(text.encode()) > n_bytes - 4
     return text
 

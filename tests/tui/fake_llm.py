@@ -1,12 +1,12 @@
 """A scripted stand-in for localllm.LLM behind the same chat interface, for timing-sensitive TUI tests.
 
-    llm = FakeLLM(["Hello", " **world**"])         # streams those chunks, then a final chunk with stats
-    FakeLLM(endless=True, delay=0.01)               # streams "tok " until the consumer stops it
-    FakeLLM(error="context full")                   # chat() raises ValueError, as a template error would
-    FakeLLM(["a"], fail_after="context full")       # raises ValueError in the middle of the stream
-    FakeLLM(endless=True, gate_after=3)             # after 3 chunks, blocks (a slow engine step) until llm.gate.set()
-    FakeLLM(["a"], stats={"draft_proposed": 20})    # more fields of the final chunk's Stats
-    llm.calls: [(messages, sampling kwargs)]; llm.closed: set once a stream was closed or ran out
+llm = FakeLLM(["Hello", " **world**"])         # streams those chunks, then a final chunk with stats
+FakeLLM(endless=True, delay=0.01)               # streams "tok " until the consumer stops it
+FakeLLM(error="context full")                   # chat() raises ValueError, as a template error would
+FakeLLM(["a"], fail_after="context full")       # raises ValueError in the middle of the stream
+FakeLLM(endless=True, gate_after=3)             # after 3 chunks, blocks (a slow engine step) until llm.gate.set()
+FakeLLM(["a"], stats={"draft_proposed": 20})    # more fields of the final chunk's Stats
+llm.calls: [(messages, sampling kwargs)]; llm.closed: set once a stream was closed or ran out
 """
 
 from __future__ import annotations
@@ -22,8 +22,18 @@ class FakeLLM:
     k_type = "f16"
     v_type = "f16"
 
-    def __init__(self, pieces=("Hello", " **world**"), delay=0.0, endless=False, error=None, fail_after=None,
-                 finish="stop", prompt_tokens=20, gate_after=None, stats=None):
+    def __init__(
+        self,
+        pieces=("Hello", " **world**"),
+        delay=0.0,
+        endless=False,
+        error=None,
+        fail_after=None,
+        finish="stop",
+        prompt_tokens=20,
+        gate_after=None,
+        stats=None,
+    ):
         self.pieces = list(pieces)
         self.delay = delay
         self.endless = endless
@@ -59,8 +69,14 @@ class FakeLLM:
                 yield Chunk(text, [n])
             if self.fail_after:
                 raise ValueError(self.fail_after)
-            stats = Stats(prompt_tokens=self.prompt_tokens, completion_tokens=n, prompt_tps=123.4, decode_tps=45.6,
-                          ctx_size=self.ctx_size, **self.stats)
+            stats = Stats(
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=n,
+                prompt_tps=123.4,
+                decode_tps=45.6,
+                ctx_size=self.ctx_size,
+                **self.stats,
+            )
             yield Chunk("", [], self.finish, stats)
         finally:
             self.closed.set()

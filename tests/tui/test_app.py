@@ -15,7 +15,6 @@ from localllm.tui.chat_input import ChatInput
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note, UserMessage
 from localllm.tui.engine import ChatEngine
 from localllm.tui.help import HelpScreen
-from localllm.tui.sidebar import Sidebar
 from localllm.tui.status import StatusBar
 from textual.widgets import DataTable
 
@@ -62,8 +61,7 @@ def test_type_send_stream():
             assert [u.text for u in app.query(UserMessage)] == ["hi there"]
             assert msg.text == "Hello **world**\n\n```python\nx = 1\n```"
             assert msg._markdown.source == msg.text
-            assert app.history == [{"role": "user", "content": "hi there"},
-                                   {"role": "assistant", "content": msg.text}]
+            assert app.history == [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": msg.text}]
             messages, sampling = llm.calls[0]
             assert messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}]
             assert sampling == {"temperature": 0.5, "top_p": 0.9, "max_tokens": 64}
@@ -105,8 +103,14 @@ def test_escape_stops_at_once_and_keeps_text():
         app = make_app(llm)
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, "go on forever")
-            await wait_for(pilot, lambda: llm.waiting.is_set() and app.query(AssistantMessage)
-                           and app.query(AssistantMessage).last().text == "tok " * 5)
+            await wait_for(
+                pilot,
+                lambda: (
+                    llm.waiting.is_set()
+                    and app.query(AssistantMessage)
+                    and app.query(AssistantMessage).last().text == "tok " * 5
+                ),
+            )
             assert "Esc stops" in app.query_one(StatusBar).line()
             await pilot.press("escape")
             assert app.reply is None  # over at once, while the worker is still inside its step
@@ -371,7 +375,9 @@ def test_status_bar_fits_80_columns():
     line = bar.line(80)
     assert len(line) <= 80 and line.startswith(" qwen2.5-") and "…" in line
     assert "12345/32768" in line and "KV q8_0/q4_0" in line
-    assert ChatEngine(type("L", (), {"ctx_size": 512, "k_type": "q8_0", "v_type": "q4_0"})(), "m").kv_type == "q8_0/q4_0"
+    assert (
+        ChatEngine(type("L", (), {"ctx_size": 512, "k_type": "q8_0", "v_type": "q4_0"})(), "m").kv_type == "q8_0/q4_0"
+    )
     assert StatusBar("m", 512, "f16").line(80) == " m │ pp - tg - t/s │ ctx ▱▱▱▱▱▱▱▱ 0/512 │ KV f16 │ F1 help"
 
 

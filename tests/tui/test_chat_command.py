@@ -26,10 +26,18 @@ def test_arguments():
     a = parse([])
     assert a.model is None and a.threads is None and a.ctx_size == 4096 and a.temperature == 0.8 and a.system is None
     assert not a.no_save and parse(["--no-save"]).no_save
-    a = parse(["smollm2", "-t", "2", "-c", "512", "--temperature", "0", "--system", "Be brief.", "--top-p", "0.9",
-               "-n", "64"])
+    a = parse(
+        ["smollm2", "-t", "2", "-c", "512", "--temperature", "0", "--system", "Be brief.", "--top-p", "0.9", "-n", "64"]
+    )
     assert (a.model, a.threads, a.ctx_size, a.temperature, a.system, a.top_p, a.max_tokens) == (
-        "smollm2", 2, 512, 0.0, "Be brief.", 0.9, 64)
+        "smollm2",
+        2,
+        512,
+        0.0,
+        "Be brief.",
+        0.9,
+        64,
+    )
     from localllm.commands.kv import kv_kwargs
 
     kv = kv_kwargs(parse(["--kv-type", "q8_0", "--v-type", "q4_0", "--kv-budget", "64"]))

@@ -37,8 +37,12 @@ def test_edit_and_resend_replaces_the_turn(tmp_path):
             await reply_done(pilot)
             assert [u.text for u in app.query(UserMessage)] == ["first", "second"]
             assert [a.text for a in app.query(AssistantMessage)] == ["one", "three"]
-            expected = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "one"},
-                        {"role": "user", "content": "second"}, {"role": "assistant", "content": "three"}]
+            expected = [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "one"},
+                {"role": "user", "content": "second"},
+                {"role": "assistant", "content": "three"},
+            ]
             assert app.history == expected
             assert llm.calls[-1][0] == expected[:3]  # the model never saw "secnd" again
             assert h.messages(app.conversation_id) == expected

@@ -31,8 +31,11 @@ def test_history_round_trip(tmp_path):
     assert [s.id for s in h.list()] == [a, b]  # most recently updated first
     h.close()
     h = History(path)  # reopened: all there
-    assert h.messages(a) == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
-                             {"role": "user", "content": "again"}]
+    assert h.messages(a) == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "again"},
+    ]
     h.delete(a)
     assert [s.id for s in h.list()] == [b] and h.messages(a) == []
     assert title_for("  many\n words  here ", 10) == "many word…"
@@ -54,12 +57,12 @@ async def send(pilot, text: str) -> None:
     await wait_for(pilot, lambda: app.reply is None and len(app.history) == n + 2)
 
 
-
 def saved_app(tmp_path):
     """A chat app on a fake engine answering "Hello", saving to a fresh History: (history, llm, app)."""
     h = History(tmp_path / "chat.sqlite3")
     llm = FakeLLM(["Hello"])
     return h, llm, ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+
 
 def test_app_saves_lists_resumes_and_deletes(tmp_path):
     async def go():
@@ -70,8 +73,12 @@ def test_app_saves_lists_resumes_and_deletes(tmp_path):
             await send(pilot, "one")
             await send(pilot, "two")
             first = app.conversation_id
-            assert h.messages(first) == [{"role": "user", "content": "one"}, {"role": "assistant", "content": "Hello"},
-                                         {"role": "user", "content": "two"}, {"role": "assistant", "content": "Hello"}]
+            assert h.messages(first) == [
+                {"role": "user", "content": "one"},
+                {"role": "assistant", "content": "Hello"},
+                {"role": "user", "content": "two"},
+                {"role": "assistant", "content": "Hello"},
+            ]
             await pilot.press("ctrl+n")
             await send(pilot, "three")
             second = app.conversation_id
@@ -130,8 +137,10 @@ def test_deleting_the_conversation_while_its_reply_streams(tmp_path):
             app.query_one("#input").focus()
             await send(pilot, "three")  # the app keeps working: a new conversation
             assert [s.id for s in h.list()] == [app.conversation_id]
-            assert h.messages(app.conversation_id) == [{"role": "user", "content": "three"},
-                                                       {"role": "assistant", "content": "Hello"}]
+            assert h.messages(app.conversation_id) == [
+                {"role": "user", "content": "three"},
+                {"role": "assistant", "content": "Hello"},
+            ]
 
     asyncio.run(go())
 

@@ -74,7 +74,9 @@ def test_pick_switches_the_model(tmp_path):
             screen = await open_picker(pilot)
             options = screen.query_one(OptionList)
             assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == [
-                "● fake:1b  64 B  Q4_0", "  other:2b  64 B  Q8_0"]
+                "● fake:1b  64 B  Q4_0",
+                "  other:2b  64 B  Q8_0",
+            ]
             assert options.highlighted == 0  # the current model
             await pilot.press("down", "enter")
             await wait_for(pilot, lambda: not isinstance(app.screen, ModelPicker) and opened)
@@ -106,7 +108,9 @@ def test_load_error_is_a_line_and_the_old_model_stays(tmp_path):
             await open_picker(pilot)
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.query(ErrorLine))
-            assert "could not load broken:1b: broken-1b.gguf: not a GGUF file" in str(app.query(ErrorLine).first().content)
+            assert "could not load broken:1b: broken-1b.gguf: not a GGUF file" in str(
+                app.query(ErrorLine).first().content
+            )
             assert app.loading is None and app.engine.model_name == "fake:1b"
             await send(pilot, "hi")
             assert (await reply_done(pilot)).text == "still here"
@@ -123,8 +127,13 @@ def test_pick_a_real_model(tmp_path):
     async def go():
         store = Store(tmp_path)
         stored(store, "smollm2:135m", target=path)
-        app = make_app(FakeLLM(), store=store, temperature=0.0, max_tokens=8,
-                       load_model=lambda p: LLM(p, n_threads=2, ctx_size=512))
+        app = make_app(
+            FakeLLM(),
+            store=store,
+            temperature=0.0,
+            max_tokens=8,
+            load_model=lambda p: LLM(p, n_threads=2, ctx_size=512),
+        )
         async with app.run_test(size=SIZE) as pilot:
             await open_picker(pilot)
             await pilot.press("enter")

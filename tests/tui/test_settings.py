@@ -23,13 +23,15 @@ def test_parse_and_validate():
     assert s == Settings("Be brief.", 0.2, 0.5, 64)
     assert s.sampling() == {"temperature": 0.2, "top_p": 0.5, "max_tokens": 64}
     assert Settings.parse("", "0", "1", " ") == Settings(None, 0.0, 1.0, None)
-    for args, words in [(("", "hot", "1", ""), "temperature must be a number, got 'hot'"),
-                        (("", "-1", "1", ""), "temperature must be in [0, inf), got -1.0"),
-                        (("", "nan", "1", ""), "temperature must be a finite number"),
-                        (("", "1", "0", ""), "top-p must be in (0, 1], got 0.0"),
-                        (("", "1", "x", ""), "top-p must be a number"),
-                        (("", "1", "1", "1.5"), "max tokens must be a whole number"),
-                        (("", "1", "1", "0"), "max tokens must be")]:
+    for args, words in [
+        (("", "hot", "1", ""), "temperature must be a number, got 'hot'"),
+        (("", "-1", "1", ""), "temperature must be in [0, inf), got -1.0"),
+        (("", "nan", "1", ""), "temperature must be a finite number"),
+        (("", "1", "0", ""), "top-p must be in (0, 1], got 0.0"),
+        (("", "1", "x", ""), "top-p must be a number"),
+        (("", "1", "1", "1.5"), "max tokens must be a whole number"),
+        (("", "1", "1", "0"), "max tokens must be"),
+    ]:
         with pytest.raises(ValueError) as e:
             Settings.parse(*args)
         assert words in str(e.value), (args, str(e.value))
@@ -41,9 +43,11 @@ def test_parse_and_validate():
 def test_history_keeps_settings_and_opens_old_files(tmp_path):
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path)  # a file from before settings were saved
-    db.executescript("CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT NOT NULL, "
-                     "created REAL NOT NULL, updated REAL NOT NULL);"
-                     "INSERT INTO conversations VALUES (1, 'old', 'm', 0, 0);")
+    db.executescript(
+        "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT NOT NULL, "
+        "created REAL NOT NULL, updated REAL NOT NULL);"
+        "INSERT INTO conversations VALUES (1, 'old', 'm', 0, 0);"
+    )
     db.commit()
     db.close()
     h = History(path)
@@ -83,7 +87,9 @@ def test_settings_reach_the_engine_and_bad_values_are_refused():
             screen.query_one("#top_p", Input).focus()
             await pilot.press("enter")
             await pilot.pause()
-            assert app.screen is screen and "top-p must be in (0, 1]" in str(screen.query_one("#settings-error").content)
+            assert app.screen is screen and "top-p must be in (0, 1]" in str(
+                screen.query_one("#settings-error").content
+            )
             set_field(screen, "top_p", "0.5")
             set_field(screen, "max_tokens", "32")
             set_field(screen, "system", "You are a pirate.")

@@ -18,8 +18,10 @@ import localllm
 from conftest import model_file
 
 # `localllm chat` through cli.main, with "chat" registered as cli.COMMANDS has it
-RUNNER = ("import sys; from localllm import cli; "
-          "cli.COMMANDS.setdefault('chat', ('localllm.commands.chat', 'chat')); sys.exit(cli.main())")
+RUNNER = (
+    "import sys; from localllm import cli; "
+    "cli.COMMANDS.setdefault('chat', ('localllm.commands.chat', 'chat')); sys.exit(cli.main())"
+)
 
 
 def tmux(*args: str) -> str:
@@ -44,8 +46,10 @@ def test_chat_in_tmux(tmp_path):
     session = f"localllm-test-{os.getpid()}"
     here = Path(localllm.__file__).parent.parent  # the localllm this test imports, for the child too
     env = f"PYTHONPATH={shlex.quote(str(here))} LOCALLLM_HOME={shlex.quote(str(tmp_path))}"
-    cmd = (f"{env} {shlex.quote(sys.executable)} -c {shlex.quote(RUNNER)} chat {shlex.quote(str(path))} "
-           f"-t 2 -c 512 --temperature 0 -n 200; echo EXIT=$?; sleep 30")
+    cmd = (
+        f"{env} {shlex.quote(sys.executable)} -c {shlex.quote(RUNNER)} chat {shlex.quote(str(path))} "
+        f"-t 2 -c 512 --temperature 0 -n 200; echo EXIT=$?; sleep 30"
+    )
     tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd)
     try:
         wait_screen(session, lambda s: "F1 help" in s)
