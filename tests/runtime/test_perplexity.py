@@ -14,18 +14,12 @@ from localllm.perplexity import perplexity
 
 
 def llama_cpp_ppl(name: str, kv: str = "f16") -> float:
-    p = REFERENCE / "perplexity.json"
-    if not p.exists():
-        pytest.skip(f"reference data {p} not present")
-    data = json.loads(p.read_text())
+    data = json.loads((REFERENCE / "perplexity.json").read_text())
     return next(r["ppl"] for r in data["results"] if r["model"] == name and r["kv"] == kv)
 
 
 def text() -> str:
-    p = REFERENCE / "texts" / "argparse.py.txt"
-    if not p.exists():
-        pytest.skip(f"reference text {p} not present")
-    return p.read_text(encoding="utf-8")
+    return (REFERENCE / "texts" / "argparse.py.txt").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
