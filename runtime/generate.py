@@ -1,6 +1,6 @@
 """Generation for one sequence: prefill, then one decode step per token, streamed as chunks.
 
-    for chunk in generate(llm, ids, SamplingParams(temperature=0.7, max_tokens=64)):
+    for chunk in generate(llm.sequence, llm.tokenizer, ids, SamplingParams(temperature=0.7, max_tokens=64)):
         print(chunk.text, end="")        # the last chunk also has .finish_reason and .stats
 
 finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens, or the context
@@ -17,18 +17,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .one_sequence import OneSequence
 from .sampling import Sampler, SamplingParams, StopChecker
+from .tokenizer import Tokenizer
 
 
 @dataclass
 class Stats:
     prompt_tokens: int = 0
-    cached_tokens: int = 0
     completion_tokens: int = 0
     prompt_tps: float = 0.0  # prompt tokens per second of the prefill step
     decode_tps: float = 0.0  # generated tokens per second after the first
-    draft_accepted: int = 0
-    draft_proposed: int = 0
     ctx_size: int = 0
     context_full: bool = False  # generation ended because prompt + completion filled ctx_size
 
@@ -41,16 +40,16 @@ class Chunk:
     stats: Stats | None = None
 
 
-def generate(llm, ids, params: SamplingParams) -> Iterator[Chunk]:
-    """llm: a localllm.LLM; ids: the prompt's token ids (already templated and encoded)."""
-    prompt = llm._check_ids(ids, extra=1)
-    tok = llm.tokenizer
-    stats = Stats(prompt_tokens=len(prompt), ctx_size=llm.ctx_size)
-    limit = min(params.max_tokens or llm.ctx_size, llm.ctx_size - len(prompt))
+def generate(seq: OneSequence, tok: Tokenizer, ids, params: SamplingParams) -> Iterator[Chunk]:
+    """seq: the model's one-sequence path; tok: its tokenizer; ids: the prompt's token ids (templated, encoded)."""
+    prompt = seq.check(ids, extra=1)
+    ctx_size = seq.ctx_size
+    stats = Stats(prompt_tokens=len(prompt), ctx_size=ctx_size)
+    limit = min(params.max_tokens or ctx_size, ctx_size - len(prompt))
     sampler, stop, detok = Sampler(params), StopChecker(params.stop), tok.detokenizer()
     history = prompt.tolist()
     t0 = time.perf_counter()
-    logits = llm._step(prompt, 0, np.array([len(prompt) - 1], dtype=np.int32))[0]
+    logits = seq.step(prompt, 0, np.array([len(prompt) - 1], dtype=np.int32))[0]
     t1 = time.perf_counter()
     stats.prompt_tps = len(prompt) / max(t1 - t0, 1e-9)
     finish = "length"
@@ -73,10 +72,10 @@ def generate(llm, ids, params: SamplingParams) -> Iterator[Chunk]:
         yield Chunk(text, [tid])
         if stats.completion_tokens >= limit:
             break
-        logits = llm._step(np.array([tid], dtype=np.int64), len(history) - 1, np.zeros(1, dtype=np.int32))[0]
+        logits = seq.step(np.array([tid], dtype=np.int64), len(history) - 1, np.zeros(1, dtype=np.int32))[0]
     t2 = time.perf_counter()
     if t_first is not None and stats.completion_tokens > 1:
         stats.decode_tps = (stats.completion_tokens - 1) / max(t2 - t_first, 1e-9)
-    stats.context_full = finish == "length" and stats.completion_tokens < (params.max_tokens or llm.ctx_size + 1)
+    stats.context_full = finish == "length" and stats.completion_tokens < (params.max_tokens or ctx_size + 1)
     tail = "" if stop.stopped else stop.push(detok.flush()) + stop.flush()
     yield Chunk(tail, [], finish, stats)

@@ -10,8 +10,8 @@
     for chunk in llm.generate("def fib(n):", temperature=0.2, max_tokens=64): ...   # see generate.py
     for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
 
-One sequence at a time owns the whole KV pool here (blocks 0, 1, ... in order); batching many sequences
-is the scheduler's job. The pool holds ctx_size tokens, or fewer when kv_budget_mib caps it (whole blocks of
+One sequence at a time owns the whole KV pool here (one_sequence.py); batching many sequences is the
+engine's job. The pool holds ctx_size tokens, or fewer when kv_budget_mib caps it (whole blocks of
 BLOCK_SIZE tokens; llm.ctx_size is what it holds). A prompt that does not fit raises ValueError; generation
 that fills the context ends with finish_reason "length" and stats.context_full (generate.py).
 """
@@ -28,6 +28,7 @@ from .gguf import GGUFFile
 from .kv_types import kv_types
 from .model import BLOCK_SIZE, Model, kv_block_bytes
 from .models import spec_from_gguf
+from .one_sequence import OneSequence
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
@@ -96,10 +97,9 @@ class LLM:
         except Exception:
             self._file.close()
             raise
-        self.ctx_size = n_blocks * BLOCK_SIZE
-        self._ctx_origin = "ctx_size, capped by kv_budget_mib" if capped else "ctx_size"
+        self._sequence = OneSequence(self.model, "ctx_size, capped by kv_budget_mib" if capped else "ctx_size")
+        self.ctx_size = self._sequence.ctx_size
         self._n_vocab = self.model.n_vocab
-        self._table = np.arange(n_blocks, dtype=np.int32)[None, :]  # [1, n_blocks]: the one sequence's blocks
 
     @property
     def n_vocab(self) -> int:
@@ -111,45 +111,31 @@ class LLM:
     def detokenize(self, ids) -> str:
         return self.tokenizer.decode(ids)
 
-    def _check_ids(self, ids, extra: int = 0) -> np.ndarray:
+    @property
+    def sequence(self) -> OneSequence:
+        """The one-sequence path generation runs on (one_sequence.py); ValueError once closed."""
         if self.model is None:
             raise ValueError(f"{self.path}: this LLM is closed")
-        a = np.asarray(list(ids), dtype=np.int64)
-        if a.ndim != 1 or len(a) == 0:
-            raise ValueError("ids must be a non-empty sequence of token ids")
-        if len(a) + extra > self.ctx_size:
-            raise ValueError(
-                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
-            )
-        bad = np.flatnonzero((a < 0) | (a >= self.n_vocab))
-        if len(bad):
-            raise ValueError(f"ids[{bad[0]}] = {a[bad[0]]} is outside the vocabulary (n_vocab {self.n_vocab})")
-        return a
-
-    def _step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
-        """ids at positions start.. of the one sequence, cached positions 0..start-1 kept."""
-        pos = np.arange(start, start + len(ids), dtype=np.int32)
-        slots = self._table[0, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-        ctx = np.array([start + len(ids)], dtype=np.int32)
-        seq = np.zeros(len(ids), dtype=np.int32)
-        return self.model.forward(ids, pos, slots, seq, self._table, ctx, logits_rows)
+        return self._sequence
 
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
-        a = self._check_ids(ids)
-        return self._step(a, 0, np.arange(len(a), dtype=np.int32))
+        seq = self.sequence
+        a = seq.check(ids)
+        return seq.step(a, 0, np.arange(len(a), dtype=np.int32))
 
     def greedy(self, ids, n: int) -> list[int]:
         """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        a = self._check_ids(ids, extra=n)
+        seq = self.sequence
+        a = seq.check(ids, extra=n)
         if n == 0:
             return []
         last = np.array([0], dtype=np.int32)
-        out = [int(np.argmax(self._step(a, 0, np.array([len(a) - 1], dtype=np.int32))[0]))]
+        out = [int(np.argmax(seq.step(a, 0, np.array([len(a) - 1], dtype=np.int32))[0]))]
         while len(out) < n:
-            logits = self._step(np.array(out[-1:], dtype=np.int32), len(a) + len(out) - 1, last)
+            logits = seq.step(np.array(out[-1:], dtype=np.int32), len(a) + len(out) - 1, last)
             out.append(int(np.argmax(logits[0])))
         return out
 
@@ -163,7 +149,7 @@ class LLM:
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
         ids = self.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else list(prompt_or_ids)
-        return generate(self, ids, params)
+        return generate(self.sequence, self.tokenizer, ids, params)
 
     def chat(self, messages, params: SamplingParams | None = None, tools=None, **kwargs) -> Iterator[Chunk]:
         """Like generate, for a conversation rendered with the model's chat template."""
@@ -171,7 +157,7 @@ class LLM:
             params = SamplingParams(**kwargs)
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
-        return generate(self, self.tokenizer.encode_chat(messages, tools=tools), params)
+        return generate(self.sequence, self.tokenizer, self.tokenizer.encode_chat(messages, tools=tools), params)
 
     def close(self) -> None:
         """Releases the native model and the file map."""

@@ -1,15 +1,12 @@
-"""The status bar: one line with the model, the last reply's speeds and draft acceptance (when it had drafts),
-the context meter and the KV cache type.
+"""The status bar: one line with the model, the last reply's speeds, the context meter and the KV cache type.
 
-    bar = StatusBar(model="smollm2:135m", ctx_size=4096, kv_type="f16")
-    bar.set_stats(stats)      # a finished reply's Stats: prompt_tps, decode_tps, prompt_tokens + completion_tokens,
-                              # draft_accepted / draft_proposed
-    bar.set_busy(True)        # "Esc stops" shown until set_busy(False)
-    bar.reset()               # a new conversation: context back to 0
-    bar.set_model("qwen2.5-coder:0.5b", 4096, "f16")   # another model: its name, context and KV type; reset()
+  bar = StatusBar(model="smollm2:135m", ctx_size=4096, kv_type="f16")
+  bar.set_stats(stats)      # a finished reply's Stats: prompt_tps, decode_tps, prompt_tokens + completion_tokens
+  bar.set_busy(True)        # "Esc stops" shown until set_busy(False)
+  bar.reset()               # a new conversation: context back to 0
+  bar.set_model("qwen2.5-coder:0.5b", 4096, "f16")   # another model: its name, context and KV type; reset()
 
-  smollm2:135m │ pp 205 tg 17.0 t/s │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
-  smollm2:135m │ pp 205 tg 17.0 t/s │ draft 60% │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16     (with drafts, 80 columns)
+smollm2:135m │ pp 205 tg 17.0 t/s │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ class StatusBar(Static):
         self.kv_type = kv_type
         self.prompt_tps: float | None = None
         self.decode_tps: float | None = None
-        self.draft_accepted = self.draft_proposed = 0  # the last reply's speculation; none proposed: not shown
         self.ctx_used = 0
         self.busy = False
 
@@ -43,8 +39,6 @@ class StatusBar(Static):
     def set_stats(self, stats) -> None:
         self.prompt_tps = stats.prompt_tps
         self.decode_tps = stats.decode_tps
-        self.draft_accepted = int(getattr(stats, "draft_accepted", 0) or 0)
-        self.draft_proposed = int(getattr(stats, "draft_proposed", 0) or 0)
         self.ctx_used = int(stats.prompt_tokens) + int(stats.completion_tokens)
         if getattr(stats, "ctx_size", 0):
             self.ctx_size = int(stats.ctx_size)
@@ -60,7 +54,6 @@ class StatusBar(Static):
 
     def reset(self) -> None:
         self.prompt_tps = self.decode_tps = None
-        self.draft_accepted = self.draft_proposed = 0
         self.ctx_used = 0
         self._show()
 
@@ -75,13 +68,8 @@ class StatusBar(Static):
         speeds = f"pp {_rate(self.prompt_tps)} tg {_rate(self.decode_tps)} t/s"
         ctx, kv = f"ctx {meter} {self.ctx_used}/{self.ctx_size}", f"KV {self.kv_type}"
         hint = "Esc stops" if self.busy else "F1 help"
-        drafts: list[str | None] = [None]
-        if self.draft_proposed > 0:
-            rate = f"{100 * self.draft_accepted / self.draft_proposed:.0f}%"
-            drafts = [f"draft {self.draft_accepted}/{self.draft_proposed} ({rate})", f"draft {rate}", None]
-        # the fullest layout that leaves the model name 8 cells: the key hint goes first, then the draft counts
-        for layout in [[speeds, drafts[0], ctx, kv, hint], *([speeds, d, ctx, kv] for d in drafts)]:
-            rest = [part for part in layout if part]
+        # the fullest layout that leaves the model name 8 cells: the key hint goes first
+        for rest in ([speeds, ctx, kv, hint], [speeds, ctx, kv]):
             room = width - 1 - sum(len(part) + 3 for part in rest)
             if room >= 8:
                 break

@@ -5,7 +5,7 @@ FakeLLM(endless=True, delay=0.01)               # streams "tok " until the consu
 FakeLLM(error="context full")                   # chat() raises ValueError, as a template error would
 FakeLLM(["a"], fail_after="context full")       # raises ValueError in the middle of the stream
 FakeLLM(endless=True, gate_after=3)             # after 3 chunks, blocks (a slow engine step) until llm.gate.set()
-FakeLLM(["a"], stats={"draft_proposed": 20})    # more fields of the final chunk's Stats
+FakeLLM(["a"], stats={"context_full": True})  # more fields of the final chunk's Stats
 llm.calls: [(messages, sampling kwargs)]; llm.closed: set once a stream was closed or ran out
 """
 

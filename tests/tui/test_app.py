@@ -194,26 +194,6 @@ def test_context_full_note():
     asyncio.run(go())
 
 
-def test_status_bar_shows_draft_acceptance():
-    async def go():
-        llm = FakeLLM(stats={"draft_accepted": 12, "draft_proposed": 20})
-        app = make_app(llm)
-        async with app.run_test(size=(120, 24)) as pilot:
-            bar = app.query_one(StatusBar)
-            await send(pilot, "hi")
-            await reply_done(pilot)
-            assert "│ draft 12/20 (60%) │" in str(bar.content)
-            await pilot.resize_terminal(80, 24)
-            await wait_for(pilot, lambda: "│ draft 60% │" in str(bar.content))  # 80 columns: the rate alone
-            assert len(str(bar.content)) <= 80
-            llm.stats = {}  # a reply without speculation: nothing about drafts
-            await send(pilot, "again")
-            await reply_done(pilot)
-            assert "draft" not in str(bar.content)
-
-    asyncio.run(go())
-
-
 def test_high_rate_tokens_are_coalesced():
     async def go():
         n = 3000

@@ -1,0 +1,50 @@
+"""The one-sequence path: a single sequence owns the whole KV pool (blocks 0, 1, ... in order).
+
+    seq = OneSequence(model, ctx_origin="ctx_size")   # model: a localllm.model.Model
+    ids = seq.check(ids, extra=1)                     # int64 [n]; ValueError naming what is wrong
+    logits = seq.step(ids, start=0, logits_rows=np.array([n - 1]))   # float32 [len(logits_rows), n_vocab]
+    logits = seq.step(np.array([tid]), start=n, logits_rows=np.array([0]))   # the next position, through the KV
+
+`step` computes ids at positions start.. and keeps what the cache holds for positions 0..start-1; nothing else
+may run on the model meanwhile. `LLM.logits`, `LLM.greedy`, generation (generate.py) and `bench` drive it.
+The engine (continuous batching, many sequences over one pool) replaces it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import BLOCK_SIZE, Model
+
+
+class OneSequence:
+    def __init__(self, model: Model, ctx_origin: str = "ctx_size"):
+        """ctx_origin: what set the context size, for the error that a prompt does not fit."""
+        self.model = model
+        self.ctx_size = model.n_blocks * BLOCK_SIZE
+        self._ctx_origin = ctx_origin
+        self._table = np.arange(model.n_blocks, dtype=np.int32)[None, :]  # [1, n_blocks]: the sequence's blocks
+
+    def check(self, ids, extra: int = 0) -> np.ndarray:
+        """ids as int64 [n]: non-empty, inside the vocabulary, and room for `extra` more tokens in the context."""
+        a = np.asarray(list(ids), dtype=np.int64)
+        if a.ndim != 1 or len(a) == 0:
+            raise ValueError("ids must be a non-empty sequence of token ids")
+        if len(a) + extra > self.ctx_size:
+            raise ValueError(
+                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
+            )
+        n_vocab = self.model.n_vocab
+        bad = np.flatnonzero((a < 0) | (a >= n_vocab))
+        if len(bad):
+            raise ValueError(f"ids[{bad[0]}] = {a[bad[0]]} is outside the vocabulary (n_vocab {n_vocab})")
+        return a
+
+    def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
+        """ids: int [n] at positions start..start+n-1; logits_rows: int32 indices into ids.
+        Returns float32 [len(logits_rows), n_vocab]."""
+        pos = np.arange(start, start + len(ids), dtype=np.int32)
+        slots = self._table[0, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+        ctx = np.array([start + len(ids)], dtype=np.int32)
+        seq = np.zeros(len(ids), dtype=np.int32)
+        return self.model.forward(ids, pos, slots, seq, self._table, ctx, np.asarray(logits_rows, dtype=np.int32))
