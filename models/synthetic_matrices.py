@@ -59,7 +59,7 @@ def write(path: Path, mats, rng: np.random.Generator) -> None:
 def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, str, int, int]]:
     """Copies src's quantized 2-D matrices, about bytes_per_type of each type, into path; returns
     (name, type, rows, row length) of each copied matrix."""
-    from localllm.commands.bench import quantized_matrices
+    from localllm.bench.matrices import quantized_matrices
     from localllm.gguf import GGUFFile
 
     taken: dict[str, int] = {}

@@ -1,13 +1,13 @@
 """The llama.cpp side of `localllm bench MODEL --compare`: run by llama-cpp-python's own interpreter (its own
 virtual environment), never imported by localllm. Standard library, numpy and llama_cpp only.
 
-    python llama_cpp_bench.py '{"mode": "bench", "model": PATH, "threads": 2, "n_prompt": 512, "n_gen": 128,
+    python llama_cpp_script.py '{"mode": "bench", "model": PATH, "threads": 2, "n_prompt": 512, "n_gen": 128,
                                 "reps": 2, "ctx": 656, "token_ids": [...], "kv": "f16"}'
         -> one JSON line on stdout: load_s, pp_tps, tg_tps, peak_rss_mb, version
-    python llama_cpp_bench.py '{"mode": "first-token", "model": PATH, "threads": 2, "prompt": "...", "ctx": 256}'
+    python llama_cpp_script.py '{"mode": "first-token", "model": PATH, "threads": 2, "prompt": "...", "ctx": 256}'
         -> the first generated token's text on stdout, flushed, as soon as it exists (the caller times it)
 
-bench measures what localllm's bench_llm does: pp is one evaluation of n_prompt tokens from an empty cache
+bench measures what localllm.bench.model.bench_llm does: pp is one evaluation of n_prompt tokens from an empty cache
 (logits for the last), tg is n_gen single-token evaluations from an empty cache, each token the argmax of the
 previous logits; best of reps. kv "q8_0" / "q4_0" set both cache types, with flash attention on, which llama.cpp
 needs for a quantized V.

@@ -1,0 +1,7 @@
+"""The measurements behind `localllm bench` (runtime/commands/bench.py parses arguments and prints):
+
+machine.py            read bandwidth, the int8 multiply-add peak, peak RSS, best-of timing
+matrices.py           the native kernels on a model's real weight matrices, N = 1 .. 512 activation rows
+model.py              end to end on one model: load, pp (one prompt step), tg (single-token steps)
+llama_cpp.py          the same on llama.cpp, run by llama-cpp-python's own interpreter (llama_cpp_script.py)
+"""

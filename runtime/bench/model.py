@@ -1,0 +1,96 @@
+"""End to end on one model, as llama-bench measures it: load time, pp (one step of n_prompt tokens from an
+empty cache, logits for the last), tg (n_gen single-token steps from a one-token context), weight bytes
+streamed per token against the read bandwidth, peak RSS.
+
+    r = bench_llm(path, threads=2, n_prompt=512, n_gen=128, reps=2, bw_mib=1024)
+    r["pp_tps"], r["tg_tps"], r["tg_gbs"], r["read_bandwidth_gbs"], r["peak_rss_mb"], r["load_s"]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..gguf import GGUFFile
+from ..llm import LLM
+from ..models import spec_from_gguf
+from .machine import peak_rss_mb, read_bandwidth
+
+
+def prompt_ids(n_vocab: int, n: int) -> np.ndarray:
+    """The benchmark's prompt: n token ids drawn with a fixed seed (the same for localllm and llama.cpp)."""
+    return np.random.default_rng(0).integers(100, min(n_vocab, 30000), size=n)
+
+
+def model_prompt_ids(path: Path, n: int) -> np.ndarray:
+    """prompt_ids for the model at path (its vocabulary size read from the file)."""
+    with GGUFFile(path) as f:
+        return prompt_ids(spec_from_gguf(f).n_vocab, n)
+
+
+def streamed_bytes(path: Path) -> int:
+    """Weight bytes a decode step reads: every tensor, except an embedding table that is only looked up."""
+    with GGUFFile(path) as f:
+        tied = "output.weight" not in f.tensors
+        return sum(t.nbytes for name, t in f.tensors.items() if name != "token_embd.weight" or tied)
+
+
+def bench_llm(
+    path: Path,
+    threads: int,
+    n_prompt: int,
+    n_gen: int,
+    reps: int,
+    bw_mib: int,
+    kv: dict | None = None,
+    ids=None,
+    between: Callable[[int], None] | None = None,
+    kv_label: Callable[[LLM], str] = lambda llm: (
+        llm.k_type if llm.k_type == llm.v_type else f"{llm.k_type}/{llm.v_type}"
+    ),
+) -> dict:
+    """Best of reps. kv: LLM's KV cache keyword arguments. ids: the prompt (default prompt_ids). between(rep):
+    called after each of our repetitions (--compare runs llama.cpp's there, so the two alternate and share the
+    machine's drifting load). kv_label(llm): the result's "kv"."""
+    t0 = time.perf_counter()
+    llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16, **(kv or {}))
+    load_s = time.perf_counter() - t0
+    kv_name = kv_label(llm)
+    seq = llm.sequence
+    if ids is None:
+        ids = prompt_ids(llm.n_vocab, n_prompt)
+    last = np.array([n_prompt - 1], dtype=np.int32)
+    pp = tg = float("inf")
+    for rep in range(reps):
+        t0 = time.perf_counter()
+        seq.step(ids, 0, last)
+        pp = min(pp, time.perf_counter() - t0)
+        tok = np.array([ids[0]], dtype=np.int64)
+        zero = np.zeros(1, dtype=np.int32)
+        t0 = time.perf_counter()
+        for i in range(n_gen):
+            logits = seq.step(tok, i, zero)
+            tok[0] = int(np.argmax(logits[0]))
+        tg = min(tg, time.perf_counter() - t0)
+        if between:
+            between(rep)
+    peak_rss = peak_rss_mb()
+    llm.close()
+    streamed = streamed_bytes(path)
+    return {
+        "model": path.name,
+        "threads": threads,
+        "kv": kv_name,
+        "load_s": load_s,
+        "pp_tps": n_prompt / pp,
+        "tg_tps": n_gen / tg,
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+        "weights_streamed_mb": streamed / 1e6,
+        "tg_gbs": streamed * n_gen / tg / 1e9,
+        "read_bandwidth_gbs": read_bandwidth(mib=bw_mib),
+        "peak_rss_mb": peak_rss,
+    }
