@@ -1,6 +1,6 @@
 """The chat engine adapter: runs `LLM.chat` on a worker thread, one reply at a time, and hands its text to the UI.
 
-    engine = ChatEngine(llm, model_name="smollm2:135m")
+    engine = ChatEngine(llm, model_name="smollm2:135m", sampling={"top_k": 40})   # every reply's fixed settings
     reply = engine.start(messages, notify=wake, temperature=0.8, top_p=0.95, max_tokens=None)
     # worker thread: wake(reply) each time the reply goes from nothing pending to something pending
     text, end = reply.take()      # UI thread: all text since the last take; end: an End once the reply is over
@@ -84,9 +84,11 @@ class Reply:
 
 
 class ChatEngine:
-    def __init__(self, llm, model_name: str):
+    def __init__(self, llm, model_name: str, sampling: dict | None = None):
+        """sampling: keyword arguments of every reply's llm.chat, under each start()'s own."""
         self.llm = llm
         self.model_name = model_name
+        self.sampling = dict(sampling or {})
         self._model_lock = threading.Lock()  # held by the worker that is using the model
 
     @property
@@ -132,7 +134,7 @@ class ChatEngine:
                 return
             stream = None
             try:
-                stream = self.llm.chat(messages, **sampling)
+                stream = self.llm.chat(messages, **{**self.sampling, **sampling})
                 for chunk in stream:
                     if reply.stopped:
                         break

@@ -16,15 +16,14 @@ import sys
 from pathlib import Path
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
+from localllm.commands.sampling_options import add_sampling_arguments, sampling_params
 
 
 def register(sub) -> None:
     p = sub.add_parser("chat", help="chat with a model in the terminal", description=__doc__.split("\n\n")[0])
     p.add_argument("model", nargs="?", help="a store name or a path to a .gguf file (default: the catalog default)")
     p.add_argument("--system", help="a system message for the conversation")
-    p.add_argument("--temperature", "--temp", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    p.add_argument("--top-p", type=float, default=0.95, help="1 = off (default 0.95)")
-    p.add_argument("-n", "--max-tokens", type=int, default=None, help="tokens per reply at most (default: the context)")
+    add_sampling_arguments(p, max_tokens=None)
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
     add_kv_arguments(p)
@@ -71,10 +70,11 @@ def locate(model: str, pull: bool) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localllm.sampling import SamplingParams
-
-    # the same checks the engine makes, before the model loads and the screen switches
-    SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    # the same checks the engine makes, before the model loads and the screen switches; the settings screen
+    # edits temperature, top-p and max tokens per conversation, the rest holds for every reply
+    params = sampling_params(args)
+    per_reply = ("top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "stop")
+    fixed = {k: getattr(params, k) for k in per_reply}
     model = args.model or default_model()
     path = locate(model, args.pull)
     try:
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))
 
     print(f"loading {model} ...", file=sys.stderr)
-    engine = ChatEngine(open_llm(path), display_name(model, path))
+    engine = ChatEngine(open_llm(path), display_name(model, path), sampling=fixed)
     saved = None
     if not args.no_save:
         try:

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
+from localllm.commands.sampling_options import add_sampling_arguments, sampling_params
 
 
 def register(sub) -> None:
@@ -19,16 +20,7 @@ def register(sub) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt (default: read stdin)")
     p.add_argument("--raw", action="store_true", help="no chat template: plain completion of the prompt")
     p.add_argument("--system", help="a system message (chat models)")
-    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens to generate at most (default 512)")
-    p.add_argument("--temperature", "--temp", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help="0 = off (default 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="1 = off (default 0.95)")
-    p.add_argument("--min-p", type=float, default=0.05, help="0 = off (default 0.05)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 = off (default)")
-    p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--frequency-penalty", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None, help="same seed, same output")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    add_sampling_arguments(p, max_tokens=512)
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
@@ -41,21 +33,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from localllm.commands.show import resolve
     from localllm.llm import LLM
-    from localllm.sampling import SamplingParams
 
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repeat_penalty,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        seed=args.seed,
-        max_tokens=args.max_tokens,
-        stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos,
-    )
+    params = sampling_params(args, ignore_eos=args.ignore_eos)
     path = resolve(args.model, pull=args.pull)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt:
