@@ -19,6 +19,7 @@ from itertools import repeat
 import regex
 
 from .bigram_queue import merge_by_queue
+from .piece_cache import PieceCache
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3 = (
@@ -258,7 +259,6 @@ UNICODE_TO_BYTE = {c: b for b, c in enumerate(BYTE_TO_UNICODE)}
 # str.translate table over a latin-1 view of UTF-8 bytes: chr(byte) -> GPT-2 character
 _ENCODE_TABLE = {b: c for b, c in enumerate(BYTE_TO_UNICODE)}
 _NO_RANK = 1 << 62
-_CACHE_LIMIT = 1 << 17  # cached pieces before the cache is dropped
 _SHORT_WORD = 48  # longer words merge through a heap: O(n log n) instead of O(n^2)
 
 
@@ -298,7 +298,7 @@ class BPE:
         self._vocab = vocab
         self._ranks = self._load_ranks(vocab, merges, merges_checked)
         self._patterns = [regex.compile(f"({r})") for r in self.pre.regexes]
-        self._cache: dict[str, list[int]] = {}
+        self._cache = PieceCache(self._encode_piece)
 
     @staticmethod
     def _load_ranks(vocab: dict[str, int], merges: list[str], checked: bool = False) -> dict[str, int]:
@@ -348,17 +348,7 @@ class BPE:
         return pieces
 
     def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        for piece in self.split(text):
-            ids = cache.get(piece)
-            if ids is None:
-                ids = self._encode_piece(piece)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[piece] = ids
-            out += ids
-        return out
+        return self._cache.encode(self.split(text))
 
     def _encode_piece(self, piece: str) -> list[int]:
         word = piece.encode("utf-8", "surrogatepass").decode("latin-1").translate(_ENCODE_TABLE)

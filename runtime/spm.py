@@ -24,6 +24,7 @@ import numpy as np
 import regex
 
 from .bigram_queue import merge_by_queue
+from .piece_cache import PieceCache
 
 SPACE = "\u2581"
 _CUTS = regex.compile(f"(?<=[^{SPACE}])(?={SPACE})")  # where chunks may start
@@ -31,7 +32,6 @@ _CHUNK = re.compile(f"{SPACE}+[^{SPACE}]*|[^{SPACE}]+")  # one chunk when there 
 _NO_SCORE = -math.inf
 _LOWEST = -3.5e38  # below every finite float32: where a token's own score is -inf or NaN
 _SHORT_CHUNK = 48  # longer chunks merge through a heap: O(n log n) instead of O(n^2)
-_CACHE_LIMIT = 1 << 17
 
 
 class SPM:
@@ -54,20 +54,10 @@ class SPM:
             {t for t in vocab if SPACE in t[1:] and re.search(f"[^{SPACE}]{SPACE}", t)}, key=len, reverse=True
         )
         self._cross = regex.compile("|".join(map(regex.escape, cross))) if cross else None
-        self._cache: dict[str, list[int]] = {}
+        self._cache = PieceCache(self._encode_chunk)
 
     def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        for chunk in self.chunks(text.replace(" ", SPACE)):
-            ids = cache.get(chunk)
-            if ids is None:
-                ids = self._encode_chunk(chunk)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[chunk] = ids
-            out += ids
-        return out
+        return self._cache.encode(self.chunks(text.replace(" ", SPACE)))
 
     def chunks(self, text: str) -> list[str]:
         """text (spaces already U+2581) cut where no token can merge across; the chunks concatenate to text."""

@@ -41,7 +41,8 @@ def load(a):
 
 
 def peak_rss_mb() -> float:
-    """This process's peak RSS: VmHWM (ru_maxrss after an exec also counts the parent's RSS at the fork)."""
+    """This process's peak RSS: VmHWM (ru_maxrss after an exec also counts the parent's RSS at the fork). The same
+    as localllm.bench.machine.peak_rss_mb, which this script cannot import (it runs in llama-cpp-python's venv)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
