@@ -34,6 +34,7 @@ from .bpe import BPE, token_bytes
 from .chat_template import ChatTemplate, ChatTemplateError
 from .detokenizer import IncrementalDetokenizer
 from .gguf import GGUFFile, StringArray
+from .special_tokens import SpecialSplitter
 from .spm import SPACE, SPM
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
@@ -141,7 +142,7 @@ class Tokenizer:
         # on first use (all 150k at load cost ~0.1 s of the time to the first token)
         self._pieces = _Pieces(lambda i: self._piece(i, True), n)
         self._visible_pieces = _Pieces(lambda i: self._piece(i, False), n)
-        self._special_splitters: dict[bool, _SpecialSplitter] = {}
+        self._special_splitters: dict[bool, SpecialSplitter] = {}
         self.chat_template = ChatTemplate(
             md.get("tokenizer.chat_template"),
             model=name,
@@ -282,12 +283,12 @@ class Tokenizer:
             return bytes([int(text[3:5], 16)])
         return b""  # unused, undefined, and byte tokens of a BPE vocabulary: llama.cpp renders nothing
 
-    def _splitter(self, parse_special: bool) -> _SpecialSplitter:
+    def _splitter(self, parse_special: bool) -> SpecialSplitter:
         s = self._special_splitters.get(parse_special)
         if s is None:
             kinds = (CONTROL, UNKNOWN, USER_DEFINED) if parse_special else (USER_DEFINED,)
             ids = [i for i, k in enumerate(self._types) if k in kinds]
-            s = self._special_splitters[parse_special] = _SpecialSplitter([(self.tokens[i], i) for i in ids])
+            s = self._special_splitters[parse_special] = SpecialSplitter([(self.tokens[i], i) for i in ids])
         return s
 
     def _template_end_of_turn(self) -> int | None:
@@ -316,111 +317,6 @@ class _Pieces(Sequence[bytes]):
         if p is None:
             p = self._cache[i] = self._piece(operator.index(i) % len(self._cache))
         return p
-
-
-class _SpecialSplitter:
-    """Splits text into raw fragments and special-token ids the way llama.cpp's tokenizer_st_partition
-    does: special tokens in order of decreasing byte length, each taking its leftmost non-overlapping
-    occurrences in what the longer ones left.
-
-    When no special token can overlap a shorter-or-equal one (a proper suffix of one is a proper prefix
-    of the other; runs of one repeated character excepted), that equals a single left-to-right scan
-    taking the longest special token at each position: one compiled trie regex. Otherwise the tokens
-    present in the text are applied one by one.
-    """
-
-    def __init__(self, specials: list[tuple[str, int]]):
-        # by decreasing length in UTF-8 bytes, as llama.cpp sorts them (std::string::size)
-        order = sorted(range(len(specials)), key=lambda k: (-len(specials[k][0].encode("utf-8", "surrogatepass")), k))
-        self._ordered = [specials[k] for k in order]
-        self._id: dict[str, int] = {}
-        for text, tid in self._ordered:
-            self._id.setdefault(text, tid)
-        self._pattern: re.Pattern | None = None
-        self._exact = _can_overlap([t for t, _ in self._ordered])
-        if self._ordered and not self._exact:
-            self._pattern = re.compile(_trie_pattern(list(self._id)))
-
-    def split(self, text: str) -> list[str | int]:
-        """Raw text fragments (str, non-empty) and special-token ids (int), in order."""
-        if not text:
-            return []
-        if not self._ordered:
-            return [text]
-        if self._exact:
-            return self._split_exact(text)
-        out: list[str | int] = []
-        pos = 0
-        ids = self._id
-        for m in self._pattern.finditer(text):
-            start, end = m.span()
-            if start > pos:
-                out.append(text[pos:start])
-            out.append(ids[m.group()])
-            pos = end
-        if pos < len(text):
-            out.append(text[pos:])
-        return out
-
-    def _split_exact(self, text: str) -> list[str | int]:
-        frags: list[str | int] = [text]
-        for special, tid in self._ordered:
-            if special not in text:
-                continue
-            new: list[str | int] = []
-            for f in frags:
-                if isinstance(f, str) and special in f:
-                    for k, part in enumerate(f.split(special)):
-                        if k:
-                            new.append(tid)
-                        if part:
-                            new.append(part)
-                else:
-                    new.append(f)
-            frags = new
-        return frags
-
-
-def _can_overlap(texts: list[str]) -> bool:
-    """True when an occurrence of one text can start inside an occurrence of another text no longer than
-    it in UTF-8 bytes, the order the texts are applied in (a proper suffix of the shorter-or-equal one is a
-    proper prefix of the other); runs of a single repeated character overlap harmlessly and do not count."""
-    suffixes: dict[str, list[str]] = {}
-    for s in texts:
-        for k in range(1, len(s)):
-            suffixes.setdefault(s[k:], []).append(s)
-
-    def run(x: str) -> bool:
-        return x.count(x[0]) == len(x)
-
-    def nbytes(x: str) -> int:
-        return len(x.encode("utf-8", "surrogatepass"))
-
-    for t in texts:
-        for j in range(1, len(t)):
-            for s in suffixes.get(t[:j], ()):
-                if nbytes(s) <= nbytes(t) and not (run(s) and run(t) and s[0] == t[0]):
-                    return True
-    return False
-
-
-def _trie_pattern(texts: list[str]) -> str:
-    """A regex matching any of texts, the longest one wherever several start at the same position."""
-    trie: dict = {}
-    for t in texts:
-        node = trie
-        for ch in t:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict) -> str:
-        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        return f"(?:{body})?" if "" in node else body
-
-    return build(trie)
 
 
 # -- metadata readers: each raises TokenizerError naming the file and the key ------------------------------

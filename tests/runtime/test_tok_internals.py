@@ -11,8 +11,9 @@ from conftest import model_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from localllm.bpe import BPE, BYTE_TO_UNICODE, PRE_TOKENIZERS
+from localllm.special_tokens import SpecialSplitter, can_overlap, trie_pattern
 from localllm.spm import SPACE
-from localllm.tokenizer import Tokenizer, _can_overlap, _SpecialSplitter, _trie_pattern
+from localllm.tokenizer import Tokenizer
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -182,7 +183,7 @@ _OVERLAPPING = ["ab", "bcd", "cd", "abc", "x", "dx", "cda"]
 @SETTINGS
 @given(text=pieces(list("ab \n<>/s|imend_") + ["<|im_end|>", "</b>", "\n\n\n", "    "], max_size=40))
 def test_partition_scan_matches_llama_cpp(text):
-    splitter = _SpecialSplitter([(s, i) for i, s in enumerate(_RUNS)])
+    splitter = SpecialSplitter([(s, i) for i, s in enumerate(_RUNS)])
     assert splitter._pattern is not None  # the single-scan path
     assert splitter.split(text) == st_partition_reference(text, ordered(_RUNS))
 
@@ -190,33 +191,33 @@ def test_partition_scan_matches_llama_cpp(text):
 @SETTINGS
 @given(text=st.text(alphabet=st.sampled_from(list("abcdx")), max_size=40))
 def test_partition_overlapping_specials_match_llama_cpp(text):
-    splitter = _SpecialSplitter([(s, i) for i, s in enumerate(_OVERLAPPING)])
+    splitter = SpecialSplitter([(s, i) for i, s in enumerate(_OVERLAPPING)])
     assert splitter._pattern is None  # overlaps: the token-by-token path
     assert splitter.split(text) == st_partition_reference(text, ordered(_OVERLAPPING))
 
 
 def test_partition_longest_first_not_leftmost_first():
     # "ab" starts first, but llama.cpp lets the longer "bcd" claim its text before "ab" is tried
-    assert _SpecialSplitter([("ab", 0), ("bcd", 1)]).split("abcd") == ["a", 1]
+    assert SpecialSplitter([("ab", 0), ("bcd", 1)]).split("abcd") == ["a", 1]
 
 
-def test_can_overlap():
-    assert not _can_overlap(["\n", "\n\n", "\n\n\n", "  ", "   ", "<b>", "</b>"])
-    assert _can_overlap(["ab", "bcd"])
-    assert _can_overlap(["ab", "ba"])
-    assert not _can_overlap(["abc", "cd"])  # the longer one first: its occurrence wins either way
+def testcan_overlap():
+    assert not can_overlap(["\n", "\n\n", "\n\n\n", "  ", "   ", "<b>", "</b>"])
+    assert can_overlap(["ab", "bcd"])
+    assert can_overlap(["ab", "ba"])
+    assert not can_overlap(["abc", "cd"])  # the longer one first: its occurrence wins either way
 
 
-def test_trie_pattern_prefers_longest():
+def testtrie_pattern_prefers_longest():
     import re
 
-    pat = re.compile(_trie_pattern(["<a>", "<ab>", "<", "x.y"]))
+    pat = re.compile(trie_pattern(["<a>", "<ab>", "<", "x.y"]))
     assert pat.findall("<ab><a><x.y xzy") == ["<ab>", "<a>", "<", "x.y"]
 
 
 def test_special_tokens_apply_longest_in_bytes_first():
     # "céé" is 3 characters but 5 UTF-8 bytes, "xabc" 4 and 4: llama.cpp applies "céé" first
-    s = _SpecialSplitter([("xabc", 0), ("céé", 1)])
+    s = SpecialSplitter([("xabc", 0), ("céé", 1)])
     assert s.split("xabcéé") == ["xab", 1]
 
 
