@@ -27,7 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 
-from ..store import Model, Store
+from ..hub.store import Model, Store
 from . import chat_input, sidebar
 from .chat_input import ChatInput
 from .conversation import AssistantMessage, Conversation, UserMessage

@@ -18,10 +18,10 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..catalog import CatalogError
-from ..catalog import load as load_catalog
-from ..progress import format_size
-from ..store import Model
+from ..hub.catalog import CatalogError
+from ..hub.catalog import load as load_catalog
+from ..hub.progress import format_size
+from ..hub.store import Model
 
 
 def empty_store_message() -> str:

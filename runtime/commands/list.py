@@ -6,7 +6,7 @@ import datetime
 import json
 import time
 
-from ..progress import format_size
+from ..hub.progress import format_size
 
 
 def register(subparsers) -> None:
@@ -44,8 +44,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def run(args) -> int:
-    from ..catalog import load
-    from ..store import Store
+    from ..hub import Store
+    from ..hub.catalog import load
 
     store = Store()
     if args.catalog:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..download import NetConfig
-from ..progress import Progress
+from ..hub.download import NetConfig
+from ..hub.progress import Progress
 
 _EPILOG = """\
 MODEL is one of:
@@ -51,7 +51,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..pull import pull
+    from ..hub.pull import pull
 
     if args.timeout <= 0 or args.retries < 0:
         raise ValueError("--timeout must be positive and --retries at least 0")

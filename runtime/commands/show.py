@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -22,11 +21,10 @@ def register(sub) -> None:
 
 
 def resolve(model: str, pull: bool = False) -> Path:
-    """A path to an existing file is used as is; anything else is looked up in the model store (and
-    pulled first only when `pull` is set: never silently)."""
-    from localllm.store import resolve_model
+    """bench.py's name for localllm.hub.resolve_model, until it imports that itself."""
+    from localllm.hub import resolve_model
 
-    return resolve_model(os.path.expanduser(model), pull=pull)
+    return resolve_model(model, pull=pull)
 
 
 def summary(path: Path) -> dict:
@@ -90,7 +88,9 @@ def _count(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    s = summary(resolve(args.model, pull=args.pull))
+    from localllm.hub import resolve_model
+
+    s = summary(resolve_model(args.model, pull=args.pull))
     if args.json:
         print(json.dumps(s, indent=1))
         return 0

@@ -19,17 +19,20 @@ import zipfile
 from collections import namedtuple
 from pathlib import Path
 
-import localllm.download as download_mod
-import localllm.pull as pull_mod
+import localllm.hub.download as download_mod
+import localllm.hub.hf as hf_mod
+import localllm.hub.pull as pull_mod
 import pytest
 from hf_server import HubServer, make_gguf
-from localllm import cli, hub, wheels
-from localllm.catalog import PackagePart
-from localllm.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
-from localllm.hub import AccessError, HubRef, RemoteFile
-from localllm.progress import Progress, format_duration, format_size
-from localllm.pull import pull
-from localllm.store import ModelBusyError, ModelNotFoundError, Store, StoreError, key
+from localllm import cli
+from localllm.hub import wheels
+from localllm.hub.catalog import PackagePart
+from localllm.hub.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
+from localllm.hub.hf import AccessError, RemoteFile
+from localllm.hub.names import HubRef
+from localllm.hub.progress import Progress, format_duration, format_size
+from localllm.hub.pull import pull
+from localllm.hub.store import ModelBusyError, ModelNotFoundError, Store, StoreError, key
 from package_index import PackageIndex
 
 DATA = make_gguf()
@@ -944,7 +947,7 @@ def test_listing_skips_malformed_entries(hf, monkeypatch):
         ).encode(),
     )
     monkeypatch.setenv("HF_ENDPOINT", f"{hf.url}/plain")
-    assert hub.list_files("u/r", net=NET) == [RemoteFile("c.gguf", 3, None), RemoteFile("d.gguf", 9, SHA)]
+    assert hf_mod.list_files("u/r", net=NET) == [RemoteFile("c.gguf", 3, None), RemoteFile("d.gguf", 9, SHA)]
 
 
 def test_sidecar_that_is_no_object_is_ignored(hf, tmp_path):

@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from ..gguf import GGUFError, GGUFFile
 from . import catalog as catalog_mod
-from . import hub, wheels
+from . import hf, wheels
 from .catalog import CatalogEntry, HubSource, PackageSource
 from .download import (
     DEFAULT_NET,
@@ -35,18 +36,9 @@ from .download import (
     sync,
     write,
 )
-from .gguf import GGUFError, GGUFFile
+from .names import SPLIT, has_quant, looks_like_path, parse_ref, split_siblings, stem
 from .progress import Progress, format_size
-from .store import (
-    Model,
-    ModelNotFoundError,
-    Store,
-    StoreError,
-    looks_like_path,
-    safe_file_name,
-    stem,
-    unknown_message,
-)
+from .store import Model, ModelNotFoundError, Store, StoreError, safe_file_name, unknown_message
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {
@@ -110,14 +102,6 @@ def describe(paths: list[Path]) -> dict:
     return info
 
 
-def _split_siblings(first: str) -> list[str]:
-    """first, or the names of every part when first is part 1 of a split GGUF (`-00001-of-00003.gguf`)."""
-    m = hub.SPLIT.search(first)
-    if not m or m[1] != "00001":
-        return [first]
-    return [hub.SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first) for i in range(1, int(m[2]) + 1)]
-
-
 def _url_parts(url: str) -> list[str]:
     """url as given, or, when it names part 1 of a split GGUF, every part's URL: only the path's last segment
     changes; query and fragment are kept (a signed URL stays signed)."""
@@ -125,7 +109,7 @@ def _url_parts(url: str) -> list[str]:
     head, _, last = u.path.rpartition("/")
     if not unquote(last):
         raise PullError(f"{url}: the URL names no file")
-    siblings = _split_siblings(last)
+    siblings = split_siblings(last)
     return [url] + [urlunsplit(u._replace(path=f"{head}/{s}")) for s in siblings[1:]]
 
 
@@ -153,7 +137,7 @@ class _Pull:
 
     # -- sources -------------------------------------------------------------------------------------
     def hub_files(
-        self, repo: str, revision: str, files: list[hub.RemoteFile], names: list[str]
+        self, repo: str, revision: str, files: list[hf.RemoteFile], names: list[str]
     ) -> tuple[list[Path], list[str]]:
         """names: safe file names for the partial files, one per remote file."""
         partials = [self.tmp / (n + ".partial") for n in names]
@@ -163,18 +147,18 @@ class _Pull:
             try:
                 shas.append(
                     download(
-                        hub.file_url(repo, revision, f.path),
+                        hf.file_url(repo, revision, f.path),
                         part,
                         size=f.size,
                         sha256=f.sha256,
-                        headers=hub.headers(),
+                        headers=hf.headers(),
                         net=self.net,
                         progress=self.progress,
                         label=base,
                     )
                 )
             except HTTPStatusError as e:
-                raise hub.explain(e, repo, f"{repo}/{f.path}") from None
+                raise hf.explain(e, repo, f"{repo}/{f.path}") from None
             staged.append(part)
         return staged, shas
 
@@ -220,7 +204,7 @@ class _Pull:
             self.progress.message(f"pulling {entry.name} from {src.describe()}")
             try:
                 if isinstance(src, HubSource):
-                    f = hub.RemoteFile(src.file, entry.size, entry.sha256)
+                    f = hf.RemoteFile(src.file, entry.size, entry.sha256)
                     staged, shas = self.hub_files(src.repo, src.revision, [f], [safe_file_name(Path(src.file).name)])
                     return staged, shas, f"{src.describe()}@{src.revision}"
                 staged, shas = self.packages(src, entry)
@@ -243,7 +227,7 @@ class _Pull:
             files = [target.file]
         elif kind == "hub":
             self.progress.message(f"pulling {self.name}")
-            remote = hub.pick(hub.list_files(target.repo, target.revision, self.net, self.progress), target)
+            remote = hf.pick(hf.list_files(target.repo, target.revision, self.net, self.progress), target)
             self.progress.message(
                 f"{target.repo}: {', '.join(f.path for f in remote)} ({format_size(sum(f.size for f in remote))})"
             )
@@ -290,7 +274,7 @@ def _classify(ref: str, store: Store | None = None):
     """(kind, target, default name): kind is file | url | catalog | hub; target is [Path] | [url] | entry | HubRef."""
     p = Path(ref).expanduser()
     if p.is_file():
-        parts = [p.parent / n for n in _split_siblings(p.name)]
+        parts = [p.parent / n for n in split_siblings(p.name)]
         missing = [str(x) for x in parts if not x.is_file()]
         if missing:
             raise PullError(f"split model {p.name} is missing part(s): {', '.join(missing)}")
@@ -300,14 +284,14 @@ def _classify(ref: str, store: Store | None = None):
         h = urlsplit(ref)
         if h.hostname in ("huggingface.co", "hf.co") and "/blob/" in h.path:
             url = urlunsplit(h._replace(path=h.path.replace("/blob/", "/resolve/", 1)))
-        elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := hub.parse(ref)):
+        elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := parse_ref(ref)):
             return "hub", r, r.name
         urls = _url_parts(url)
         return "url", urls, stem(_url_file(url))
     cat = catalog_mod.load()
     if e := cat.get(ref):
         return "catalog", e, e.name
-    if r := hub.parse(ref):
+    if r := parse_ref(ref):
         return "hub", r, r.name
     if looks_like_path(ref):
         raise ModelNotFoundError(f"no such file: {ref}")
@@ -336,8 +320,8 @@ def _same_source(have: Model, kind: str, target) -> bool:
     if not have.source.startswith(prefix) or revision != target.revision:
         return False
     if target.file:
-        return hub.SPLIT.sub("", path) == hub.SPLIT.sub("", target.file)
-    return hub.has_quant(path, target.quant)
+        return SPLIT.sub("", path) == SPLIT.sub("", target.file)
+    return has_quant(path, target.quant)
 
 
 def pull(

@@ -1,9 +1,5 @@
-"""Hugging Face references and the hub's file listing.
+"""The Hugging Face hub's API, as pulls use it: endpoint, token, file listing, file choice, error wording.
 
-    parse("hf.co/bartowski/Qwen2.5-0.5B-GGUF:Q8_0") -> HubRef(repo="bartowski/Qwen2.5-0.5B-GGUF", quant="Q8_0")
-    parse("user/repo")                              -> HubRef(repo="user/repo", quant="Q4_K_M")
-    parse("user/repo/sub/model-Q4_K_M.gguf")        -> HubRef(repo="user/repo", file="sub/model-Q4_K_M.gguf")
-    parse("qwen2.5-coder:0.5b")                     -> None (not a hub reference)
     files = list_files(repo, revision, net)         # [RemoteFile(path, size, sha256 or None)]
     pick(files, ref)                                # the quant's file, or every part of a split file, in order
 
@@ -21,15 +17,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json, origin
+from .names import SPLIT, HubRef, has_quant
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's `-hf user/repo` default
-
-_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.IGNORECASE)
-_REF_QUANT = re.compile(rf"({_NAME}/{_NAME})(?::([A-Za-z0-9][A-Za-z0-9._-]*))?")
-_REF_FILE = re.compile(rf"({_NAME}/{_NAME})/((?:{_NAME}/)*{_NAME}\.gguf)", re.IGNORECASE)
-SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 class AccessError(PullError):
@@ -37,32 +27,10 @@ class AccessError(PullError):
 
 
 @dataclass(frozen=True)
-class HubRef:
-    repo: str  # "user/repo"
-    quant: str | None = None  # upper case; set when file is None
-    file: str | None = None  # path inside the repo
-    revision: str = "main"
-
-    @property
-    def name(self) -> str:
-        """The store name: hf.co/user/repo:QUANT or hf.co/user/repo/file.gguf."""
-        return f"hf.co/{self.repo}/{self.file}" if self.file else f"hf.co/{self.repo}:{self.quant}"
-
-
-@dataclass(frozen=True)
 class RemoteFile:
     path: str
     size: int
     sha256: str | None  # from the LFS pointer; None for a file kept in git itself
-
-
-def parse(ref: str) -> HubRef | None:
-    s = _PREFIX.sub("", ref.strip(), count=1)
-    if m := _REF_FILE.fullmatch(s):
-        return HubRef(repo=m[1], file=m[2])
-    if (m := _REF_QUANT.fullmatch(s)) and not (m[2] is None and s.lower().endswith(".gguf")):
-        return HubRef(repo=m[1], quant=(m[2] or DEFAULT_QUANT).upper())
-    return None
 
 
 def endpoint() -> str:
@@ -168,12 +136,6 @@ def _group(files: list[RemoteFile], first: RemoteFile) -> list[RemoteFile]:
     if missing:
         raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {n}")
     return parts  # type: ignore[return-value]
-
-
-def has_quant(path: str, quant: str | None) -> bool:
-    """Whether the file name at `path` carries the quant tag (`Q8_0` in `m-Q8_0.gguf`, not in `m-Q8_0_L.gguf`)."""
-    tag = rf"(?<![A-Za-z0-9]){re.escape(quant or DEFAULT_QUANT)}(?![A-Za-z0-9_])"
-    return re.search(tag, path.rsplit("/", 1)[-1], re.IGNORECASE) is not None
 
 
 def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:

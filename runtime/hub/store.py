@@ -1,4 +1,4 @@
-"""The model store: one directory tree, safe for concurrent processes, and name resolution over it.
+"""The model store: one directory tree of pulled models, safe for concurrent processes.
 
     $LOCALLLM_HOME (default $XDG_DATA_HOME/localllm, else ~/.local/share/localllm)
       models/<key>/manifest.json     # a model exists once its directory is there: it is renamed in whole
@@ -6,9 +6,8 @@
       tmp/<key>/                     # partial downloads and wheels of a pull in progress
       locks/<key>.lock               # flock'd while a pull or rm of that model runs
 
-    resolve_model("qwen2.5-coder:0.5b") -> Path     # the stored file (first part of a split model)
-    resolve_model("./model.gguf") -> Path           # an existing file, as is
     Store().models() -> [Model]; Store().find(name) -> Model | None
+    Store().commit(name, staged, files, info) -> Model; Store().remove(name) -> Model
 
 <key> is the name made file-safe plus 8 hex digits of its sha256, so names never collide on disk.
 Errors are StoreError (a ValueError) subclasses; unknown names come with close suggestions.
@@ -30,17 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalog as catalog_mod
-
-
-def _hub():
-    """The hub module, imported when a name must be parsed: it pulls in the HTTP stack, which resolving a
-    local path (`localllm run model.gguf`) does not need."""
-    from . import hub
-
-    return hub
-
-
-_SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
+from . import names
 
 
 class StoreError(ValueError):
@@ -167,11 +156,6 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def stem(file: str) -> str:
-    """The model name a file suggests: `m-Q8_0-00001-of-00002.gguf` -> `m-Q8_0`."""
-    return _SPLIT.sub("", re.sub(r"\.gguf$", "", file, flags=re.IGNORECASE))
-
-
 def safe_file_name(name: str) -> str:
     """`name` when it can be a file in a model directory, else StoreError (telling the user to pass --name)."""
     ok = (
@@ -230,14 +214,14 @@ class Store:
         cat = _catalog()
         if cat and (e := cat.get(name)):
             spellings.append(e.name)
-        if ref := _hub().parse(name):
+        if ref := names.parse_ref(name):
             spellings.append(ref.name)
         for s in spellings:
             if m := self.get(s):
                 return m
         low = name.strip().lower()
         for m in self.models():
-            if m.source == name or m.name.lower() == low or stem(m.files[0]).lower() == low:
+            if m.source == name or m.name.lower() == low or names.stem(m.files[0]).lower() == low:
                 return m
         return None
 
@@ -338,38 +322,3 @@ def unknown_message(name: str, stored: list[str], with_catalog: bool = True) -> 
         f"unknown model {name!r}: not in {where}{hint} (`localllm list` shows the store, "
         f"`localllm list --catalog` the catalog)"
     )
-
-
-def looks_like_path(ref: str) -> bool:
-    """True for references that can only be file paths: /abs, ./rel, ~/..., or a .gguf name that is no hub reference."""
-    if ref.startswith(("/", "./", "../", "~")):
-        return True
-    return ref.lower().endswith(".gguf") and _hub().parse(ref) is None
-
-
-def resolve_model(name_or_path: str, pull: bool = False) -> Path:
-    """The GGUF file for a path, a store name, or (with pull=True) a catalog name or hub reference to pull."""
-    p = Path(name_or_path).expanduser()
-    if p.is_file():
-        return p
-    if looks_like_path(name_or_path):
-        raise ModelNotFoundError(f"no such file: {name_or_path}")
-    store = Store()
-    m = store.find(name_or_path)
-    if m is not None:
-        if why := m.damage():
-            raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
-        return m.path
-    cat = catalog_mod.load()
-    pullable = (
-        cat.get(name_or_path) is not None
-        or _hub().parse(name_or_path) is not None
-        or name_or_path.startswith(("https://", "http://"))
-    )
-    if not pullable:
-        raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
-    if pull:
-        from .pull import pull as do_pull
-
-        return do_pull(name_or_path, store=store).path
-    raise ModelNotPulledError(f"model {name_or_path!r} is not in the store yet: run `localllm pull {name_or_path}`")
