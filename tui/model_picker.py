@@ -20,8 +20,8 @@ from textual.widgets.option_list import Option
 
 from ..hub.catalog import CatalogError
 from ..hub.catalog import load as load_catalog
-from ..hub.progress import format_size
 from ..hub.store import StoredModel
+from ..hub.units import format_size
 
 
 def empty_store_message() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..hub.progress import format_size
+from ..hub.units import format_size
 
 
 def register(subparsers) -> None:

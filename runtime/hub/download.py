@@ -33,7 +33,8 @@ from email.message import Message
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-from .progress import Progress, format_size
+from .progress import Progress
+from .units import format_size
 
 CHUNK = 1 << 20  # the most read at once; read1() returns what has arrived, so progress stays live
 USER_AGENT = "localllm/0.1 (python-urllib)"

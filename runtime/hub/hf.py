@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json, origin
-from .names import SPLIT, HubRef, has_quant
+from .names import SPLIT, HubRef, has_quant, split_parts, stem
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -118,23 +118,21 @@ def list_files(repo: str, revision: str = "main", net: NetConfig = DEFAULT_NET, 
 
 
 def _quant_of(path: str) -> str:
-    stem = SPLIT.sub("", path.rsplit("/", 1)[-1])
-    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
-    m = re.search(r"[-.]([A-Za-z0-9_]+)$", stem)
-    return (m[1] if m else stem).upper()
+    name = stem(path.rsplit("/", 1)[-1])
+    m = re.search(r"[-.]([A-Za-z0-9_]+)$", name)
+    return (m[1] if m else name).upper()
 
 
 def _group(files: list[RemoteFile], first: RemoteFile) -> list[RemoteFile]:
     """`first` alone, or every part of the split file it starts, in order."""
-    m = SPLIT.search(first.path)
-    if not m:
+    names = split_parts(first.path)
+    if len(names) == 1:
         return [first]
-    n = int(m[2])
     by_path = {f.path: f for f in files}
-    parts = [by_path.get(SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first.path)) for i in range(1, n + 1)]
+    parts = [by_path.get(p) for p in names]
     missing = [i + 1 for i, p in enumerate(parts) if p is None]
     if missing:
-        raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {n}")
+        raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {len(names)}")
     return parts  # type: ignore[return-value]
 
 
@@ -148,9 +146,8 @@ def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
                 f"{ref.file} not found in {ref.repo}"
                 + (f"; GGUF files there: {', '.join(f.path for f in ggufs[:8])}" if ggufs else "")
             )
-        if m := SPLIT.search(hit.path):
-            first = SPLIT.sub(f"-00001-of-{m[2]}.gguf", hit.path)
-            hit = next((f for f in files if f.path == first), hit)
+        first = split_parts(hit.path)[0]
+        hit = next((f for f in files if f.path == first), hit)
         return _group(files, hit)
     hits = sorted(
         (f for f in ggufs if has_quant(f.path, ref.quant)), key=lambda f: (SPLIT.search(f.path) is not None, f.path)

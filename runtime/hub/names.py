@@ -56,12 +56,24 @@ def stem(file: str) -> str:
     return re.sub(r"\.gguf$", "", SPLIT.sub("", file), flags=re.IGNORECASE)
 
 
+def part_name(base: str, i: int, n: int) -> str:
+    """The file name of part i (from 1) of n of a split GGUF: `m`, 1, 3 -> `m-00001-of-00003.gguf`."""
+    return f"{base}-{i:05d}-of-{n:05d}.gguf"
+
+
+def split_parts(file: str) -> list[str]:
+    """Every part's name, in order, when `file` is any part of a split GGUF (a path keeps its directory); else [file]."""
+    m = SPLIT.search(file)
+    if not m:
+        return [file]
+    base = file[: m.start()]
+    return [part_name(base, i, int(m[2])) for i in range(1, int(m[2]) + 1)]
+
+
 def split_siblings(first: str) -> list[str]:
     """first, or the names of every part when first is part 1 of a split GGUF (`-00001-of-00003.gguf`)."""
     m = SPLIT.search(first)
-    if not m or m[1] != "00001":
-        return [first]
-    return [SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first) for i in range(1, int(m[2]) + 1)]
+    return split_parts(first) if m and m[1] == "00001" else [first]
 
 
 def looks_like_path(ref: str) -> bool:

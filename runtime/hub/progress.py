@@ -17,16 +17,9 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from .units import format_size
+
 _REDRAW_S = 0.1
-
-
-def format_size(n: float) -> str:
-    """Decimal units, as disks and download pages count: 491400064 -> "491.4 MB"."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def format_duration(s: float) -> str:

@@ -36,9 +36,10 @@ from .download import (
     sync,
     write,
 )
-from .names import SPLIT, has_quant, looks_like_path, parse_ref, split_siblings, stem
-from .progress import Progress, format_size
+from .names import SPLIT, has_quant, looks_like_path, parse_ref, part_name, split_siblings, stem
+from .progress import Progress
 from .store import ModelNotFoundError, Store, StoredModel, StoreError, safe_file_name, unknown_message
+from .units import format_size
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {
@@ -127,7 +128,7 @@ def _file_names(names: list[str], chosen: str | None) -> list[str]:
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", chosen).strip("-.")[:80] or "model"
     if len(names) == 1:
         return [f"{base}.gguf"]
-    return [f"{base}-{i:05d}-of-{len(names):05d}.gguf" for i in range(1, len(names) + 1)]
+    return [part_name(base, i, len(names)) for i in range(1, len(names) + 1)]
 
 
 class _Pull:

@@ -30,9 +30,10 @@ from localllm.hub.catalog import PackagePart
 from localllm.hub.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
 from localllm.hub.hf import AccessError, RemoteFile
 from localllm.hub.names import HubRef
-from localllm.hub.progress import Progress, format_duration, format_size
+from localllm.hub.progress import Progress, format_duration
 from localllm.hub.pull import pull
 from localllm.hub.store import ModelBusyError, ModelNotFoundError, Store, StoreError, key
+from localllm.hub.units import format_params, format_size
 from package_index import PackageIndex
 
 DATA = make_gguf()
@@ -1067,7 +1068,7 @@ def test_progress_close_ends_a_drawn_bar():
 
 
 def test_list_formats():
-    from localllm.commands.list import format_age, format_params
+    from localllm.commands.list import format_age
 
     assert [format_params(n) for n in (None, 999, 40_064, 135_000_000, 494_032_768, 1_543_714_304)] == [
         "-",
