@@ -30,7 +30,7 @@ from localllm.hub.catalog import PackagePart
 from localllm.hub.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
 from localllm.hub.hf import AccessError, RemoteFile
 from localllm.hub.names import HubRef
-from localllm.hub.progress import Progress, format_duration
+from localllm.hub.progress import Progress
 from localllm.hub.pull import pull
 from localllm.hub.store import ModelBusyError, ModelNotFoundError, Store, StoreError, key
 from localllm.hub.units import format_params, format_size
@@ -809,17 +809,22 @@ def test_unknown_names(home):
 
 
 # -- progress -----------------------------------------------------------------------------------------------------
+def _plain(terminal_output: str) -> str:
+    """What the terminal shows of the last line drawn: colours and cursor moves taken out."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal_output.rsplit("\r", 1)[-1])
+
+
 def test_progress_bar_on_a_tty():
     now = [0.0]
     p = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
     p.begin("model.gguf", 100_000_000)
     now[0] = 2.0
     p.advance(25_000_000)
-    frame = p.stream.getvalue().rsplit("\r", 1)[-1]
-    assert "model.gguf" in frame and " 25% " in frame and "25.0 MB/100.0 MB" in frame
-    assert "12.5 MB/s" in frame and "ETA 0:06" in frame and "█" in frame
-    p.message("a note")
-    assert "\x1b[K" in p.stream.getvalue() and p.stream.getvalue().endswith("a note\n")
+    frame = _plain(p.stream.getvalue())
+    assert "model.gguf" in frame and " 25% " in frame and "25.0/100.0 MB" in frame
+    assert "12.5 MB/s" in frame and "ETA 0:00:06" in frame and "━" in frame
+    p.message("a note")  # above the bar, which is drawn again below it
+    assert "a note\n" in p.stream.getvalue() and "25.0/100.0 MB" in p.stream.getvalue().rsplit("a note\n", 1)[1]
     p.end()
     assert p.stream.getvalue().endswith("model.gguf: 25.0 MB in 2.0 s (12.5 MB/s)\n")
 
@@ -830,7 +835,8 @@ def test_progress_unknown_total_and_quiet():
     p.begin("x", None)
     now[0] = 1.0
     p.advance(1000)
-    assert p.stream.getvalue().endswith("x 1.0 kB  1.0 kB/s")
+    frame = _plain(p.stream.getvalue())
+    assert frame.startswith("x ") and "1.0/? kB" in frame and "1.0 kB/s" in frame
     q = Progress(io.StringIO(), tty=True, quiet=True)
     q.message("hidden")
     q.begin("x", 10)
@@ -863,7 +869,6 @@ def test_formats():
         "491.4 MB",
         "1.1 GB",
     ]
-    assert [format_duration(s) for s in (0, 65, 3725)] == ["0:00", "1:05", "1:02:05"]
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
@@ -1059,12 +1064,15 @@ def test_url_references(home, ref, kind, name, target):
     assert pull_mod._classify(ref) == (kind, target, name)
 
 
-def test_progress_close_ends_a_drawn_bar():
+def test_progress_close_takes_down_a_drawn_bar():
     p = Progress(io.StringIO(), tty=True)
     p.begin("x", 10)
     p.close()
     p.close()
-    assert p.stream.getvalue().endswith("\n") and p.stream.getvalue().count("\n") == 1
+    out = p.stream.getvalue()
+    assert out.endswith("\x1b[2K") and _plain(out) == ""  # the bar's line erased: what follows starts clean
+    p.message("after")
+    assert out + "after\n" == p.stream.getvalue()
 
 
 def test_list_formats():
