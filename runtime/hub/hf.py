@@ -1,11 +1,12 @@
 """The Hugging Face hub's API, as pulls use it: endpoint, token, file listing, file choice, error wording.
 
-    files = list_files(repo, revision, net)         # [RemoteFile(path, size, sha256 or None)]
+    files = list_files(repo, revision, net)
+    cached_blob(repo, files[0])                     # the same file, already in the user's Hugging Face cache         # [RemoteFile(path, size, sha256 or None)]
     pick(files, ref)                                # the quant's file, or every part of a split file, in order
 
-Endpoint and token are read as huggingface_hub reads them: HF_ENDPOINT (default https://huggingface.co);
+Endpoint, token and cache are found as huggingface_hub finds them: HF_ENDPOINT (default https://huggingface.co);
 HF_TOKEN, else the token file $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME default $XDG_CACHE_HOME/huggingface,
-XDG_CACHE_HOME default ~/.cache).
+XDG_CACHE_HOME default ~/.cache); the download cache $HF_HUB_CACHE, default $HF_HOME/hub.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
+def _hf_home() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
+
+
 def token() -> str | None:
     env = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if env:
         return env.strip()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    hf_home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
-    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(hf_home, "token")
+    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(_hf_home(), "token")
     try:
         return Path(path).read_text().strip() or None
     except OSError:
@@ -53,6 +57,22 @@ def token() -> str | None:
 def headers() -> dict[str, str]:
     t = token()
     return {"Authorization": f"Bearer {t}"} if t else {}
+
+
+def cached_blob(repo: str, f: RemoteFile) -> Path | None:
+    """The copy of `f` that huggingface_hub already downloaded, or None.
+
+    Its cache keeps an LFS file as $HF_HUB_CACHE/models--USER--REPO/blobs/<sha256> (snapshots link to it), so a
+    file of known sha256 is found whatever revision fetched it; the caller still verifies the bytes.
+    """
+    if not f.sha256:
+        return None
+    cache = Path(os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub")).expanduser()
+    blob = cache / f"models--{repo.replace('/', '--')}" / "blobs" / f.sha256
+    try:
+        return blob if blob.is_file() and blob.stat().st_size == f.size else None
+    except OSError:
+        return None
 
 
 def file_url(repo: str, revision: str, path: str) -> str:

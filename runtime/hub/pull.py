@@ -9,12 +9,15 @@
 A pull holds the model's lock (a second pull of the same model waits, then finds it stored), downloads
 into the store's tmp area (resuming what an interrupted pull left), checks size, sha256 and the GGUF
 header, and only then moves the model into place. A failing source is reported and the next one tried.
+A hub file already in the user's Hugging Face cache (huggingface_hub's, $HF_HUB_CACHE) is linked or copied
+from there and verified instead of downloaded again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -140,11 +143,18 @@ class _Pull:
     def hub_files(
         self, repo: str, revision: str, files: list[hf.RemoteFile], names: list[str]
     ) -> tuple[list[Path], list[str]]:
-        """names: safe file names for the partial files, one per remote file."""
+        """names: safe file names for the partial files, one per remote file. A file already in the user's Hugging
+        Face cache is taken from there (and verified) instead of downloaded again."""
         partials = [self.tmp / (n + ".partial") for n in names]
-        check_space(self.tmp, sum(f.size for f in files) - sum(p.stat().st_size for p in partials if p.exists()))
+        cached = [hf.cached_blob(repo, f) for f in files]
+        need = [(f, p) for f, p, c in zip(files, partials, cached) if c is None]
+        check_space(self.tmp, sum(f.size for f, _ in need) - sum(p.stat().st_size for _, p in need if p.exists()))
         staged, shas = [], []
-        for f, part, base in zip(files, partials, names):
+        for f, part, base, blob in zip(files, partials, names, cached):
+            if blob is not None and (sha := self.reuse(blob, part, base, f.sha256)):
+                shas.append(sha)
+                staged.append(part)
+                continue
             try:
                 shas.append(
                     download(
@@ -162,6 +172,41 @@ class _Pull:
                 raise hf.explain(e, repo, f"{repo}/{f.path}") from None
             staged.append(part)
         return staged, shas
+
+    def reuse(self, blob: Path, out: Path, label: str, sha256: str | None) -> str | None:
+        """`out` as a hard link to (else a copy of) a Hugging Face cache blob; its sha256 when that is `sha256`,
+        else None (the link or copy deleted: the caller downloads instead)."""
+        self.progress.message(f"{label}: found in the Hugging Face cache ({blob.parent.parent.name})")
+        # a link under another name until verified: a download never appends to (so never changes) the cache's file
+        link = out.with_name(out.name + ".hf")
+        link.unlink(missing_ok=True)
+        try:
+            os.link(blob, link)  # blobs are never rewritten in place: sharing one costs no disk
+            sha = self.copy(link, None, label, verb="verifying")
+        except OSError:
+            sha = self.copy(blob, link, label, verb="copying")
+        if sha == sha256:
+            discard(out)
+            os.replace(link, out)
+            return sha
+        link.unlink()
+        self.progress.warn(f"{label}: the Hugging Face cache's copy {blob} is damaged (sha256 differs); downloading")
+        return None
+
+    def copy(self, src: Path, out: Path | None, label: str, verb: str = "importing") -> str:
+        """Copies src to out (None: only reads src), with progress; returns src's sha256."""
+        h = hashlib.sha256()
+        self.progress.begin(label, src.stat().st_size, verb=verb)
+        with open(src, "rb") as f, open(out, "wb") if out else contextlib.nullcontext() as dst:
+            while chunk := f.read(1 << 22):
+                if dst:
+                    write(dst, chunk, out)
+                h.update(chunk)
+                self.progress.advance(len(chunk))
+            if dst:
+                sync(dst, out)
+        self.progress.end()
+        return h.hexdigest()
 
     def urls(self, urls: list[str], names: list[str]) -> tuple[list[Path], list[str]]:
         """names: safe file names for the partial files, one per URL."""
@@ -182,21 +227,8 @@ class _Pull:
     def local(self, paths: list[Path], names: list[str]) -> tuple[list[Path], list[str]]:
         """names: safe file names for the copies, one per path."""
         check_space(self.tmp, sum(p.stat().st_size for p in paths))
-        staged, shas = [], []
-        for p, base in zip(paths, names):
-            out = self.tmp / (base + ".partial")
-            h = hashlib.sha256()
-            self.progress.begin(p.name, p.stat().st_size)
-            with open(p, "rb") as src, open(out, "wb") as dst:
-                while chunk := src.read(1 << 22):
-                    write(dst, chunk, out)
-                    h.update(chunk)
-                    self.progress.advance(len(chunk))
-                sync(dst, out)
-            self.progress.end()
-            staged.append(out)
-            shas.append(h.hexdigest())
-        return staged, shas
+        staged = [self.tmp / (base + ".partial") for base in names]
+        return staged, [self.copy(p, out, p.name) for p, out in zip(paths, staged)]
 
     def catalog(self, entry: CatalogEntry) -> tuple[list[Path], list[str], str]:
         """From the first source that works; one source's error as is, or all their errors in one."""

@@ -147,6 +147,44 @@ def test_hub_pull_is_up_to_date_without_network(hf, monkeypatch):
     assert "is up to date" in p.stream.getvalue() and len(hf.log) == n
 
 
+def _hf_cache_blob(data: bytes, repo: str = REPO) -> Path:
+    """A file as huggingface_hub caches it: blobs/<sha256> in the repo's folder of $HF_HOME/hub."""
+    blob = Path(os.environ["HF_HOME"]) / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"
+    blob.mkdir(parents=True, exist_ok=True)
+    (blob / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    return blob / hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_in_the_hugging_face_cache_is_not_downloaded_again(hf):
+    blob = _hf_cache_blob(DATA)
+    p = log()
+    m = pull(REPO, net=NET, progress=p)
+    assert m.path.read_bytes() == DATA and m.sha256 == (SHA,) and m.source == f"hf.co/{REPO}/{FILE}@main"
+    assert f"{FILE}: found in the Hugging Face cache" in p.stream.getvalue()
+    assert [path for _, path, _ in hf.log if "/resolve/" in path or "/cdn/" in path] == []  # only the listing
+    assert m.path.stat().st_ino == blob.stat().st_ino  # a hard link: no second copy on the same disk
+    assert blob.read_bytes() == DATA
+
+
+def test_a_catalog_model_in_the_hugging_face_cache_needs_no_network(home, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(home.parent / "elsewhere"))
+    monkeypatch.setenv("HF_HOME", str(home.parent / "elsewhere-not"))
+    blob = home.parent / "elsewhere" / f"models--{REPO.replace('/', '--')}" / "blobs" / SHA
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(DATA)
+    m = pull("tiny", net=NET, progress=log())  # the hub is a closed port here
+    assert m.path.read_bytes() == DATA and m.name == "tiny:1m"
+
+
+def test_a_damaged_file_in_the_hugging_face_cache_is_downloaded_instead(hf):
+    blob = _hf_cache_blob(DATA)
+    blob.write_bytes(bytes(len(DATA)))  # right size, wrong bytes
+    p = log()
+    m = pull(REPO, net=NET, progress=p)
+    assert m.path.read_bytes() == DATA and "cache's copy" in p.stream.getvalue() and "damaged" in p.stream.getvalue()
+    assert blob.read_bytes() == bytes(len(DATA))  # the user's cache is left as it was
+
+
 def test_force_downloads_again(hf):
     pull(REPO, net=NET, progress=log())
     pull(REPO, net=NET, progress=log(), force=True)
