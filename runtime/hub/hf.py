@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json, origin
+from .download import DEFAULT_NET, HTTPStatusError, NetConfig, get_json, origin
+from .errors import PullError
 from .names import SPLIT, HubRef, has_quant, split_parts, stem
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

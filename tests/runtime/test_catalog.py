@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from localllm.hub import catalog, hf
 from localllm.hub.catalog import CatalogError, HubSource, PackageSource
-from localllm.hub.download import PullError
+from localllm.hub.errors import PullError
 from localllm.hub.hf import RemoteFile
 from localllm.hub.names import HubRef, parse_ref
 

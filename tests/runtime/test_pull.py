@@ -19,6 +19,7 @@ import zipfile
 from collections import namedtuple
 from pathlib import Path
 
+import localllm.hub.disk as disk_mod
 import localllm.hub.download as download_mod
 import localllm.hub.hf as hf_mod
 import localllm.hub.pull as pull_mod
@@ -27,7 +28,9 @@ from hf_server import HubServer, make_gguf
 from localllm import cli
 from localllm.hub import wheels
 from localllm.hub.catalog import PackagePart
-from localllm.hub.download import ChecksumError, DiskFullError, NetConfig, NetworkError, PullError, download
+from localllm.hub.describe import describe
+from localllm.hub.download import NetConfig, download
+from localllm.hub.errors import ChecksumError, DiskFullError, NetworkError, PullError
 from localllm.hub.hf import AccessError, RemoteFile
 from localllm.hub.names import HubRef
 from localllm.hub.progress import Progress
@@ -506,7 +509,7 @@ def test_other_write_errors_are_reported(tmp_path):
             raise OSError(errno.EIO, "Input/output error")
 
     with pytest.raises(PullError, match="cannot write .*x.partial: Input/output error"):
-        download_mod.write(Broken(), b"x", tmp_path / "x.partial")
+        disk_mod.write(Broken(), b"x", tmp_path / "x.partial")
 
 
 def _no_space(*args, **kw):
@@ -519,7 +522,7 @@ def test_disk_full_at_fsync_or_in_the_sidecar(hf, tmp_path, monkeypatch, where):
     part = tmp_path / "dl" / "a.gguf.partial"
     with monkeypatch.context() as m:
         if where == "fsync":
-            m.setattr(download_mod.os, "fsync", _no_space)
+            m.setattr(disk_mod.os, "fsync", _no_space)
         else:
             m.setattr(Path, "write_text", _no_space)
         with pytest.raises(DiskFullError, match=r"disk full while writing a.gguf.partial .* free some space"):
@@ -530,7 +533,7 @@ def test_disk_full_at_fsync_or_in_the_sidecar(hf, tmp_path, monkeypatch, where):
 def test_disk_full_at_fsync_while_importing(home, tmp_path, monkeypatch):
     src = tmp_path / "m.gguf"
     src.write_bytes(DATA)
-    monkeypatch.setattr(download_mod.os, "fsync", _no_space)
+    monkeypatch.setattr(disk_mod.os, "fsync", _no_space)
     with pytest.raises(DiskFullError, match="disk full while writing m.gguf.partial"):
         pull(str(src), progress=log())
     monkeypatch.undo()
@@ -650,7 +653,7 @@ def test_unknown_name_suggests_from_the_given_store(home, tmp_path):
     store = Store(tmp_path / "other")
     staged = store.tmp("mymodel") / "m.partial"
     staged.write_bytes(DATA)
-    store.commit("mymodel", [staged], ["m.gguf"], {**pull_mod.describe([staged]), "sha256": [SHA]})
+    store.commit("mymodel", [staged], ["m.gguf"], {**describe([staged]), "sha256": [SHA]})
     with pytest.raises(ModelNotFoundError, match="did you mean mymodel"):
         pull("mymodle", store=store, progress=log())
 
@@ -1050,7 +1053,7 @@ def test_catalog_update_pulls_the_new_file(hf):
     catalog([HF_SOURCE])
     staged = Store().tmp("tiny:1m") / "old.partial"
     staged.write_bytes(OTHER)
-    info = pull_mod.describe([staged])
+    info = describe([staged])
     info.update(sha256=[hashlib.sha256(OTHER).hexdigest()], source="old")
     Store().commit("tiny:1m", [staged], ["tiny-1m.gguf"], info)
     assert pull("tiny", net=NET, progress=log()).path.read_bytes() == DATA
@@ -1059,7 +1062,7 @@ def test_catalog_update_pulls_the_new_file(hf):
 def test_quant_from_tensor_types_when_the_file_does_not_say(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(make_gguf(file_type=None))
-    assert pull_mod.describe([f])["quant"] == "F32"
+    assert describe([f])["quant"] == "F32"
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hf_server import HubServer, make_gguf
 from localllm import cli
+from localllm.hub.describe import describe
 from localllm.hub.names import stem
-from localllm.hub.pull import describe
 from localllm.hub.resolve import resolve_model
 from localllm.hub.store import (
     DamagedModelError,
