@@ -111,16 +111,22 @@ class _Pull:
         link = out.with_name(out.name + ".hf")
         link.unlink(missing_ok=True)
         try:
-            os.link(blob, link)  # blobs are never rewritten in place: sharing one costs no disk
-            sha = self.copy(link, None, label, verb="verifying")
-        except OSError:
-            sha = self.copy(blob, link, label, verb="copying")
+            try:
+                os.link(blob, link)  # blobs are never rewritten in place: sharing one costs no disk
+                sha = self.copy(link, None, label, verb="verifying")
+            except OSError:  # another file system, or links refused: a copy
+                self.progress.close()
+                sha = self.copy(blob, link, label, verb="copying")
+            why = "it is damaged (sha256 differs)"
+        except OSError as e:  # unreadable (a full disk is a DiskFullError, not this)
+            self.progress.close()
+            sha, why = None, f"cannot read it: {e.strerror or e}"
         if sha == sha256:
             discard(out)
             os.replace(link, out)
             return sha
-        link.unlink()
-        self.progress.warn(f"{label}: the Hugging Face cache's copy {blob} is damaged (sha256 differs); downloading")
+        link.unlink(missing_ok=True)
+        self.progress.warn(f"{label}: not using the Hugging Face cache's copy {blob}: {why}; downloading")
         return None
 
     def copy(self, src: Path, out: Path | None, label: str, verb: str = "importing") -> str:

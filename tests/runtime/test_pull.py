@@ -188,6 +188,20 @@ def test_a_damaged_file_in_the_hugging_face_cache_is_downloaded_instead(hf):
     assert blob.read_bytes() == bytes(len(DATA))  # the user's cache is left as it was
 
 
+def test_an_unreadable_file_in_the_hugging_face_cache_is_downloaded_instead(hf, monkeypatch):
+    _hf_cache_blob(DATA)
+
+    def no_read(path, mode="r", *a, **kw):  # the blob and its link cannot be opened
+        if str(path).endswith(".hf") or "blobs" in str(path):
+            raise PermissionError(13, "Permission denied")
+        return open(path, mode, *a, **kw)
+
+    monkeypatch.setattr(pull_mod, "open", no_read, raising=False)
+    p = log()
+    assert pull(REPO, net=NET, progress=p).path.read_bytes() == DATA
+    assert "cannot read it: Permission denied; downloading" in p.stream.getvalue()
+
+
 def test_force_downloads_again(hf):
     pull(REPO, net=NET, progress=log())
     pull(REPO, net=NET, progress=log(), force=True)
