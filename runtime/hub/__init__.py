@@ -7,9 +7,10 @@
 
 Layers, each importing only those below it:
     resolve.py   name or path -> local file (pulling when asked)
-    pull.py      a reference -> verified file(s) committed into the store
-    hf.py, wheels.py, download.py, progress.py    the sources and the transfer
-    store.py, catalog.py, names.py                what is stored, what can be pulled, what a name spells
+    pull.py      a reference -> verified file(s) committed into the store; describe.py reads what a GGUF is
+    hf.py, wheels.py, download.py     the sources (hub API, package index, plain HTTP)
+    disk.py, progress.py, errors.py   the partial file on disk, progress on stderr, the errors a pull raises
+    store.py, catalog.py, names.py    what is stored, what can be pulled, what a name spells; units.py prints sizes
 
 This file imports only the light layers (no HTTP stack): resolving a path or a stored name needs no more.
 """
