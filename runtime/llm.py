@@ -64,7 +64,7 @@ class LLM:
         self.k_type, self.v_type = kv_types(kv_type, k_type, v_type)
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
-            from .store import resolve_model  # raises ModelNotFoundError (a ValueError) naming the model
+            from .hub import resolve_model  # raises ModelNotFoundError (a ValueError) naming the model
 
             self.path = os.fspath(resolve_model(self.path))
         self._file = GGUFFile(self.path)

@@ -27,7 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 
-from ..store import Model, Store
+from ..hub.store import Store, StoredModel
 from . import chat_input, sidebar
 from .chat_input import ChatInput
 from .conversation import AssistantMessage, Conversation, UserMessage
@@ -365,7 +365,7 @@ class ChatApp(App):
         if len(self.screen_stack) == 1:
             self.push_screen(ModelPicker(self.store.models(), self.engine.model_name), self._switch_model)
 
-    def _switch_model(self, model: Model | None) -> None:
+    def _switch_model(self, model: StoredModel | None) -> None:
         if model is None or model.name == self.engine.model_name:
             return
         if why := self.busy():
@@ -375,7 +375,7 @@ class ChatApp(App):
         self.conversation.add_note(f"loading {model.name} …")
         self.run_worker(lambda: self._load(model), thread=True, group="model")
 
-    def _load(self, model: Model) -> None:
+    def _load(self, model: StoredModel) -> None:
         """Worker thread: opens the model and hands it to the engine."""
         try:
             llm = self.load_model(model.path)

@@ -1,7 +1,7 @@
 """The model picker: the models in the store (what `localllm list` shows), one to chat with.
 
     app.push_screen(ModelPicker(Store().models(), current="smollm2:135m"), callback)
-    # callback(Model) on Enter (or a click) over a model, None on Esc
+    # callback(StoredModel) on Enter (or a click) over a model, None on Esc
 
 An empty store shows how to get a model instead: `localllm pull NAME`, with the catalog's default as the example.
 """
@@ -18,10 +18,10 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..catalog import CatalogError
-from ..catalog import load as load_catalog
-from ..progress import format_size
-from ..store import Model
+from ..hub.catalog import CatalogError
+from ..hub.catalog import load as load_catalog
+from ..hub.store import StoredModel
+from ..hub.units import format_size
 
 
 def empty_store_message() -> str:
@@ -35,16 +35,16 @@ def empty_store_message() -> str:
     )
 
 
-def describe(model: Model, current: str) -> str:
+def describe(model: StoredModel, current: str) -> str:
     mark = "●" if model.name == current else " "
     damaged = " (damaged)" if model.damage() else ""
     return f"{mark} {model.name}{damaged}  {format_size(model.size)}  {model.quant or ''}".rstrip()
 
 
-class ModelPicker(ModalScreen[Model | None]):
+class ModelPicker(ModalScreen[StoredModel | None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "dismiss(None)", "close")]
 
-    def __init__(self, models: list[Model], current: str):
+    def __init__(self, models: list[StoredModel], current: str):
         super().__init__()
         self.models = models
         self.current = current

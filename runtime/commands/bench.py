@@ -85,10 +85,12 @@ def register(sub) -> None:
 
 
 def _resolve(name: str, pull: bool) -> Path:
-    from localllm.commands.show import resolve
+    """The store's (localllm.hub.resolve_model); the two default models also from the test-model cache
+    (models/fetch_test_models.py), so a development checkout benchmarks without pulling them again."""
+    from localllm.hub import resolve_model
 
     try:
-        return resolve(name, pull=pull)
+        return resolve_model(name, pull=pull)
     except (LookupError, ValueError, OSError):
         cached = TEST_CACHE_NAMES.get(name)
         env = os.environ.get("LOCALLLM_TEST_MODELS")

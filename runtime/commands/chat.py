@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 def default_model() -> str:
     """The catalog's default model name; CatalogError (a ValueError) when the catalog cannot be read."""
-    from localllm import catalog
+    from localllm.hub import catalog
 
     return catalog.load().default
 
@@ -52,11 +52,11 @@ def interactive() -> bool:
 
 def locate(model: str, pull: bool) -> Path:
     """The model's file. A catalog model not in the store yet is pulled with pull=True, or when the user says so."""
-    from localllm.store import ModelNotPulledError, resolve_model
+    from localllm import hub
 
     try:
-        return Path(resolve_model(os.path.expanduser(model), pull=pull))
-    except ModelNotPulledError:
+        return hub.resolve_model(model, pull=pull)
+    except hub.ModelNotPulledError:
         if not interactive():
             raise
         print(f"{model} is not in the store yet. Pull it now? [y/N] ", end="", file=sys.stderr, flush=True)
@@ -66,7 +66,7 @@ def locate(model: str, pull: bool) -> Path:
             answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             raise
-    return Path(resolve_model(os.path.expanduser(model), pull=True))
+    return hub.resolve_model(model, pull=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"error: the chat needs Textual ({e.name or e}): pip install textual", file=sys.stderr)
         return 1
+    from localllm.hub import default_home
     from localllm.llm import LLM
-    from localllm.store import default_home
 
     def open_llm(p: Path) -> LLM:
         return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))

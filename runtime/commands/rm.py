@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..progress import format_size
+from ..hub.units import format_size
 
 
 def register(subparsers) -> None:
@@ -18,7 +18,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..store import Store, StoreError
+    from ..hub import Store, StoreError
 
     store = Store()
     status = 0

@@ -31,11 +31,11 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localllm.commands.show import resolve
+    from localllm.hub import resolve_model
     from localllm.llm import LLM
 
     params = sampling_params(args, ignore_eos=args.ignore_eos)
-    path = resolve(args.model, pull=args.pull)
+    path = resolve_model(args.model, pull=args.pull)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt:
         raise ValueError("empty prompt: give one as an argument or on stdin")

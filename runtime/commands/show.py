@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -19,14 +18,6 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.set_defaults(func=run)
-
-
-def resolve(model: str, pull: bool = False) -> Path:
-    """A path to an existing file is used as is; anything else is looked up in the model store (and
-    pulled first only when `pull` is set: never silently)."""
-    from localllm.store import resolve_model
-
-    return resolve_model(os.path.expanduser(model), pull=pull)
 
 
 def summary(path: Path) -> dict:
@@ -77,20 +68,11 @@ def summary(path: Path) -> dict:
         }
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else str(n)
-
-
 def run(args: argparse.Namespace) -> int:
-    s = summary(resolve(args.model, pull=args.pull))
+    from localllm.hub import resolve_model
+    from localllm.hub.units import format_params, format_size
+
+    s = summary(resolve_model(args.model, pull=args.pull))
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
@@ -98,10 +80,13 @@ def run(args: argparse.Namespace) -> int:
         ("model", s["name"] or Path(s["path"]).name),
         (
             "file",
-            f"{s['path']} ({_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)",
+            f"{s['path']} ({format_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)",
         ),
         ("architecture", s["architecture"]),
-        ("parameters", f"{_count(s['parameters'])} ({s['parameters']:,}), {s['bits_per_weight']} bits per weight"),
+        (
+            "parameters",
+            f"{format_params(s['parameters'])} ({s['parameters']:,}), {s['bits_per_weight']} bits per weight",
+        ),
         ("context length", s["context_length"]),
         ("layers", s["layers"]),
         ("heads / kv heads", f"{s['heads']} / {s['kv_heads']}"),
@@ -114,5 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{k:<{w}}  {v}")
     print("quantization")
     for name, q in s["quantization"].items():
-        print(f"  {name:<7} {q['tensors']:>4} tensors  {_count(q['parameters']):>7} params  {_size(q['bytes']):>10}")
+        print(
+            f"  {name:<7} {q['tensors']:>4} tensors  {format_params(q['parameters']):>7} params  {format_size(q['bytes']):>10}"
+        )
     return 0

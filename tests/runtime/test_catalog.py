@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from localllm import catalog, hub
-from localllm.catalog import CatalogError, HubSource, PackageSource
-from localllm.download import PullError
-from localllm.hub import HubRef, RemoteFile
+from localllm.hub import catalog, hf
+from localllm.hub.catalog import CatalogError, HubSource, PackageSource
+from localllm.hub.errors import PullError
+from localllm.hub.hf import RemoteFile
+from localllm.hub.names import HubRef, parse_ref
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -150,13 +151,13 @@ def test_source_descriptions():
     ],
 )
 def test_parse_hub_references(ref, want):
-    assert hub.parse(ref) == want
+    assert parse_ref(ref) == want
 
 
 def test_store_names_of_hub_references():
-    assert hub.parse("u/r").name == "hf.co/u/r:Q4_K_M"
-    assert hub.parse("hf.co/u/r:q8_0").name == "hf.co/u/r:Q8_0"
-    assert hub.parse("u/r/m.gguf").name == "hf.co/u/r/m.gguf"
+    assert parse_ref("u/r").name == "hf.co/u/r:Q4_K_M"
+    assert parse_ref("hf.co/u/r:q8_0").name == "hf.co/u/r:Q8_0"
+    assert parse_ref("u/r/m.gguf").name == "hf.co/u/r/m.gguf"
 
 
 def test_endpoint_and_token_follow_huggingface_hub(tmp_path, monkeypatch):
@@ -166,21 +167,21 @@ def test_endpoint_and_token_follow_huggingface_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "cache" / "huggingface").mkdir(parents=True)
     (tmp_path / "cache" / "huggingface" / "token").write_text("hf_xdg")
-    assert hub.token() == "hf_xdg"
+    assert hf.token() == "hf_xdg"
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert hub.endpoint() == "https://huggingface.co"
-    assert hub.token() is None and hub.headers() == {}
+    assert hf.endpoint() == "https://huggingface.co"
+    assert hf.token() is None and hf.headers() == {}
     (tmp_path / "token").write_text("hf_file\n")
-    assert hub.token() == "hf_file"
+    assert hf.token() == "hf_file"
     other = tmp_path / "other"
     other.write_text("hf_path")
     monkeypatch.setenv("HF_TOKEN_PATH", str(other))
-    assert hub.token() == "hf_path"
+    assert hf.token() == "hf_path"
     monkeypatch.setenv("HF_TOKEN", "hf_env")
-    assert hub.headers() == {"Authorization": "Bearer hf_env"}
+    assert hf.headers() == {"Authorization": "Bearer hf_env"}
     monkeypatch.setenv("HF_ENDPOINT", "http://mirror.example/")
-    assert hub.file_url("u/r", "main", "sub/a b.gguf") == "http://mirror.example/u/r/resolve/main/sub/a%20b.gguf"
-    assert hub.file_url("u/r", "refs/pr/1", "m.gguf") == "http://mirror.example/u/r/resolve/refs%2Fpr%2F1/m.gguf"
+    assert hf.file_url("u/r", "main", "sub/a b.gguf") == "http://mirror.example/u/r/resolve/main/sub/a%20b.gguf"
+    assert hf.file_url("u/r", "refs/pr/1", "m.gguf") == "http://mirror.example/u/r/resolve/refs%2Fpr%2F1/m.gguf"
 
 
 # -- choosing the file ----------------------------------------------------------------------------------
@@ -198,10 +199,10 @@ def test_pick_by_quant_tag_like_llama_cpp():
         "mmproj-Q4_K_M.gguf",
         "m-q8_0.gguf",
     )
-    assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_K_M"))] == ["m-Q4_K_M.gguf"]
-    assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_K"))] == ["m-Q4_K.gguf"]
-    assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q4_XS"))] == ["m.Q4_XS.gguf"]
-    assert [f.path for f in hub.pick(files, HubRef("u/r", quant="Q8_0"))] == ["m-q8_0.gguf"]
+    assert [f.path for f in hf.pick(files, HubRef("u/r", quant="Q4_K_M"))] == ["m-Q4_K_M.gguf"]
+    assert [f.path for f in hf.pick(files, HubRef("u/r", quant="Q4_K"))] == ["m-Q4_K.gguf"]
+    assert [f.path for f in hf.pick(files, HubRef("u/r", quant="Q4_XS"))] == ["m.Q4_XS.gguf"]
+    assert [f.path for f in hf.pick(files, HubRef("u/r", quant="Q8_0"))] == ["m-q8_0.gguf"]
 
 
 def test_pick_prefers_a_single_file_and_fetches_split_files_whole():
@@ -211,21 +212,21 @@ def test_pick_prefers_a_single_file_and_fetches_split_files_whole():
         "Q8_0/m-Q8_0-00003-of-00003.gguf",
         "m-F16.gguf",
     )
-    got = hub.pick(files, HubRef("u/r", quant="Q8_0"))
+    got = hf.pick(files, HubRef("u/r", quant="Q8_0"))
     assert [f.path for f in got] == [f"Q8_0/m-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
-    got = hub.pick(files, HubRef("u/r", file="Q8_0/m-Q8_0-00002-of-00003.gguf"))
+    got = hf.pick(files, HubRef("u/r", file="Q8_0/m-Q8_0-00002-of-00003.gguf"))
     assert [f.path for f in got] == [f"Q8_0/m-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     both = files + _files("m-Q8_0.gguf")
-    assert [f.path for f in hub.pick(both, HubRef("u/r", quant="Q8_0"))] == ["m-Q8_0.gguf"]
+    assert [f.path for f in hf.pick(both, HubRef("u/r", quant="Q8_0"))] == ["m-Q8_0.gguf"]
 
 
 def test_pick_errors_name_what_is_there():
     files = _files("m-Q8_0.gguf", "m-F16.gguf", "m-Q6_K-00001-of-00002.gguf")
     with pytest.raises(PullError, match=r"no Q4_K_M file; quants there: F16, Q6_K, Q8_0 \(e.g. pull u/r:F16\)"):
-        hub.pick(files, HubRef("u/r", quant="Q4_K_M"))
+        hf.pick(files, HubRef("u/r", quant="Q4_K_M"))
     with pytest.raises(PullError, match="missing part"):
-        hub.pick(files, HubRef("u/r", quant="Q6_K"))
+        hf.pick(files, HubRef("u/r", quant="Q6_K"))
     with pytest.raises(PullError, match="x.gguf not found in u/r; GGUF files there: m-Q8_0.gguf"):
-        hub.pick(files, HubRef("u/r", file="x.gguf"))
+        hf.pick(files, HubRef("u/r", file="x.gguf"))
     with pytest.raises(PullError, match="has no GGUF files"):
-        hub.pick(_files("README.md"), HubRef("u/r", quant="Q4_K_M"))
+        hf.pick(_files("README.md"), HubRef("u/r", quant="Q4_K_M"))

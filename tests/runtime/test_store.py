@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from hf_server import HubServer, make_gguf
 from localllm import cli
-from localllm.pull import describe
-from localllm.store import (
+from localllm.hub.describe import describe
+from localllm.hub.names import stem
+from localllm.hub.resolve import resolve_model
+from localllm.hub.store import (
     DamagedModelError,
     ModelBusyError,
     ModelNotFoundError,
@@ -23,9 +25,7 @@ from localllm.store import (
     StoreError,
     default_home,
     key,
-    resolve_model,
     safe_file_name,
-    stem,
 )
 
 DATA = make_gguf()
@@ -120,7 +120,7 @@ def test_commit_replaces_a_stored_model(home):
 def test_replacing_a_model_is_one_atomic_swap(home, monkeypatch):
     """Where renameat2(RENAME_EXCHANGE) exists, the old directory is never moved out first: a crash at any
     point leaves a whole model in place."""
-    import localllm.store as store_mod
+    import localllm.hub.store as store_mod
 
     store = Store()
     first = put(store, "x", make_gguf(seed=1))

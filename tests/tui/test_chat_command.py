@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from localllm import catalog, cli
+from localllm import cli
 from localllm.commands import chat
+from localllm.hub import catalog
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_display_name(tmp_path):
 
 
 def test_missing_model_offers_to_pull_in_a_terminal(with_chat, capsys, monkeypatch):
-    from localllm import store
+    from localllm import hub
 
     monkeypatch.setattr(chat, "interactive", lambda: True)
     monkeypatch.setattr("builtins.input", lambda: "n")
@@ -82,7 +83,7 @@ def test_missing_model_offers_to_pull_in_a_terminal(with_chat, capsys, monkeypat
     assert "Pull it now? [y/N]" in err and "localllm pull smollm2:135m" in err and "Traceback" not in err
 
     pulls = []
-    real = store.resolve_model
+    real = hub.resolve_model
 
     def resolve(name, pull=False):
         if pull:
@@ -90,7 +91,7 @@ def test_missing_model_offers_to_pull_in_a_terminal(with_chat, capsys, monkeypat
             raise ValueError("no network in this test")
         return real(name, pull)
 
-    monkeypatch.setattr(store, "resolve_model", resolve)
+    monkeypatch.setattr(hub, "resolve_model", resolve)
     monkeypatch.setattr("builtins.input", lambda: "y")
     assert cli.main(["chat", "smollm2:135m"]) == 1
     assert pulls == ["smollm2:135m"] and "no network in this test" in capsys.readouterr().err

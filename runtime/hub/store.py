@@ -1,4 +1,4 @@
-"""The model store: one directory tree, safe for concurrent processes, and name resolution over it.
+"""The model store: one directory tree of pulled models, safe for concurrent processes.
 
     $LOCALLLM_HOME (default $XDG_DATA_HOME/localllm, else ~/.local/share/localllm)
       models/<key>/manifest.json     # a model exists once its directory is there: it is renamed in whole
@@ -6,9 +6,8 @@
       tmp/<key>/                     # partial downloads and wheels of a pull in progress
       locks/<key>.lock               # flock'd while a pull or rm of that model runs
 
-    resolve_model("qwen2.5-coder:0.5b") -> Path     # the stored file (first part of a split model)
-    resolve_model("./model.gguf") -> Path           # an existing file, as is
-    Store().models() -> [Model]; Store().find(name) -> Model | None
+    Store().models() -> [StoredModel]; Store().find(name) -> StoredModel | None
+    Store().commit(name, staged, files, info) -> StoredModel; Store().remove(name) -> StoredModel
 
 <key> is the name made file-safe plus 8 hex digits of its sha256, so names never collide on disk.
 Errors are StoreError (a ValueError) subclasses; unknown names come with close suggestions.
@@ -30,17 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalog as catalog_mod
-
-
-def _hub():
-    """The hub module, imported when a name must be parsed: it pulls in the HTTP stack, which resolving a
-    local path (`localllm run model.gguf`) does not need."""
-    from . import hub
-
-    return hub
-
-
-_SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
+from . import names
 
 
 class StoreError(ValueError):
@@ -77,7 +66,7 @@ def key(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Model:
+class StoredModel:
     name: str
     dir: Path
     files: tuple[str, ...]  # file names in dir, in split order
@@ -124,7 +113,7 @@ class Model:
         }
 
     @classmethod
-    def from_manifest(cls, d: Path, m: dict) -> Model:
+    def from_manifest(cls, d: Path, m: dict) -> StoredModel:
         return cls(
             name=m["name"],
             dir=d,
@@ -167,11 +156,6 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def stem(file: str) -> str:
-    """The model name a file suggests: `m-Q8_0-00001-of-00002.gguf` -> `m-Q8_0`."""
-    return _SPLIT.sub("", re.sub(r"\.gguf$", "", file, flags=re.IGNORECASE))
-
-
 def safe_file_name(name: str) -> str:
     """`name` when it can be a file in a model directory, else StoreError (telling the user to pass --name)."""
     ok = (
@@ -204,40 +188,40 @@ class Store:
         self.locks_dir = self.home / "locks"
 
     # -- reading -------------------------------------------------------------------------------------
-    def models(self) -> list[Model]:
+    def models(self) -> list[StoredModel]:
         """Every stored model, by name; directories without a readable manifest are skipped."""
         out = []
         if self.models_dir.is_dir():
             for d in self.models_dir.iterdir():
                 try:
-                    out.append(Model.from_manifest(d, json.loads((d / "manifest.json").read_text())))
+                    out.append(StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text())))
                 except (OSError, ValueError, KeyError, TypeError):
                     continue
         return sorted(out, key=lambda m: m.name)
 
-    def get(self, name: str) -> Model | None:
+    def get(self, name: str) -> StoredModel | None:
         """The model stored under exactly `name`."""
         d = self.models_dir / key(name)
         try:
-            m = Model.from_manifest(d, json.loads((d / "manifest.json").read_text()))
+            m = StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return m if m.name == name else None
 
-    def find(self, name: str) -> Model | None:
+    def find(self, name: str) -> StoredModel | None:
         """The model `name` refers to: its store name, catalog alias, hub spelling, source URL or file stem."""
         spellings = [name]
         cat = _catalog()
         if cat and (e := cat.get(name)):
             spellings.append(e.name)
-        if ref := _hub().parse(name):
+        if ref := names.parse_ref(name):
             spellings.append(ref.name)
         for s in spellings:
             if m := self.get(s):
                 return m
         low = name.strip().lower()
         for m in self.models():
-            if m.source == name or m.name.lower() == low or stem(m.files[0]).lower() == low:
+            if m.source == name or m.name.lower() == low or names.stem(m.files[0]).lower() == low:
                 return m
         return None
 
@@ -270,7 +254,7 @@ class Store:
         finally:
             os.close(fd)
 
-    def commit(self, name: str, staged: list[Path], files: list[str], info: dict) -> Model:
+    def commit(self, name: str, staged: list[Path], files: list[str], info: dict) -> StoredModel:
         """Moves verified files (staged in tmp, in split order) into the store as `name`; call under lock(name).
 
         info: sha256 (list), source, architecture, parameters, quant, context_length.
@@ -286,7 +270,7 @@ class Store:
         stage.mkdir()
         for src, f in zip(staged, files):
             os.replace(src, stage / f)
-        model = Model(
+        model = StoredModel(
             name=name,
             dir=self.models_dir / key(name),
             files=tuple(files),
@@ -315,7 +299,7 @@ class Store:
         shutil.rmtree(tmp, ignore_errors=True)
         return model
 
-    def remove(self, name: str) -> Model:
+    def remove(self, name: str) -> StoredModel:
         """Deletes a stored model (and any partial pull of it); raises ModelNotFoundError or ModelBusyError."""
         m = self.find(name)
         if m is None:
@@ -338,38 +322,3 @@ def unknown_message(name: str, stored: list[str], with_catalog: bool = True) -> 
         f"unknown model {name!r}: not in {where}{hint} (`localllm list` shows the store, "
         f"`localllm list --catalog` the catalog)"
     )
-
-
-def looks_like_path(ref: str) -> bool:
-    """True for references that can only be file paths: /abs, ./rel, ~/..., or a .gguf name that is no hub reference."""
-    if ref.startswith(("/", "./", "../", "~")):
-        return True
-    return ref.lower().endswith(".gguf") and _hub().parse(ref) is None
-
-
-def resolve_model(name_or_path: str, pull: bool = False) -> Path:
-    """The GGUF file for a path, a store name, or (with pull=True) a catalog name or hub reference to pull."""
-    p = Path(name_or_path).expanduser()
-    if p.is_file():
-        return p
-    if looks_like_path(name_or_path):
-        raise ModelNotFoundError(f"no such file: {name_or_path}")
-    store = Store()
-    m = store.find(name_or_path)
-    if m is not None:
-        if why := m.damage():
-            raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
-        return m.path
-    cat = catalog_mod.load()
-    pullable = (
-        cat.get(name_or_path) is not None
-        or _hub().parse(name_or_path) is not None
-        or name_or_path.startswith(("https://", "http://"))
-    )
-    if not pullable:
-        raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
-    if pull:
-        from .pull import pull as do_pull
-
-        return do_pull(name_or_path, store=store).path
-    raise ModelNotPulledError(f"model {name_or_path!r} is not in the store yet: run `localllm pull {name_or_path}`")

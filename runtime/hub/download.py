@@ -15,14 +15,10 @@ plain http drops it.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import http.client
 import json
-import os
 import re
-import shutil
 import socket
 import ssl
 import time
@@ -33,14 +29,13 @@ from email.message import Message
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-from .progress import Progress, format_size
+from .disk import check_space, discard, load_pin, make_pin, save_pin, sync, write
+from .errors import ChecksumError, NetworkError, PullError
+from .progress import Progress
+from .units import format_size
 
 CHUNK = 1 << 20  # the most read at once; read1() returns what has arrived, so progress stays live
 USER_AGENT = "localllm/0.1 (python-urllib)"
-
-
-class PullError(ValueError):
-    """A pull that failed; the message says what failed and, where there is one, what to do."""
 
 
 class HTTPStatusError(PullError):
@@ -50,22 +45,6 @@ class HTTPStatusError(PullError):
             f"{host_of(url)}: HTTP {status} {http.client.responses.get(status, '')}".rstrip()
             + f" for {urlsplit(url).path}"
         )
-
-
-class NetworkError(PullError):
-    """The host could not be reached or the connection failed; `transient` when a retry may help."""
-
-    def __init__(self, message: str, host: str, transient: bool):
-        super().__init__(message)
-        self.host, self.transient = host, transient
-
-
-class ChecksumError(PullError):
-    """Downloaded bytes that are not the file that was asked for; they have been deleted."""
-
-
-class DiskFullError(PullError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -196,85 +175,6 @@ def get_json(url: str, headers: dict[str, str], net: NetConfig, progress: Progre
     return data, (urljoin(url, m.group(1)) if m else None)
 
 
-# -- the partial file and its sidecar -------------------------------------------------------------------
-def _sidecar(partial: Path) -> Path:
-    return partial.with_name(partial.name + ".json")
-
-
-def discard(partial: Path) -> None:
-    for p in (partial, _sidecar(partial)):
-        p.unlink(missing_ok=True)
-
-
-def _pin(url: str, size: int | None, sha256: str | None) -> dict:
-    # what the partial bytes are: content when its hash is known, else the URL (plus the server's ETag)
-    return {"sha256": sha256, "size": size} if sha256 else {"url": url, "size": size}
-
-
-def _load_pin(partial: Path) -> dict | None:
-    try:
-        pin = json.loads(_sidecar(partial).read_text())
-    except (OSError, ValueError):
-        return None
-    return pin if isinstance(pin, dict) else None
-
-
-def _save_pin(partial: Path, pin: dict) -> None:
-    tmp = _sidecar(partial).with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(pin))
-        os.replace(tmp, _sidecar(partial))
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise _write_error(e, partial, _sidecar(partial)) from None
-
-
-def check_space(directory: Path, need: int) -> None:
-    """Raises DiskFullError when `directory`'s file system has fewer than `need` bytes free."""
-    free = shutil.disk_usage(directory).free
-    if need > free:
-        raise DiskFullError(
-            f"not enough disk space in {directory}: {format_size(need)} needed, {format_size(free)} free"
-        )
-
-
-def _write_error(e: OSError, path: Path, written: Path | None = None) -> PullError:
-    """A failed write to `written` (default `path`) as DiskFullError (after deleting `path`) or PullError."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        discard(path)
-        return DiskFullError(
-            f"disk full while writing {path.name} in {path.parent}; the partial file "
-            f"was deleted: free some space and pull again"
-        )
-    return PullError(f"cannot write {written or path}: {e.strerror or e}")
-
-
-def _close(f) -> None:
-    with contextlib.suppress(OSError):  # closing flushes again, and fails again
-        f.close()
-
-
-def write(f, data: bytes, path: Path) -> None:
-    """f.write(data), turning ENOSPC into DiskFullError (after deleting `path`) and other errors into PullError."""
-    try:
-        f.write(data)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            _close(f)
-        raise _write_error(e, path) from None
-
-
-def sync(f, path: Path) -> None:
-    """f.flush() and os.fsync, with write()'s errors (buffered bytes can meet a full disk here too)."""
-    try:
-        f.flush()
-        os.fsync(f.fileno())
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            _close(f)
-        raise _write_error(e, path) from None
-
-
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
@@ -309,13 +209,13 @@ def download(
     label = label or partial.name.removesuffix(".partial")
     headers = dict(headers or {})
     host = host_of(url)
-    pin = _pin(url, size, sha256)
-    old = _load_pin(partial)
+    pin = make_pin(url, size, sha256)
+    old = load_pin(partial)
     if old is None or any(old.get(k) != v for k, v in pin.items()):
         discard(partial)
     etag = old.get("etag") if old and isinstance(old.get("etag"), str) else None
     partial.parent.mkdir(parents=True, exist_ok=True)
-    _save_pin(partial, {**pin, "etag": etag})
+    save_pin(partial, {**pin, "etag": etag})
 
     h = hashlib.sha256()
     with open(partial, "ab+") as f:
@@ -373,7 +273,7 @@ def download(
                 if size is None:
                     size = total
                 etag = resp.headers.get("ETag") or etag
-                _save_pin(partial, {**pin, "etag": etag})
+                save_pin(partial, {**pin, "etag": etag})
                 if size is not None:
                     check_space(partial.parent, size - done)
                 progress.begin(label, size, done)

@@ -1,0 +1,46 @@
+"""The one resolver of model names: a path, a store name, or (when asked) something to pull -> a local GGUF file.
+
+    resolve_model("./model.gguf") -> Path             # an existing file, as is (~ expanded)
+    resolve_model("qwen2.5-coder:0.5b") -> Path       # the stored file (first part of a split model)
+    resolve_model("qwen2.5-coder:0.5b", pull=True)    # pulled first when it is not stored yet
+
+It sits above the store and the pull: the store never pulls, the pull never resolves.
+Errors are StoreError (a ValueError): ModelNotFoundError (with close suggestions), ModelNotPulledError
+(pullable, saying how), DamagedModelError; with pull=True also PullError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import catalog, names
+from .store import DamagedModelError, ModelNotFoundError, ModelNotPulledError, Store, unknown_message
+
+
+def resolve_model(name_or_path: str | os.PathLike, pull: bool = False) -> Path:
+    """The GGUF file for a path, a store name, or (with pull=True) a catalog name, hub reference or URL to pull."""
+    name_or_path = os.fspath(name_or_path)
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p
+    if names.looks_like_path(name_or_path):
+        raise ModelNotFoundError(f"no such file: {name_or_path}")
+    store = Store()
+    m = store.find(name_or_path)
+    if m is not None:
+        if why := m.damage():
+            raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
+        return m.path
+    pullable = (
+        catalog.load().get(name_or_path) is not None
+        or names.parse_ref(name_or_path) is not None
+        or name_or_path.startswith(("https://", "http://"))
+    )
+    if not pullable:
+        raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
+    if pull:
+        from .pull import pull as do_pull  # here, not at the top: it brings the HTTP stack, which paths do not need
+
+        return do_pull(name_or_path, store=store).path
+    raise ModelNotPulledError(f"model {name_or_path!r} is not in the store yet: run `localllm pull {name_or_path}`")
