@@ -17,16 +17,11 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 void check_matrix(const KernelTable& kt, const WeightView& w, int rows, int row_len, const std::string& name) {
   if (!w.present()) throw std::invalid_argument(name + ": tensor missing");
-  const TypeInfo* ti = type_info(w.type);
-  if (!ti || w.type < 0 || w.type >= 40 || (!kt.unpack[w.type] && !kt.unpack_f[w.type]))
-    throw std::invalid_argument(name + ": tensor type id " + str(w.type) + " is not supported");
   if (w.rows != rows || w.row_len != row_len)
     throw std::invalid_argument(name + ": shape [" + str(w.rows) + ", " + str(w.row_len) + "], expected [" +
                                 str(rows) + ", " + str(row_len) + "]");
-  if (row_len % ti->block_size)
-    throw std::invalid_argument(name + ": row length " + str(row_len) + " is not a whole number of " + ti->name +
-                                " blocks");
-  if (w.row_bytes < (size_t)(row_len / ti->block_size) * ti->type_size)
+  const TypeInfo& ti = checked_type(kt, w.type, row_len, name);
+  if (w.row_bytes < row_bytes_of(ti, row_len))
     throw std::invalid_argument(name + ": row stride " + str((int64_t)w.row_bytes) + " bytes is too small");
 }
 

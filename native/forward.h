@@ -129,7 +129,7 @@ class Model {
   ModelConfig cfg_;
   ModelWeights w_;
   const KernelTable* kt_;
-  ThreadPool pool_;
+  ThreadPool pool_;  // this model's thread count on the process's workers
   KvCache kv_;
   bool rotate_k_, rotate_v_, center_k_ = false, center_v_ = false;  // center_*: set once the biases are known
   std::vector<std::vector<float>> k_scale_;  // [n_layers][n_kv_head * head_dim] when K is equalized, else empty

@@ -51,17 +51,17 @@ T* carve(uint8_t*& cur, size_t n) {
 }
 size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k) {
+}  // namespace
+
+const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const std::string& what) {
   const TypeInfo* ti = type_info(type_id);
   if (!ti || type_id < 0 || type_id >= 40 || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
-    throw std::invalid_argument("unsupported tensor type id " + std::to_string(type_id));
+    throw std::invalid_argument(what + ": tensor type id " + std::to_string(type_id) + " is not supported");
   if (k <= 0 || k % ti->block_size)
-    throw std::invalid_argument(std::string(ti->name) + ": row length " + std::to_string(k) +
-                                " is not a whole number of blocks");
+    throw std::invalid_argument(what + ": row length " + std::to_string(k) + " is not a whole number of blocks of " +
+                                ti->name + " (" + std::to_string(ti->block_size) + " weights)");
   return *ti;
 }
-
-}  // namespace
 
 const TypeInfo* type_info(int type_id) {
   static const TypeInfo table[] = {
@@ -451,8 +451,8 @@ static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_
 }
 
 static void check_job(const KernelTable& kt, const MatmulJob& J, int k) {
-  const TypeInfo& ti = checked_type(kt, J.type_id, k);
-  if (J.row_bytes < (size_t)(k / ti.block_size) * ti.type_size)
+  const TypeInfo& ti = checked_type(kt, J.type_id, k, "weights");
+  if (J.row_bytes < row_bytes_of(ti, k))
     throw std::invalid_argument(std::string(ti.name) + ": row stride too small for " + std::to_string(k) + " weights");
 }
 
@@ -488,7 +488,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
 }
 
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) {
-  const TypeInfo& ti = checked_type(kt, type_id, k);
+  const TypeInfo& ti = checked_type(kt, type_id, k, "tensor");
   if (kt.unpack_f[type_id]) {
     for (int r = 0; r < rows; ++r) kt.unpack_f[type_id](w + (size_t)r * row_bytes, k, out + (size_t)r * k);
     return;

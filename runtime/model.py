@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _native, kernels
+from . import kernels
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
@@ -120,7 +120,7 @@ class Model:
                 if name is not None:
                     d[key] = _view(tensor(name))
             layers.append(d)
-        self._native = _native.Model(
+        self._impl = kernels.new_model(
             config,
             weights,
             layers,
@@ -140,52 +140,52 @@ class Model:
 
     @property
     def n_blocks(self) -> int:
-        return self._native.n_blocks
+        return self._impl.n_blocks
 
     @property
     def block_size(self) -> int:
-        return self._native.block_size
+        return self._impl.block_size
 
     @property
     def kv_bytes(self) -> int:
-        return self._native.kv_bytes
+        return self._impl.kv_bytes
 
     @property
     def k_type(self) -> str:
-        return self._native.k_type
+        return self._impl.k_type
 
     @property
     def v_type(self) -> str:
-        return self._native.v_type
+        return self._impl.v_type
 
     @property
     def kv_rotated(self) -> tuple[bool, bool]:
         """(K rotated, V rotated): kv_rotate and the type quantized."""
-        return self._native.rotate_k, self._native.rotate_v
+        return self._impl.rotate_k, self._impl.rotate_v
 
     @property
     def kv_centered(self) -> tuple[bool, bool]:
         """(K stored minus its bias, V likewise): kv_center, the type quantized and the bias present."""
-        return self._native.center_k, self._native.center_v
+        return self._impl.center_k, self._impl.center_v
 
     @property
     def kv_equalized(self) -> bool:
         """K stored divided per channel by its expected magnitude: kv_equalize and K quantized."""
-        return self._native.equalize_k
+        return self._impl.equalize_k
 
     @property
     def k_scales(self) -> np.ndarray | None:
         """float32 [n_layers, n_kv_head * head_dim]: K is stored divided by these (q multiplied), or None."""
-        return self._native.k_scales
+        return self._impl.k_scales
 
     @property
     def threads(self) -> int:
-        return self._native.threads
+        return self._impl.threads
 
     def forward(
         self, token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
     ) -> np.ndarray:
         """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]."""
-        return self._native.forward(
+        return self._impl.forward(
             token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
         )
