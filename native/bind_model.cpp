@@ -214,20 +214,20 @@ void bind_model(py::module_& m) {
       .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_cache().bytes(); })
       .def_property_readonly("k_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().k_type()); })
       .def_property_readonly("v_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().v_type()); })
-      .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->rotate_k(); })
-      .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->rotate_v(); })
-      .def_property_readonly("center_k", [](const PyModel& p) { return p.model->center_k(); })
-      .def_property_readonly("center_v", [](const PyModel& p) { return p.model->center_v(); })
-      .def_property_readonly("equalize_k", [](const PyModel& p) { return p.model->equalize_k(); })
+      .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->kv_transforms().rotate_k(); })
+      .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->kv_transforms().rotate_v(); })
+      .def_property_readonly("center_k", [](const PyModel& p) { return p.model->kv_transforms().center_k(); })
+      .def_property_readonly("center_v", [](const PyModel& p) { return p.model->kv_transforms().center_v(); })
+      .def_property_readonly("equalize_k", [](const PyModel& p) { return p.model->kv_transforms().equalize_k(); })
       .def_property_readonly(
           "k_scales",
           [](const PyModel& p) -> py::object {
-            if (!p.model->equalize_k()) return py::none();
+            if (!p.model->kv_transforms().equalize_k()) return py::none();
             const ModelConfig& c = p.model->config();
             const int kvd = c.n_kv_head * c.head_dim;
             py::array_t<float> out({(py::ssize_t)c.n_layers, (py::ssize_t)kvd});
             for (int l = 0; l < c.n_layers; ++l)
-              std::memcpy(out.mutable_data() + (size_t)l * kvd, p.model->k_scale(l).data(), kvd * sizeof(float));
+              std::memcpy(out.mutable_data() + (size_t)l * kvd, p.model->kv_transforms().k_scale(l).data(), kvd * sizeof(float));
             return out;
           },
           "float32 [n_layers, n_kv_head * head_dim]: K's per-channel divisors, or None")
