@@ -33,6 +33,38 @@ T get_key(const py::dict& d, const char* key, const char* what) {
   }
 }
 
+// ffn_act: "silu" | "gelu_tanh"
+template <>
+FfnAct get_key<FfnAct>(const py::dict& d, const char* key, const char* what) {
+  const std::string act = get_key<std::string>(d, key, what);
+  if (act == "silu") return FfnAct::Silu;
+  if (act == "gelu_tanh") return FfnAct::GeluTanh;
+  throw std::invalid_argument(std::string(what) + ": " + key + " '" + act + "' is not one of silu, gelu_tanh");
+}
+
+// {"config": [...], "weights": [...], "layer": [...], "layer_weights": [...]}: the names of model_config.h's lists
+py::dict model_fields() {
+  py::list config, weights, layer, layer_weights;
+#define LLL_NAME(type, name) config.append(#name);
+  LLL_CONFIG_FIELDS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(type, name) layer.append(#name);
+  LLL_LAYER_FIELDS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(name) weights.append(#name);
+  LLL_MODEL_WEIGHTS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(name) layer_weights.append(#name);
+  LLL_LAYER_WEIGHTS(LLL_NAME)
+#undef LLL_NAME
+  py::dict d;
+  d["config"] = config;
+  d["weights"] = weights;
+  d["layer"] = layer;
+  d["layer_weights"] = layer_weights;
+  return d;
+}
+
 // spec: None (absent) or (type_id, rows: uint8 [rows, row_bytes] viewing the file, row_len)
 WeightView weight_view(const KernelTable& kt, const py::handle& spec, const std::string& name,
                        std::vector<py::object>& keep) {
@@ -92,58 +124,33 @@ struct PyModel {
 
   PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, int n_blocks, int block_size,
           const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads) {
-    const char* C = "config";
     ModelConfig c;
-    c.n_vocab = get_key<int>(cfg, "n_vocab", C);
-    c.d_model = get_key<int>(cfg, "d_model", C);
-    c.n_layers = get_key<int>(cfg, "n_layers", C);
-    c.n_head = get_key<int>(cfg, "n_head", C);
-    c.n_kv_head = get_key<int>(cfg, "n_kv_head", C);
-    c.head_dim = get_key<int>(cfg, "head_dim", C);
-    c.n_ff = get_key<int>(cfg, "n_ff", C);
-    c.rms_eps = get_key<float>(cfg, "rms_eps", C);
-    c.n_rot = get_key<int>(cfg, "n_rot", C);
-    c.neox = get_key<bool>(cfg, "neox", C);
-    c.attn_scale = get_key<float>(cfg, "attn_scale", C);
-    const std::string act = get_key<std::string>(cfg, "ffn_act", C);
-    if (act == "silu") c.ffn_act = FfnAct::Silu;
-    else if (act == "gelu_tanh") c.ffn_act = FfnAct::GeluTanh;
-    else throw std::invalid_argument("config: ffn_act '" + act + "' is not one of silu, gelu_tanh");
-    c.embed_scale = get_key<float>(cfg, "embed_scale", C);
-    c.sliding_window = get_key<int>(cfg, "sliding_window", C);
-    c.attn_softcap = get_key<float>(cfg, "attn_softcap", C);
-    c.final_softcap = get_key<float>(cfg, "final_softcap", C);
+#define LLL_READ(type, name) c.name = get_key<type>(cfg, #name, "config");
+    LLL_CONFIG_FIELDS(LLL_READ)
+#undef LLL_READ
     if (threads < 1 || threads > 1024) throw std::invalid_argument("threads must be between 1 and 1024");
 
+    // weights: absent or None where the model has no such tensor (the Model names a required one missing)
     auto opt = [](const py::dict& d, const char* key) -> py::object {
       return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key]) : py::none();
     };
     const KernelTable* kt = kernel_context().kernels;
     ModelWeights w;
-    for (const char* key : {"token_embd", "output_norm", "output"})
-      if (!weights.contains(key)) throw std::invalid_argument(cfg_key("weights", key) + " missing");
-    w.token_embd = weight_view(*kt, weights["token_embd"], "token_embd", keep);
-    w.output_norm = weight_view(*kt, weights["output_norm"], "output_norm", keep);
-    w.output = weight_view(*kt, weights["output"], "output", keep);
-    w.rope_freqs = weight_view(*kt, opt(weights, "rope_freqs"), "rope_freqs", keep);
+#define LLL_READ(name) w.name = weight_view(*kt, opt(weights, #name), #name, keep);
+    LLL_MODEL_WEIGHTS(LLL_READ)
+#undef LLL_READ
     for (size_t i = 0; i < layers.size(); ++i) {
       if (!py::isinstance<py::dict>(layers[i]))
         throw std::invalid_argument("layers[" + std::to_string(i) + "] must be a dict");
       const py::dict ld = layers[i].cast<py::dict>();
       const std::string b = "blk." + std::to_string(i) + ".";
       LayerWeights L;
-      L.sliding = get_key<bool>(ld, "sliding", b.c_str());
-      L.rope_base = get_key<float>(ld, "rope_base", b.c_str());
-      L.rope_scale = get_key<float>(ld, "rope_scale", b.c_str());
-      const std::pair<const char*, WeightView*> fields[] = {
-          {"attn_norm", &L.attn_norm}, {"attn_q", &L.attn_q}, {"attn_k", &L.attn_k}, {"attn_v", &L.attn_v},
-          {"attn_output", &L.attn_output}, {"ffn_norm", &L.ffn_norm}, {"ffn_gate", &L.ffn_gate},
-          {"ffn_up", &L.ffn_up}, {"ffn_down", &L.ffn_down}, {"attn_q_bias", &L.attn_q_bias},
-          {"attn_k_bias", &L.attn_k_bias}, {"attn_v_bias", &L.attn_v_bias},
-          {"attn_output_bias", &L.attn_output_bias}, {"attn_q_norm", &L.attn_q_norm},
-          {"attn_k_norm", &L.attn_k_norm}, {"post_attention_norm", &L.post_attention_norm},
-          {"post_ffw_norm", &L.post_ffw_norm}};
-      for (const auto& f : fields) *f.second = weight_view(*kt, opt(ld, f.first), b + f.first, keep);
+#define LLL_READ(type, name) L.name = get_key<type>(ld, #name, b.c_str());
+      LLL_LAYER_FIELDS(LLL_READ)
+#undef LLL_READ
+#define LLL_READ(name) L.name = weight_view(*kt, opt(ld, #name), b + #name, keep);
+      LLL_LAYER_WEIGHTS(LLL_READ)
+#undef LLL_READ
       w.layers.push_back(L);
     }
     KvConfig kv;
@@ -200,6 +207,8 @@ struct PyModel {
 }  // namespace
 
 void bind_model(py::module_& m) {
+  m.def("model_fields", &model_fields,
+        "{'config', 'weights', 'layer', 'layer_weights'}: the names the Model's dicts are keyed by (model_config.h)");
   py::class_<PyModel>(m, "Model",
                       "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model)")
       .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, const std::string&,

@@ -51,7 +51,7 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   check_matrix(*kt_, w_.token_embd, c.n_vocab, d, "token_embd");
   check_matrix(*kt_, w_.output, c.n_vocab, d, "output");
   output_norm_ = vector_of(w_.output_norm, d, "output_norm");
-  if (w_.rope_freqs.present()) rope_freqs_ = vector_of(w_.rope_freqs, c.n_rot / 2, "rope_freqs");
+  if (w_.freq_factors.present()) freq_factors_ = vector_of(w_.freq_factors, c.n_rot / 2, "freq_factors");
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = w_.layers[i];
     const std::string b = "blk." + str(i) + ".";
@@ -225,7 +225,7 @@ void Model::forward(const StepBatch& b, float* logits) {
       RopeTable rt{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half),
                    std::vector<float>((size_t)T * half)};
       for (int t = 0; t < T; ++t)
-        rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, rope_freqs_, rt.cs.data() + (size_t)t * half,
+        rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, freq_factors_, rt.cs.data() + (size_t)t * half,
                     rt.sn.data() + (size_t)t * half);
       ropes.push_back(std::move(rt));
     }

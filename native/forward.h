@@ -70,7 +70,7 @@ class Model {
   KvTransforms kv_tf_;  // set once the biases are known
   std::vector<LayerNorms> norms_;
   const float* output_norm_ = nullptr;
-  const float* rope_freqs_ = nullptr;
+  const float* freq_factors_ = nullptr;
   std::vector<std::vector<float>> owned_;  // dequantized 1-D weights that were not F32
   ScratchBuffer act_;                      // the step's activations (forward)
   std::mutex mu_;

@@ -128,6 +128,12 @@ def int8_peak(iters: int) -> tuple[int, int] | None:
     return _native.int8_peak(iters)
 
 
+def model_fields() -> dict[str, list[str]]:
+    """The names the native Model's dicts are keyed by, each spelt once in native/model_config.h: "config" and
+    "weights" (attributes of a ModelSpec or its RopeSpec), "layer" and "layer_weights" (of a LayerSpec)."""
+    return {k: list(v) for k, v in _native.model_fields().items()}
+
+
 def new_model(
     config: dict,
     weights: dict,

@@ -23,25 +23,12 @@ from .models import ModelSpec, spec_from_gguf
 
 BLOCK_SIZE = 16  # tokens per KV block
 
-_LAYER_WEIGHTS = (
-    "attn_norm",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_norm",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-    "attn_q_bias",
-    "attn_k_bias",
-    "attn_v_bias",
-    "attn_output_bias",
-    "attn_q_norm",
-    "attn_k_norm",
-    "post_attention_norm",
-    "post_ffw_norm",
-)
+_FIELDS = kernels.model_fields()  # the native Model's keys (native/model_config.h): spec attribute names
+
+
+def _spec_value(spec: ModelSpec, name: str):
+    """The spec's attribute `name`, or its RopeSpec's (n_rot, neox, freq_factors)."""
+    return getattr(spec, name) if hasattr(spec, name) else getattr(spec.rope, name)
 
 
 def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = BLOCK_SIZE) -> int:
@@ -75,7 +62,7 @@ class Model:
         """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
         A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
         channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
-        when kv_rotate; none changes the attention output beyond rounding (native/forward.h, KvConfig)."""
+        when kv_rotate; none changes the attention output beyond rounding (native/kv_transforms.h)."""
         k_type, v_type = kv_types("f16", k_type, v_type)
         for name, flag in (("kv_rotate", kv_rotate), ("kv_center", kv_center), ("kv_equalize", kv_equalize)):
             if not isinstance(flag, bool):
@@ -86,39 +73,19 @@ class Model:
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         self.file = f
         self.spec = s = spec or spec_from_gguf(f)
-        config = {
-            "n_vocab": s.n_vocab,
-            "d_model": s.d_model,
-            "n_layers": s.n_layers,
-            "n_head": s.n_head,
-            "n_kv_head": s.n_kv_head,
-            "head_dim": s.head_dim,
-            "n_ff": s.n_ff,
-            "rms_eps": s.rms_eps,
-            "n_rot": s.rope.n_rot,
-            "neox": s.rope.neox,
-            "attn_scale": s.attn_scale,
-            "ffn_act": s.ffn_act,
-            "embed_scale": s.embed_scale,
-            "sliding_window": s.sliding_window,
-            "attn_softcap": s.attn_softcap,
-            "final_softcap": s.final_softcap,
-        }
-        tensor = f.tensor
-        weights = {
-            "token_embd": _view(tensor(s.token_embd)),
-            "output_norm": _view(tensor(s.output_norm)),
-            "output": _view(tensor(s.output)),
-        }
-        if s.rope.freq_factors:
-            weights["rope_freqs"] = _view(tensor(s.rope.freq_factors))
+        config = {name: _spec_value(s, name) for name in _FIELDS["config"]}
+        weights = {}
+        for name in _FIELDS["weights"]:
+            tensor_name = _spec_value(s, name)
+            if tensor_name is not None:
+                weights[name] = _view(f.tensor(tensor_name))
         layers = []
         for layer in s.layers:
-            d = {"sliding": layer.sliding, "rope_base": layer.rope_base, "rope_scale": layer.rope_scale}
-            for key in _LAYER_WEIGHTS:
-                name = getattr(layer, key)
-                if name is not None:
-                    d[key] = _view(tensor(name))
+            d = {name: getattr(layer, name) for name in _FIELDS["layer"]}
+            for name in _FIELDS["layer_weights"]:
+                tensor_name = getattr(layer, name)
+                if tensor_name is not None:
+                    d[name] = _view(f.tensor(tensor_name))
             layers.append(d)
         self._impl = kernels.new_model(
             config,
