@@ -64,12 +64,24 @@ const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const st
 }
 
 const TypeInfo* type_info(int type_id) {
+  // block sizes and bytes from the block structs of quant_formats.h (tests/native/test_extension.py checks the
+  // table against runtime/quant_types.py)
   static const TypeInfo table[] = {
-      {QType::F32, "F32", 1, 4},         {QType::F16, "F16", 1, 2},         {QType::Q4_0, "Q4_0", 32, 18},
-      {QType::Q4_1, "Q4_1", 32, 20},     {QType::Q5_0, "Q5_0", 32, 22},     {QType::Q5_1, "Q5_1", 32, 24},
-      {QType::Q8_0, "Q8_0", 32, 34},     {QType::Q2_K, "Q2_K", 256, 84},    {QType::Q3_K, "Q3_K", 256, 110},
-      {QType::Q4_K, "Q4_K", 256, 144},   {QType::Q5_K, "Q5_K", 256, 176},   {QType::Q6_K, "Q6_K", 256, 210},
-      {QType::IQ4_NL, "IQ4_NL", 32, 18}, {QType::IQ4_XS, "IQ4_XS", 256, 136}, {QType::BF16, "BF16", 1, 2},
+      {QType::F32, "F32", 1, sizeof(float)},
+      {QType::F16, "F16", 1, sizeof(f16_t)},
+      {QType::Q4_0, "Q4_0", QK, sizeof(block_q4_0)},
+      {QType::Q4_1, "Q4_1", QK, sizeof(block_q4_1)},
+      {QType::Q5_0, "Q5_0", QK, sizeof(block_q5_0)},
+      {QType::Q5_1, "Q5_1", QK, sizeof(block_q5_1)},
+      {QType::Q8_0, "Q8_0", QK, sizeof(block_q8_0)},
+      {QType::Q2_K, "Q2_K", QK_K, sizeof(block_q2_K)},
+      {QType::Q3_K, "Q3_K", QK_K, sizeof(block_q3_K)},
+      {QType::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K)},
+      {QType::Q5_K, "Q5_K", QK_K, sizeof(block_q5_K)},
+      {QType::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K)},
+      {QType::IQ4_NL, "IQ4_NL", QK, sizeof(block_iq4_nl)},
+      {QType::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs)},
+      {QType::BF16, "BF16", 1, sizeof(bf16_t)},
   };
   for (const auto& t : table)
     if ((int)t.type == type_id) return &t;

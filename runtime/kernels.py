@@ -70,7 +70,8 @@ def threads() -> int:
     return _native.threads()
 
 
-def _check(t: quant_types.QuantType, what: str) -> None:
+def check_supported(t: quant_types.QuantType, what: str) -> None:
+    """Raises UnsupportedTypeError naming `what` (a tensor) when the kernels do not compute type t."""
     if not t.supported:
         raise UnsupportedTypeError(
             f"{what}: tensor type {t.name} is not supported by the localllm kernels "
@@ -80,7 +81,7 @@ def _check(t: quant_types.QuantType, what: str) -> None:
 
 def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str = "weights") -> np.ndarray:
     """rows: uint8 [m, row_bytes] of GGML type type_id; x: float32 [n, k] -> float32 [n, m]."""
-    _check(quant_types.get(type_id), name)
+    check_supported(quant_types.get(type_id), name)
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 1:
         return _native.matmul(type_id, rows, k, x[None, :])[0]
@@ -91,7 +92,7 @@ def matmul_multi(products: list[tuple[int, np.ndarray]], k: int, x: np.ndarray) 
     """[(type_id, rows uint8 [m_j, row_bytes])] sharing x: float32 [n, k] -> [float32 [n, m_j]], computed as
     the forward pass computes q/k/v and gate/up (one activation quantization, one dispatch for small n)."""
     for type_id, _ in products:
-        _check(quant_types.get(type_id), "weights")
+        check_supported(quant_types.get(type_id), "weights")
     return list(_native.matmul_multi(products, k, np.ascontiguousarray(x, dtype=np.float32)))
 
 
@@ -103,7 +104,7 @@ def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
 
 
 def dequantize_raw(type_id: int, rows: np.ndarray, k: int, name: str = "tensor") -> np.ndarray:
-    _check(quant_types.get(type_id), name)
+    check_supported(quant_types.get(type_id), name)
     return _native.dequantize(type_id, rows, k)
 
 

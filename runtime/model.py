@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import kernels, quant_types
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
@@ -35,13 +35,14 @@ def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = 
     """Bytes one KV block takes over all layers: block_size tokens of K and V rows (Model.kv_bytes / n_blocks)."""
     k_type, v_type = kv_types("f16", k_type, v_type)
     row = spec.n_kv_head * spec.head_dim
-    per_row = {"f16": lambda n: 2 * n, "q8_0": lambda n: n // 32 * 34, "q4_0": lambda n: n // 32 * 18}
-    return spec.n_layers * block_size * (per_row[k_type](row) + per_row[v_type](row))
+    types = [quant_types.get(t) for t in (k_type, v_type)]  # the KV types are GGML types
+    per_token = sum(row // t.block_size * t.type_size for t in types)
+    return spec.n_layers * block_size * per_token
 
 
 def _view(t: TensorInfo) -> tuple[int, np.ndarray, int]:
     """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
-    kernels._check(t.type, t.name)
+    kernels.check_supported(t.type, t.name)
     return t.type.id, t.rows(), t.row_len
 
 

@@ -17,7 +17,7 @@ from conftest import model_file, reference
 from localllm import kernels
 from localllm.gguf import GGUFFile
 from localllm.llm import LLM
-from localllm.model import Model
+from localllm.model import Model, kv_block_bytes
 from reference_forward import ReferenceModel
 from test_model_spec import HEAD, VOCAB, write_model
 
@@ -545,6 +545,17 @@ def test_long_prompt_split_by_rows_matches_reference(tmp_path, arch, threads):
     np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
 
 
+@pytest.mark.parametrize("k_type", ["f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("v_type", ["f16", "q4_0"])
+def test_kv_block_bytes_is_what_the_model_allocates(tmp_path, k_type, v_type):
+    """model.kv_block_bytes (which sizes the KV pool from a memory budget) from quant_types' block sizes equals
+    the native cache's bytes per block."""
+    path = write_qhead_model(tmp_path / "m.gguf", "qwen2")
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=3, threads=1, block_size=4, k_type=k_type, v_type=v_type)
+        assert kv_block_bytes(model.spec, k_type, v_type, block_size=4) * 3 == model.kv_bytes
+
+
 def test_models_and_kernels_share_one_set_of_worker_threads(tmp_path):
     """One set of worker threads per process (native/thread_pool.h): the kernels' 2 threads and models of 3, 3
     and 1 threads add workers only up to the largest count (2 workers), each model keeps its own count, and
@@ -556,7 +567,7 @@ def test_models_and_kernels_share_one_set_of_worker_threads(tmp_path):
 import os, numpy as np
 from localllm import kernels
 from localllm.gguf import GGUFFile
-from localllm.model import Model
+from localllm.model import Model, kv_block_bytes
 kernels.configure(threads=2)
 base = len(os.listdir("/proc/self/task"))
 f = GGUFFile({str(path)!r})
