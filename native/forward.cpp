@@ -1,3 +1,5 @@
+// The model (forward.h): its weight checks at load, the step's batch checks, and the forward step, laid out
+// as runtime/models/spec.py's decoder block.
 #include "forward.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The KV row formats' quantize / dequantize references and the Hadamard rotation (kv_format.h).
 #include "kv_format.h"
 
 #include <algorithm>

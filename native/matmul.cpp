@@ -1,3 +1,5 @@
+// Matrix products over GGML-typed weight rows (matmul.h): the type table, activation quantization, the
+// small-N and tiled paths, and dequantization.
 #include "matmul.h"
 
 #include <algorithm>

@@ -661,7 +661,7 @@ def k_scales_reference(f, model):
 
 @pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
 def test_k_scales_follow_the_weights(tmp_path, arch, center):
-    """K's per-channel divisors (native/forward.h, KvConfig::equalize) against k_scales_reference."""
+    """K's per-channel divisors (native/kv_transforms.h, equalize) against k_scales_reference."""
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     with GGUFFile(path) as f:
         model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0", kv_center=center)
