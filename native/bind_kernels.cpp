@@ -43,8 +43,6 @@ void check_weight_rows(const KernelTable& kt, int type_id, const py::array& w, i
                                 std::to_string(k));
 }
 
-namespace {
-
 // the checked x [n][k] float32 of a product with weight rows w of type_id
 py::array_t<float, py::array::c_style> checked_product(const KernelTable& kt, int type_id, const py::array& w, int k,
                                                        const py::array& x_in) {
@@ -56,6 +54,8 @@ py::array_t<float, py::array::c_style> checked_product(const KernelTable& kt, in
   check_weight_rows(kt, type_id, w, k, "weights");
   return x;
 }
+
+namespace {
 
 py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::array& x_in) {
   KernelContext ctx = kernel_context();
@@ -71,29 +71,6 @@ py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::a
     matmul(*ctx.kernels, type_id, wp, stride, m, k, xp, n, yp, ctx.pool);
   }
   return y;
-}
-
-// products: [(type_id, rows)] sharing x -> [y [n, m_j]]
-py::list matmul_multi_py(const std::vector<std::pair<int, py::array>>& products, int k, const py::array& x_in) {
-  if (products.empty()) throw std::invalid_argument("matmul_multi needs at least one product");
-  KernelContext ctx = kernel_context();
-  std::vector<MatmulJob> jobs;
-  std::vector<py::array_t<float>> ys;
-  py::array_t<float, py::array::c_style> x;
-  for (const auto& [type_id, w] : products) {
-    x = checked_product(*ctx.kernels, type_id, w, k, x_in);
-    ys.emplace_back(std::vector<py::ssize_t>{x.shape(0), w.shape(0)});
-    jobs.push_back({type_id, (const uint8_t*)w.data(), (size_t)w.strides(0), (int)w.shape(0), ys.back().mutable_data()});
-  }
-  const int n = (int)x.shape(0);
-  const float* xp = x.data();
-  {
-    py::gil_scoped_release nogil;
-    matmul_multi(*ctx.kernels, jobs.data(), (int)jobs.size(), k, xp, n, ctx.pool);
-  }
-  py::list out;
-  for (auto& y : ys) out.append(y);
-  return out;
 }
 
 py::array_t<float> dequantize_py(int type_id, const py::array& w, int k) {
@@ -147,8 +124,6 @@ void bind_kernels(py::module_& m) {
   m.def("threads", [] { return kernel_context().pool.size(); });
   m.def("matmul", &matmul_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
         "y[n, m] = x[n, k] @ W[m, k]^T for GGML-typed weight rows");
-  m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
-        "[x @ W_j^T] for [(type_id, W_j)] sharing x: one activation quantization, one dispatch at small n");
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
   m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
   m.def("int8_peak", &int8_peak_py, py::arg("iters"));

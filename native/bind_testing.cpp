@@ -1,13 +1,17 @@
 // Bindings of localllm._native.testing: entry points the product never calls, which the tests use to check
 // the pieces of the forward step on their own (KV row formats, the Hadamard rotation, the FFN activation,
-// activation quantization) and the type table against runtime/quant_types.py.
+// activation quantization, several products sharing one input) and the type table against
+// runtime/quant_types.py.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "kernel_context.h"
@@ -98,6 +102,29 @@ py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array:
   return py::make_tuple(xq, dx, s16);
 }
 
+// products: [(type_id, rows)] sharing x -> [y [n, m_j]]
+py::list matmul_multi_py(const std::vector<std::pair<int, py::array>>& products, int k, const py::array& x_in) {
+  if (products.empty()) throw std::invalid_argument("matmul_multi needs at least one product");
+  KernelContext ctx = kernel_context();
+  std::vector<MatmulJob> jobs;
+  std::vector<py::array_t<float>> ys;
+  py::array_t<float, py::array::c_style> x;
+  for (const auto& [type_id, w] : products) {
+    x = checked_product(*ctx.kernels, type_id, w, k, x_in);
+    ys.emplace_back(std::vector<py::ssize_t>{x.shape(0), w.shape(0)});
+    jobs.push_back({type_id, (const uint8_t*)w.data(), (size_t)w.strides(0), (int)w.shape(0), ys.back().mutable_data()});
+  }
+  const int n = (int)x.shape(0);
+  const float* xp = x.data();
+  {
+    py::gil_scoped_release nogil;
+    matmul_multi(*ctx.kernels, jobs.data(), (int)jobs.size(), k, xp, n, ctx.pool);
+  }
+  py::list out;
+  for (auto& y : ys) out.append(y);
+  return out;
+}
+
 // [(id, name, block_size, type_size)] of every type the kernels compute (type_info)
 py::list type_table_py() {
   py::list out;
@@ -119,6 +146,8 @@ void bind_testing(py::module_& m) {
         "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16]), as a product quantizes them");
   m.def("activation_block", [](int type_id, int n) { return activation_block(*kernel_context().kernels, type_id, n); },
         py::arg("type_id"), py::arg("n"), "values per activation scale a product uses on the current path (32 or 256)");
+  m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
+        "[x @ W_j^T] for [(type_id, W_j)] sharing x, as the forward step runs q/k/v and gate/up");
   m.def("type_table", &type_table_py, "[(id, name, block_size, type_size)] of the types the kernels compute");
 }
 

@@ -18,5 +18,9 @@ void bind_testing(pybind11::module_& m);    // the `testing` submodule: entry po
 // w: uint8 [rows, row_bytes], rows contiguous (any row stride), each exactly k weights of type_id (matmul.h's
 // checked_type); std::invalid_argument naming `what` otherwise
 void check_weight_rows(const KernelTable& kt, int type_id, const pybind11::array& w, int k, const char* what);
+// x: float32 [n, k] C-contiguous, as a product with weight rows w of type_id takes it (and check_weight_rows)
+pybind11::array_t<float, pybind11::array::c_style> checked_product(const KernelTable& kt, int type_id,
+                                                                   const pybind11::array& w, int k,
+                                                                   const pybind11::array& x_in);
 
 }  // namespace lll

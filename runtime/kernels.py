@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from .gguf import TensorInfo
 
 # entry points the product never calls (the tests check the forward step's pieces with them): kv_quantize,
-# kv_dequantize, hadamard, silu_mul, quantize_x, activation_block, type_table (native/bind_testing.cpp)
+# kv_dequantize, hadamard, silu_mul, quantize_x, activation_block, matmul_multi, type_table
+# (native/bind_testing.cpp)
 testing = _native.testing
 
 
@@ -56,7 +57,8 @@ def available_paths() -> list[str]:
 
 
 def configure(path: str | None = None, threads: int | None = None) -> None:
-    """Selects the CPU path (None: LOCALLLM_CPU or the best) and the thread count (None: physical cores)."""
+    """Selects the CPU path (None: LOCALLLM_CPU or the best) that products and models made afterwards use, and
+    the kernel entry points' thread count (None: physical cores); a model keeps the count it was made with."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     _native.configure(path if path is not None else os.environ.get("LOCALLLM_CPU", ""), threads or physical_cores())
@@ -86,14 +88,6 @@ def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str 
     if x.ndim == 1:
         return _native.matmul(type_id, rows, k, x[None, :])[0]
     return _native.matmul(type_id, rows, k, x)
-
-
-def matmul_multi(products: list[tuple[int, np.ndarray]], k: int, x: np.ndarray) -> list[np.ndarray]:
-    """[(type_id, rows uint8 [m_j, row_bytes])] sharing x: float32 [n, k] -> [float32 [n, m_j]], computed as
-    the forward pass computes q/k/v and gate/up (one activation quantization, one dispatch for small n)."""
-    for type_id, _ in products:
-        check_supported(quant_types.get(type_id), "weights")
-    return list(_native.matmul_multi(products, k, np.ascontiguousarray(x, dtype=np.float32)))
 
 
 def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:

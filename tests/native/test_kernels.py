@@ -202,7 +202,7 @@ def test_matmul_multi_equals_separate_products(path, n):
     mix = [(T.Q5_0, 40), (T.Q8_0, 17), (T.Q5_0, 3), (T.F16, 5), (T.Q6_K, 33), (T.Q4_K, 16), (T.Q4_1, 8)]
     products = [(int(qt), random_rows(qt, m, k, rng)) for qt, m in mix]
     x = rng.standard_normal((n, k), dtype=np.float32)
-    got = kernels.matmul_multi(products, k, x)
+    got = kernels.testing.matmul_multi(products, k, x)
     assert len(got) == len(products)
     for (type_id, rows), y in zip(products, got):
         assert y.shape == (n, rows.shape[0])
@@ -215,7 +215,7 @@ def test_matmul_multi_rejects_a_product_of_another_row_length():
     good = (int(T.Q8_0), random_rows(T.Q8_0, 4, 256, rng))
     bad = (int(T.Q8_0), random_rows(T.Q8_0, 4, 512, rng))
     with pytest.raises(ValueError, match="Q8_0"):
-        kernels.matmul_multi([good, bad], 256, x)
+        kernels.testing.matmul_multi([good, bad], 256, x)
 
 
 @pytest.mark.parametrize("block", [32, 256])
