@@ -1,3 +1,5 @@
+// Paged causal attention (attention.h): tiles of one sequence's rows per kv head, an online softmax over
+// the cached keys read in chunks of 16.
 #include "attention.h"
 
 #include <algorithm>

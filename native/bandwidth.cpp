@@ -1,3 +1,4 @@
+// Streaming read bandwidth over a buffer with every pool thread (bandwidth.h).
 #include "bandwidth.h"
 
 #include <algorithm>

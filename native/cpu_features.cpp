@@ -1,3 +1,4 @@
+// CPU feature detection and the choice of kernel table by name (cpu_features.h).
 #include "cpu_features.h"
 
 #include <stdexcept>

@@ -1,3 +1,5 @@
+// The model (forward.h): its weight checks at load, the step's batch checks, and the forward step, laid out
+// as runtime/models/spec.py's decoder block.
 #include "forward.h"
 
 #include <algorithm>
@@ -17,16 +19,11 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 void check_matrix(const KernelTable& kt, const WeightView& w, int rows, int row_len, const std::string& name) {
   if (!w.present()) throw std::invalid_argument(name + ": tensor missing");
-  const TypeInfo* ti = type_info(w.type);
-  if (!ti || w.type < 0 || w.type >= 40 || (!kt.unpack[w.type] && !kt.unpack_f[w.type]))
-    throw std::invalid_argument(name + ": tensor type id " + str(w.type) + " is not supported");
   if (w.rows != rows || w.row_len != row_len)
     throw std::invalid_argument(name + ": shape [" + str(w.rows) + ", " + str(w.row_len) + "], expected [" +
                                 str(rows) + ", " + str(row_len) + "]");
-  if (row_len % ti->block_size)
-    throw std::invalid_argument(name + ": row length " + str(row_len) + " is not a whole number of " + ti->name +
-                                " blocks");
-  if (w.row_bytes < (size_t)(row_len / ti->block_size) * ti->type_size)
+  const TypeInfo& ti = checked_type(kt, w.type, row_len, name);
+  if (w.row_bytes < row_bytes_of(ti, row_len))
     throw std::invalid_argument(name + ": row stride " + str((int64_t)w.row_bytes) + " bytes is too small");
 }
 
@@ -38,9 +35,7 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
       w_(std::move(weights)),
       kt_(kt),
       pool_(std::max(1, n_threads)),
-      kv_(cfg.n_layers, n_blocks, block_size, cfg.n_kv_head, cfg.head_dim, kv.k_type, kv.v_type),
-      rotate_k_(kv.rotate && kv.k_type != KvType::F16),
-      rotate_v_(kv.rotate && kv.v_type != KvType::F16) {
+      kv_(cfg.n_layers, n_blocks, block_size, cfg.n_kv_head, cfg.head_dim, kv.k_type, kv.v_type) {
   const ModelConfig& c = cfg_;
   for (int v : {c.n_vocab, c.d_model, c.n_layers, c.n_head, c.n_kv_head, c.head_dim, c.n_ff})
     if (v <= 0) throw std::invalid_argument("model dimensions must be positive");
@@ -58,7 +53,7 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   check_matrix(*kt_, w_.token_embd, c.n_vocab, d, "token_embd");
   check_matrix(*kt_, w_.output, c.n_vocab, d, "output");
   output_norm_ = vector_of(w_.output_norm, d, "output_norm");
-  if (w_.rope_freqs.present()) rope_freqs_ = vector_of(w_.rope_freqs, c.n_rot / 2, "rope_freqs");
+  if (w_.freq_factors.present()) freq_factors_ = vector_of(w_.freq_factors, c.n_rot / 2, "freq_factors");
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = w_.layers[i];
     const std::string b = "blk." + str(i) + ".";
@@ -91,73 +86,15 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   }
   const bool all_k_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.k_bias; });
   const bool all_v_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.v_bias; });
-  center_k_ = kv.center && kv.k_type != KvType::F16 && all_k_bias && c.attn_softcap == 0.f;
-  center_v_ = kv.center && kv.v_type != KvType::F16 && all_v_bias;
-  if (kv.equalize && kv.k_type != KvType::F16) make_k_scales();
-}
-
-void Model::make_k_scales() {
-  // s minimises the expected squared error of q . k. The rounding error e of a rotated q4_0 / q8_0 block is
-  // about isotropic, of variance proportional to |k / s|^2, so the score error (q s) . e has variance
-  // proportional to sum_i k_i^2 / s_i^2 * sum_i q_i^2 s_i^2, least (Cauchy-Schwarz) at s_i^2 = |k_i| / |q_i|,
-  // with |k_i|, |q_i| the channels' rms magnitudes. Those come from the weights: for a normed input of unit
-  // entries, channel r of x W^T + b has mean square sum_j W_rj^2 n_j^2 + b_r^2 (n: attn_norm).
-  const ModelConfig& c = cfg_;
-  const int d = c.d_model, hd = c.head_dim, kvd = c.n_kv_head * hd, qd = c.n_head * hd, half = c.n_rot / 2;
-  const int group = c.n_head / c.n_kv_head;
-  std::vector<float> w;
-  // rms magnitude per channel of x W^T + b, [rows / hd][hd]; with a per-head norm, relative magnitudes times
-  // |norm_i| (the head is normalised to rms 1 before the norm weight)
-  auto channel_rms = [&](const WeightView& W, int rows, const float* attn_norm, const float* bias,
-                         const float* head_norm) {
-    w.resize((size_t)rows * d);
-    lll::dequantize(*kt_, W.type, W.data, W.row_bytes, rows, d, w.data());
-    std::vector<double> g(rows);
-    for (int r = 0; r < rows; ++r) {
-      double ss = bias ? (double)bias[r] * bias[r] : 0.0;
-      for (int i = 0; i < d; ++i) {
-        const double a = (double)w[(size_t)r * d + i] * attn_norm[i];
-        ss += a * a;
-      }
-      g[r] = ss;
+  kv_tf_ = KvTransforms(c, kv, all_k_bias, all_v_bias);
+  if (kv.equalize && kv.k_type != KvType::F16) {
+    std::vector<std::vector<float>> s;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerNorms& N = norms_[l];
+      s.push_back(equalizing_k_scales(*kt_, c, w_.layers[l].attn_k, w_.layers[l].attn_q, N.attn_norm,
+                                      kv_tf_.center_k() ? nullptr : N.k_bias, N.q_bias, N.k_norm, N.q_norm));
     }
-    for (int h = 0; h < rows / hd; ++h) {
-      double* gh = g.data() + (size_t)h * hd;
-      double ms = 0;
-      for (int i = 0; i < hd; ++i) ms += gh[i] / hd;
-      for (int i = 0; i < hd; ++i)
-        gh[i] = head_norm ? std::fabs(head_norm[i]) * std::sqrt(gh[i] / (ms + 1e-30)) : std::sqrt(gh[i]);
-    }
-    return g;
-  };
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w_.layers[l];
-    const LayerNorms& N = norms_[l];
-    // K as stored: minus its bias when centered
-    const std::vector<double> gk = channel_rms(L.attn_k, kvd, N.attn_norm, center_k_ ? nullptr : N.k_bias, N.k_norm);
-    const std::vector<double> gq1 = channel_rms(L.attn_q, qd, N.attn_norm, N.q_bias, N.q_norm);
-    std::vector<float> s(kvd);
-    for (int h = 0; h < c.n_kv_head; ++h) {
-      std::vector<double> k(gk.begin() + (size_t)h * hd, gk.begin() + (size_t)(h + 1) * hd), q(hd, 0.0);
-      for (int j = 0; j < group; ++j)  // the query heads that read kv head h: their mean square
-        for (int i = 0; i < hd; ++i) q[i] += gq1[(size_t)(h * group + j) * hd + i] * gq1[(size_t)(h * group + j) * hd + i] / group;
-      for (int i = 0; i < hd; ++i) q[i] = std::sqrt(q[i]);
-      for (int i = 0; i < half; ++i) {  // RoPE mixes a pair: one scale for both
-        const int ia = c.neox ? i : 2 * i, ib = c.neox ? i + half : 2 * i + 1;
-        k[ia] = k[ib] = std::sqrt((k[ia] * k[ia] + k[ib] * k[ib]) / 2);
-        q[ia] = q[ib] = std::sqrt((q[ia] * q[ia] + q[ib] * q[ib]) / 2);
-      }
-      const double kmax = *std::max_element(k.begin(), k.end()), qmax = *std::max_element(q.begin(), q.end());
-      std::vector<double> r(hd);  // s^2 up to a factor; dead channels floored so the ratio stays finite
-      double mr = 0;
-      for (int i = 0; i < hd; ++i) {
-        r[i] = std::max(k[i], 1e-6 * kmax + 1e-30) / std::max(q[i], 1e-6 * qmax + 1e-30);
-        mr += r[i] / hd;
-      }
-      for (int i = 0; i < hd; ++i)  // rms 1 per head
-        s[(size_t)h * hd + i] = (float)std::min(1e3, std::max(1e-3, std::sqrt(r[i] / mr)));
-    }
-    k_scale_.push_back(std::move(s));
+    kv_tf_.set_k_scales(std::move(s));
   }
 }
 
@@ -290,7 +227,7 @@ void Model::forward(const StepBatch& b, float* logits) {
       RopeTable rt{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half),
                    std::vector<float>((size_t)T * half)};
       for (int t = 0; t < T; ++t)
-        rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, rope_freqs_, rt.cs.data() + (size_t)t * half,
+        rope_angles(b.positions[t], c.n_rot, L.rope_base, L.rope_scale, freq_factors_, rt.cs.data() + (size_t)t * half,
                     rt.sn.data() + (size_t)t * half);
       ropes.push_back(std::move(rt));
     }
@@ -312,13 +249,14 @@ void Model::forward(const StepBatch& b, float* logits) {
     pool_.run(row_parts, [&](int p, int) { fn((int)((int64_t)T * p / row_parts), (int)((int64_t)T * (p + 1) / row_parts)); });
   };
   const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
-  const int group = c.n_head / c.n_kv_head;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     const LayerNorms& N = norms_[l];
-    if (l == 0)  // later layers' attn_norm runs with the previous layer's residual add
+    // a = rms_norm(h, attn_norm): for later layers it runs with the previous layer's residual add
+    if (l == 0)
       by_rows([&](int t0, int t1) { rms_norm(h.data() + (size_t)t0 * d, N.attn_norm, t1 - t0, d, c.rms_eps, a.data() + (size_t)t0 * d); });
+    // q, k, v = a @ attn_{q,k,v}.T (+ biases); per-head rms_norm; rope; K and V into the cache
     matmul({{&L.attn_q, q.data()}, {&L.attn_k, k.data()}, {&L.attn_v, v.data()}}, a.data(), T);
     const RopeTable& R = ropes[rope_of[l]];
     by_rows([&](int t0, int t1) {
@@ -326,7 +264,7 @@ void Model::forward(const StepBatch& b, float* logits) {
       float *qt = q.data() + (size_t)t0 * qd, *kt = k.data() + (size_t)t0 * kvd, *vt = v.data() + (size_t)t0 * kvd;
       add_bias(qt, N.q_bias, n, qd);
       add_bias(kt, N.k_bias, n, kvd);
-      add_bias(vt, center_v_ ? nullptr : N.v_bias, n, kvd);  // centered V: stored without its bias
+      add_bias(vt, kv_tf_.v_bias(N.v_bias), n, kvd);
       if (N.q_norm) {
         rms_norm(qt, N.q_norm, n * c.n_head, hd, c.rms_eps, qt);
         rms_norm(kt, N.k_norm, n * c.n_kv_head, hd, c.rms_eps, kt);
@@ -337,41 +275,16 @@ void Model::forward(const StepBatch& b, float* logits) {
         rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
         rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
       }
-      // centering: K and V stored minus their bias. K's was added before RoPE, so this is not a no-op: every
-      // score of a query shifts by the same -q . b_k (softmax-invariant); V's is never added (V has no RoPE)
-      // and is added to the attention's output instead (the weights sum to 1)
-      auto sub_bias = [&](float* x, const float* bias) {  // x: [n][n_kv_head * head_dim]
-        for (int t = 0; t < n; ++t)
-          for (int i = 0; i < kvd; ++i) x[(size_t)t * kvd + i] -= bias[i];
-      };
-      if (center_k_) sub_bias(kt, N.k_bias);
-      if (!k_scale_.empty()) {  // (q * s) . (k / s) = q . k
-        const float* ks = k_scale_[l].data();
-        for (int t = 0; t < n; ++t) {
-          for (int i = 0; i < kvd; ++i) kt[(size_t)t * kvd + i] /= ks[i];
-          for (int hh = 0; hh < c.n_head; ++hh)
-            for (int i = 0; i < hd; ++i) qt[(size_t)t * qd + (size_t)hh * hd + i] *= ks[(size_t)(hh / group) * hd + i];
-        }
-      }
-      if (rotate_k_) {  // (H q) . (H k) = q . k
-        hadamard_rotate(qt, n * c.n_head, hd);
-        hadamard_rotate(kt, n * c.n_kv_head, hd);
-      }
-      if (rotate_v_) hadamard_rotate(vt, n * c.n_kv_head, hd);
+      kv_tf_.to_cache(l, N.k_bias, qt, kt, vt, n);
       kv_.write(l, kt, vt, b.slot_mapping + t0, n);  // distinct slots (check): ranges write disjoint rows
     });
+    // att = softmax(q k^T * attn_scale, soft-capped, masked) v over the cached positions
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     paged_attention(shape, rows, q.data(), kv_.k(l), kv_.v(l), att.data(), pool_);
-    if (rotate_v_ || center_v_)
-      by_rows([&](int t0, int t1) {
-        float* at = att.data() + (size_t)t0 * qd;
-        if (rotate_v_) hadamard_rotate(at, (t1 - t0) * c.n_head, hd);  // sum p (H v) = H sum p v; H H = I
-        if (center_v_)  // sum p (v - b_v) + b_v = sum p v: head h reads kv head h / group
-          for (int t = 0; t < t1 - t0; ++t)
-            for (int hh = 0; hh < c.n_head; ++hh)
-              for (int i = 0; i < hd; ++i) at[(size_t)t * qd + (size_t)hh * hd + i] += N.v_bias[(size_t)(hh / group) * hd + i];
-      });
+    if (kv_tf_.changes_output())
+      by_rows([&](int t0, int t1) { kv_tf_.from_cache(N.v_bias, att.data() + (size_t)t0 * qd, t1 - t0); });
+    // h = h + rms_norm(att @ attn_output.T (+ bias), post_attention_norm); a = rms_norm(h, ffn_norm)
     matmul(L.attn_output, att.data(), T, a.data());
     by_rows([&](int t0, int t1) {
       const int n = t1 - t0;
@@ -381,6 +294,7 @@ void Model::forward(const StepBatch& b, float* logits) {
       for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
       rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
     });
+    // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm)
     matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
@@ -403,6 +317,7 @@ void Model::forward(const StepBatch& b, float* logits) {
     });
   }
 
+  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
   if (b.n_logits == 0) return;
   std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
   for (int i = 0; i < b.n_logits; ++i)

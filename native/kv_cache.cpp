@@ -1,3 +1,4 @@
+// The paged KV cache's storage and its quantizing write (kv_cache.h).
 #include "kv_cache.h"
 
 #include <new>

@@ -1,3 +1,4 @@
+// The KV row formats' quantize / dequantize references and the Hadamard rotation (kv_format.h).
 #include "kv_format.h"
 
 #include <algorithm>
@@ -37,12 +38,8 @@ KvType kv_type_of(const std::string& name, const char* what) {
 }
 
 size_t kv_row_bytes(KvType t, int n) {
-  switch (t) {
-    case KvType::F16: return (size_t)n * sizeof(f16_t);
-    case KvType::Q8_0: return (size_t)(n / QK) * sizeof(block_q8_0);
-    case KvType::Q4_0: return (size_t)(n / QK) * sizeof(block_q4_0);
-  }
-  return 0;
+  const TypeInfo* ti = type_info((int)t);  // KvType values are their GGML type ids
+  return (size_t)(n / ti->block_size) * ti->type_size;
 }
 
 void kv_check_len(KvType t, int n, const char* what) {

@@ -1,3 +1,5 @@
+// Matrix products over GGML-typed weight rows (matmul.h): the type table, activation quantization, the
+// small-N and tiled paths, and dequantization.
 #include "matmul.h"
 
 #include <algorithm>
@@ -51,25 +53,37 @@ T* carve(uint8_t*& cur, size_t n) {
 }
 size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k) {
+}  // namespace
+
+const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const std::string& what) {
   const TypeInfo* ti = type_info(type_id);
   if (!ti || type_id < 0 || type_id >= 40 || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
-    throw std::invalid_argument("unsupported tensor type id " + std::to_string(type_id));
+    throw std::invalid_argument(what + ": tensor type id " + std::to_string(type_id) + " is not supported");
   if (k <= 0 || k % ti->block_size)
-    throw std::invalid_argument(std::string(ti->name) + ": row length " + std::to_string(k) +
-                                " is not a whole number of blocks");
+    throw std::invalid_argument(what + ": row length " + std::to_string(k) + " is not a whole number of blocks of " +
+                                ti->name + " (" + std::to_string(ti->block_size) + " weights)");
   return *ti;
 }
 
-}  // namespace
-
 const TypeInfo* type_info(int type_id) {
+  // block sizes and bytes from the block structs of quant_formats.h (tests/native/test_extension.py checks the
+  // table against runtime/quant_types.py)
   static const TypeInfo table[] = {
-      {QType::F32, "F32", 1, 4},         {QType::F16, "F16", 1, 2},         {QType::Q4_0, "Q4_0", 32, 18},
-      {QType::Q4_1, "Q4_1", 32, 20},     {QType::Q5_0, "Q5_0", 32, 22},     {QType::Q5_1, "Q5_1", 32, 24},
-      {QType::Q8_0, "Q8_0", 32, 34},     {QType::Q2_K, "Q2_K", 256, 84},    {QType::Q3_K, "Q3_K", 256, 110},
-      {QType::Q4_K, "Q4_K", 256, 144},   {QType::Q5_K, "Q5_K", 256, 176},   {QType::Q6_K, "Q6_K", 256, 210},
-      {QType::IQ4_NL, "IQ4_NL", 32, 18}, {QType::IQ4_XS, "IQ4_XS", 256, 136}, {QType::BF16, "BF16", 1, 2},
+      {QType::F32, "F32", 1, sizeof(float)},
+      {QType::F16, "F16", 1, sizeof(f16_t)},
+      {QType::Q4_0, "Q4_0", QK, sizeof(block_q4_0)},
+      {QType::Q4_1, "Q4_1", QK, sizeof(block_q4_1)},
+      {QType::Q5_0, "Q5_0", QK, sizeof(block_q5_0)},
+      {QType::Q5_1, "Q5_1", QK, sizeof(block_q5_1)},
+      {QType::Q8_0, "Q8_0", QK, sizeof(block_q8_0)},
+      {QType::Q2_K, "Q2_K", QK_K, sizeof(block_q2_K)},
+      {QType::Q3_K, "Q3_K", QK_K, sizeof(block_q3_K)},
+      {QType::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K)},
+      {QType::Q5_K, "Q5_K", QK_K, sizeof(block_q5_K)},
+      {QType::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K)},
+      {QType::IQ4_NL, "IQ4_NL", QK, sizeof(block_iq4_nl)},
+      {QType::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs)},
+      {QType::BF16, "BF16", 1, sizeof(bf16_t)},
   };
   for (const auto& t : table)
     if ((int)t.type == type_id) return &t;
@@ -451,8 +465,8 @@ static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_
 }
 
 static void check_job(const KernelTable& kt, const MatmulJob& J, int k) {
-  const TypeInfo& ti = checked_type(kt, J.type_id, k);
-  if (J.row_bytes < (size_t)(k / ti.block_size) * ti.type_size)
+  const TypeInfo& ti = checked_type(kt, J.type_id, k, "weights");
+  if (J.row_bytes < row_bytes_of(ti, k))
     throw std::invalid_argument(std::string(ti.name) + ": row stride too small for " + std::to_string(k) + " weights");
 }
 
@@ -488,7 +502,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
 }
 
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) {
-  const TypeInfo& ti = checked_type(kt, type_id, k);
+  const TypeInfo& ti = checked_type(kt, type_id, k, "tensor");
   if (kt.unpack_f[type_id]) {
     for (int r = 0; r < rows; ++r) kt.unpack_f[type_id](w + (size_t)r * row_bytes, k, out + (size_t)r * k);
     return;

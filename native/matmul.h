@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels.h"
@@ -17,6 +18,12 @@ struct QuantizedX {
   std::vector<float> dx;       // [n][k/block]
   std::vector<int32_t> sum16;  // [n][k/16]
 };
+
+// The one check of a weight type: the type of rows of k weights of type_id, or std::invalid_argument naming
+// `what` when the kernels do not compute the type or k is not a whole number of its blocks.
+const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const std::string& what);
+// bytes of a row of k weights of type ti (k whole blocks)
+inline size_t row_bytes_of(const TypeInfo& ti, int k) { return (size_t)(k / ti.block_size) * ti.type_size; }
 
 // x: [n][ldx] float, k a multiple of block (32 or 256)
 void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool,

@@ -1,3 +1,4 @@
+// The decoder block's elementwise and per-row ops (ops.h).
 #include "ops.h"
 
 #include <algorithm>

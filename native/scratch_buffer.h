@@ -1,8 +1,8 @@
-#pragma once
 // A step's activation scratch, kept from one forward call to the next so a decode step allocates and
 // page-faults nothing. On Linux a buffer of 2 MiB or more is 2 MiB aligned and advised as huge pages
 // (MADV_HUGEPAGE): a prompt step writes each weight tile's results into hundreds of activation rows,
 // one 4 KiB page each with small pages. Contents are undefined after floats(); callers write before reading.
+#pragma once
 #include <cstddef>
 #include <cstdlib>
 #include <new>

@@ -5,18 +5,29 @@
     w = kernels.dequantize(tensor)         # float32 [n_rows, row_len]
     kernels.configure(path="avx2", threads=2)
 
-The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512) or the best this CPU runs; threads default
-to the number of physical cores.
+The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512) or the best this CPU runs; the kernel entry
+points' threads default to the number of physical cores. One set of worker threads serves the whole process:
+these entry points and every model, each with its own thread count. Besides the kernels the extension holds
+the native model (new_model: localllm.model wraps it), the loader's and tokenizer's byte helpers
+(scan_strings, decode_strings, merges_valid), and `testing`: entry points only the tests call.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import _native, quant_types
-from .gguf import TensorInfo
+
+if TYPE_CHECKING:
+    from .gguf import TensorInfo
+
+# entry points the product never calls (the tests check the forward step's pieces with them): kv_quantize,
+# kv_dequantize, hadamard, silu_mul, quantize_x, activation_block, matmul_multi, type_table
+# (native/bind_testing.cpp)
+testing = _native.testing
 
 
 class UnsupportedTypeError(ValueError):
@@ -46,7 +57,8 @@ def available_paths() -> list[str]:
 
 
 def configure(path: str | None = None, threads: int | None = None) -> None:
-    """Selects the CPU path (None: LOCALLLM_CPU or the best) and the thread count (None: physical cores)."""
+    """Selects the CPU path (None: LOCALLLM_CPU or the best) that products and models made afterwards use, and
+    the kernel entry points' thread count (None: physical cores); a model keeps the count it was made with."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     _native.configure(path if path is not None else os.environ.get("LOCALLLM_CPU", ""), threads or physical_cores())
@@ -60,7 +72,8 @@ def threads() -> int:
     return _native.threads()
 
 
-def _check(t: quant_types.QuantType, what: str) -> None:
+def check_supported(t: quant_types.QuantType, what: str) -> None:
+    """Raises UnsupportedTypeError naming `what` (a tensor) when the kernels do not compute type t."""
     if not t.supported:
         raise UnsupportedTypeError(
             f"{what}: tensor type {t.name} is not supported by the localllm kernels "
@@ -70,19 +83,11 @@ def _check(t: quant_types.QuantType, what: str) -> None:
 
 def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str = "weights") -> np.ndarray:
     """rows: uint8 [m, row_bytes] of GGML type type_id; x: float32 [n, k] -> float32 [n, m]."""
-    _check(quant_types.get(type_id), name)
+    check_supported(quant_types.get(type_id), name)
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 1:
         return _native.matmul(type_id, rows, k, x[None, :])[0]
     return _native.matmul(type_id, rows, k, x)
-
-
-def matmul_multi(products: list[tuple[int, np.ndarray]], k: int, x: np.ndarray) -> list[np.ndarray]:
-    """[(type_id, rows uint8 [m_j, row_bytes])] sharing x: float32 [n, k] -> [float32 [n, m_j]], computed as
-    the forward pass computes q/k/v and gate/up (one activation quantization, one dispatch for small n)."""
-    for type_id, _ in products:
-        _check(quant_types.get(type_id), "weights")
-    return list(_native.matmul_multi(products, k, np.ascontiguousarray(x, dtype=np.float32)))
 
 
 def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
@@ -93,7 +98,7 @@ def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
 
 
 def dequantize_raw(type_id: int, rows: np.ndarray, k: int, name: str = "tensor") -> np.ndarray:
-    _check(quant_types.get(type_id), name)
+    check_supported(quant_types.get(type_id), name)
     return _native.dequantize(type_id, rows, k)
 
 
@@ -101,18 +106,6 @@ def dequantize(t: TensorInfo, rows: slice | None = None) -> np.ndarray:
     """float32 [n_rows, row_len] (or the selected rows): embedding lookup and debugging."""
     r = t.rows() if rows is None else t.rows()[rows]
     return dequantize_raw(t.type.id, r, t.row_len, t.name)
-
-
-def quantize_activations(x: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x: float32 [n, k] -> (xq int8 [n, k], dx float32 [n, k/block], sum16 int32 [n, k/16]), as matmul does;
-    block 32 (Q8_0-style) or 256 (Q8_K-style)."""
-    return _native.quantize_x(np.ascontiguousarray(x, dtype=np.float32), block)
-
-
-def activation_block(type_id: int, n: int) -> int:
-    """Values per activation scale (32 or 256) that a product of n activation rows with weights of type_id
-    uses on the current CPU path."""
-    return _native.activation_block(type_id, n)
 
 
 def stream_read(buf: np.ndarray, streams: int = 1) -> int:
@@ -128,6 +121,49 @@ def int8_peak(iters: int) -> tuple[int, int] | None:
     """The current path's int8 multiply-add peak loop (native/kernels.h) on every thread, `iters` steps each:
     (multiply-adds done in all, checksum of one thread's chains), or None on a path without one (scalar)."""
     return _native.int8_peak(iters)
+
+
+def model_fields() -> dict[str, list[str]]:
+    """The names the native Model's dicts are keyed by, each spelt once in native/model_config.h: "config" and
+    "weights" (attributes of a ModelSpec or its RopeSpec), "layer" and "layer_weights" (of a LayerSpec)."""
+    return {k: list(v) for k, v in _native.model_fields().items()}
+
+
+def new_model(
+    config: dict,
+    weights: dict,
+    layers: list[dict],
+    n_blocks: int,
+    block_size: int,
+    k_type: str,
+    v_type: str,
+    kv_rotate: bool,
+    kv_center: bool,
+    kv_equalize: bool,
+    threads: int,
+):
+    """The native Model (native/forward.h) on the current CPU path: config and layers keyed by model_fields(),
+    weights as (type_id, rows uint8 [n_rows, row_bytes], row_len); localllm.model.Model is its only caller."""
+    return _native.Model(
+        config, weights, layers, n_blocks, block_size, k_type, v_type, kv_rotate, kv_center, kv_equalize, threads
+    )
+
+
+def scan_strings(buf: np.ndarray, pos: int, count: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A GGUF string array of count strings at byte pos of buf (uint8) -> (starts int64, ends int64, end pos);
+    ValueError("index N: problem") names the first bad element."""
+    return _native.scan_strings(buf, pos, count)
+
+
+def decode_strings(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+    """[buf[s:e].decode("utf-8", "replace")] for the ranges of scan_strings, without a Python loop."""
+    return _native.decode_strings(buf, starts, ends)
+
+
+def merges_valid(tok_buf, t_starts, t_ends, m_buf, m_starts, m_ends) -> bool:
+    """True when every BPE merge (a string array) splits at its first space into two token texts (another) whose
+    join is a token text too; False leaves it to the Python check, which names the bad merge."""
+    return _native.merges_valid(tok_buf, t_starts, t_ends, m_buf, m_starts, m_ends)
 
 
 configure()

@@ -16,45 +16,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _native, kernels
+from . import kernels, quant_types
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
 
 BLOCK_SIZE = 16  # tokens per KV block
 
-_LAYER_WEIGHTS = (
-    "attn_norm",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_norm",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-    "attn_q_bias",
-    "attn_k_bias",
-    "attn_v_bias",
-    "attn_output_bias",
-    "attn_q_norm",
-    "attn_k_norm",
-    "post_attention_norm",
-    "post_ffw_norm",
-)
+_FIELDS = kernels.model_fields()  # the native Model's keys (native/model_config.h): spec attribute names
+
+
+def _spec_value(spec: ModelSpec, name: str):
+    """The spec's attribute `name`, or its RopeSpec's (n_rot, neox, freq_factors)."""
+    return getattr(spec, name) if hasattr(spec, name) else getattr(spec.rope, name)
 
 
 def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = BLOCK_SIZE) -> int:
     """Bytes one KV block takes over all layers: block_size tokens of K and V rows (Model.kv_bytes / n_blocks)."""
     k_type, v_type = kv_types("f16", k_type, v_type)
     row = spec.n_kv_head * spec.head_dim
-    per_row = {"f16": lambda n: 2 * n, "q8_0": lambda n: n // 32 * 34, "q4_0": lambda n: n // 32 * 18}
-    return spec.n_layers * block_size * (per_row[k_type](row) + per_row[v_type](row))
+    types = [quant_types.get(t) for t in (k_type, v_type)]  # the KV types are GGML types
+    per_token = sum(row // t.block_size * t.type_size for t in types)
+    return spec.n_layers * block_size * per_token
 
 
 def _view(t: TensorInfo) -> tuple[int, np.ndarray, int]:
     """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
-    kernels._check(t.type, t.name)
+    kernels.check_supported(t.type, t.name)
     return t.type.id, t.rows(), t.row_len
 
 
@@ -75,7 +63,7 @@ class Model:
         """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
         A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
         channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
-        when kv_rotate; none changes the attention output beyond rounding (native/forward.h, KvConfig)."""
+        when kv_rotate; none changes the attention output beyond rounding (native/kv_transforms.h)."""
         k_type, v_type = kv_types("f16", k_type, v_type)
         for name, flag in (("kv_rotate", kv_rotate), ("kv_center", kv_center), ("kv_equalize", kv_equalize)):
             if not isinstance(flag, bool):
@@ -86,41 +74,21 @@ class Model:
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         self.file = f
         self.spec = s = spec or spec_from_gguf(f)
-        config = {
-            "n_vocab": s.n_vocab,
-            "d_model": s.d_model,
-            "n_layers": s.n_layers,
-            "n_head": s.n_head,
-            "n_kv_head": s.n_kv_head,
-            "head_dim": s.head_dim,
-            "n_ff": s.n_ff,
-            "rms_eps": s.rms_eps,
-            "n_rot": s.rope.n_rot,
-            "neox": s.rope.neox,
-            "attn_scale": s.attn_scale,
-            "ffn_act": s.ffn_act,
-            "embed_scale": s.embed_scale,
-            "sliding_window": s.sliding_window,
-            "attn_softcap": s.attn_softcap,
-            "final_softcap": s.final_softcap,
-        }
-        tensor = f.tensor
-        weights = {
-            "token_embd": _view(tensor(s.token_embd)),
-            "output_norm": _view(tensor(s.output_norm)),
-            "output": _view(tensor(s.output)),
-        }
-        if s.rope.freq_factors:
-            weights["rope_freqs"] = _view(tensor(s.rope.freq_factors))
+        config = {name: _spec_value(s, name) for name in _FIELDS["config"]}
+        weights = {}
+        for name in _FIELDS["weights"]:
+            tensor_name = _spec_value(s, name)
+            if tensor_name is not None:
+                weights[name] = _view(f.tensor(tensor_name))
         layers = []
         for layer in s.layers:
-            d = {"sliding": layer.sliding, "rope_base": layer.rope_base, "rope_scale": layer.rope_scale}
-            for key in _LAYER_WEIGHTS:
-                name = getattr(layer, key)
-                if name is not None:
-                    d[key] = _view(tensor(name))
+            d = {name: getattr(layer, name) for name in _FIELDS["layer"]}
+            for name in _FIELDS["layer_weights"]:
+                tensor_name = getattr(layer, name)
+                if tensor_name is not None:
+                    d[name] = _view(f.tensor(tensor_name))
             layers.append(d)
-        self._native = _native.Model(
+        self._impl = kernels.new_model(
             config,
             weights,
             layers,
@@ -140,52 +108,52 @@ class Model:
 
     @property
     def n_blocks(self) -> int:
-        return self._native.n_blocks
+        return self._impl.n_blocks
 
     @property
     def block_size(self) -> int:
-        return self._native.block_size
+        return self._impl.block_size
 
     @property
     def kv_bytes(self) -> int:
-        return self._native.kv_bytes
+        return self._impl.kv_bytes
 
     @property
     def k_type(self) -> str:
-        return self._native.k_type
+        return self._impl.k_type
 
     @property
     def v_type(self) -> str:
-        return self._native.v_type
+        return self._impl.v_type
 
     @property
     def kv_rotated(self) -> tuple[bool, bool]:
         """(K rotated, V rotated): kv_rotate and the type quantized."""
-        return self._native.rotate_k, self._native.rotate_v
+        return self._impl.rotate_k, self._impl.rotate_v
 
     @property
     def kv_centered(self) -> tuple[bool, bool]:
         """(K stored minus its bias, V likewise): kv_center, the type quantized and the bias present."""
-        return self._native.center_k, self._native.center_v
+        return self._impl.center_k, self._impl.center_v
 
     @property
     def kv_equalized(self) -> bool:
         """K stored divided per channel by its expected magnitude: kv_equalize and K quantized."""
-        return self._native.equalize_k
+        return self._impl.equalize_k
 
     @property
     def k_scales(self) -> np.ndarray | None:
         """float32 [n_layers, n_kv_head * head_dim]: K is stored divided by these (q multiplied), or None."""
-        return self._native.k_scales
+        return self._impl.k_scales
 
     @property
     def threads(self) -> int:
-        return self._native.threads
+        return self._impl.threads
 
     def forward(
         self, token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
     ) -> np.ndarray:
         """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]."""
-        return self._native.forward(
+        return self._impl.forward(
             token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
         )

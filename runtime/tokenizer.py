@@ -332,13 +332,13 @@ def _string(md: Mapping[str, Any], key: str, name: str) -> str:
 def _merges_checked(md: Mapping[str, Any]) -> bool:
     """True when the native check passed every merge against the token texts (bytewise, from the file's
     buffer); False leaves the check to BPE, which names a bad merge."""
-    from . import _native
+    from . import kernels
 
     tokens, merges = md.get("tokenizer.ggml.tokens"), md.get("tokenizer.ggml.merges")
     if not isinstance(tokens, StringArray) or not isinstance(merges, StringArray):
         return False
     tv, mv = tokens.native_view(), merges.native_view()
-    return tv is not None and mv is not None and _native.merges_valid(*tv, *mv)
+    return tv is not None and mv is not None and kernels.merges_valid(*tv, *mv)
 
 
 def _strings(md: Mapping[str, Any], key: str, name: str) -> list[str]:

@@ -3,7 +3,7 @@
 Error bounds (why the thresholds are what they are):
 - Dequantization is exact: the same float32 operations as the reference, so results must be equal.
 - Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2; per 256 where
-  kernels.activation_block says the path uses a super-block kernel, as llama.cpp's Q8_K does), integer
+  kernels.testing.activation_block says the path uses a super-block kernel, as llama.cpp's Q8_K does), integer
   dot products are exact, and each group of G weights adds one scaled float32 term. Against the float64
   product with the *quantized* activations x^ the only error is float32 rounding: at most
   (K/G + 4) * u * sum|w * x^| with u = 2^-23 (one rounding per group term plus the final scaling).
@@ -60,8 +60,8 @@ def check_product(qt: T, y: np.ndarray, w64: np.ndarray, x: np.ndarray) -> None:
         assert np.all(err <= bound + 1e-30), f"{qt.name}: max excess {np.max(err - bound)}"
         return
     # per 32, or per 256 where the path has a super-block kernel for this type and n (Q8_K-style)
-    blk = kernels.activation_block(int(qt), x.shape[0])
-    xq, dx, _ = kernels.quantize_activations(x, blk)
+    blk = kernels.testing.activation_block(int(qt), x.shape[0])
+    xq, dx, _ = kernels.testing.quantize_x(x, blk)
     xhat = (xq.reshape(x.shape[0], -1, blk).astype(np.float64) * dx[:, :, None]).reshape(x.shape)
     # round to nearest of x * (127 / amax): within dx/2, plus a few ulps of x for the rounded reciprocal
     act_err = np.repeat(dx, blk, axis=1).astype(np.float64) / 2 + 8 * U * np.abs(x64)
@@ -202,7 +202,7 @@ def test_matmul_multi_equals_separate_products(path, n):
     mix = [(T.Q5_0, 40), (T.Q8_0, 17), (T.Q5_0, 3), (T.F16, 5), (T.Q6_K, 33), (T.Q4_K, 16), (T.Q4_1, 8)]
     products = [(int(qt), random_rows(qt, m, k, rng)) for qt, m in mix]
     x = rng.standard_normal((n, k), dtype=np.float32)
-    got = kernels.matmul_multi(products, k, x)
+    got = kernels.testing.matmul_multi(products, k, x)
     assert len(got) == len(products)
     for (type_id, rows), y in zip(products, got):
         assert y.shape == (n, rows.shape[0])
@@ -215,7 +215,7 @@ def test_matmul_multi_rejects_a_product_of_another_row_length():
     good = (int(T.Q8_0), random_rows(T.Q8_0, 4, 256, rng))
     bad = (int(T.Q8_0), random_rows(T.Q8_0, 4, 512, rng))
     with pytest.raises(ValueError, match="Q8_0"):
-        kernels.matmul_multi([good, bad], 256, x)
+        kernels.testing.matmul_multi([good, bad], 256, x)
 
 
 @pytest.mark.parametrize("block", [32, 256])
@@ -227,7 +227,7 @@ def test_quantize_activations_per_block(path, block):
     x = rng.standard_normal((3, 4 * 256), dtype=np.float32)
     x[1, :block] = 0.0
     x[2, 5] = 300.0  # an outlier: its block's scale only
-    xq, dx, s16 = kernels.quantize_activations(x, block)
+    xq, dx, s16 = kernels.testing.quantize_x(x, block)
     assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // block) and s16.shape == (3, x.shape[1] // 16)
     amax = np.abs(x.reshape(3, -1, block)).max(axis=-1)
     np.testing.assert_array_equal(dx, amax / np.float32(127.0))
@@ -237,16 +237,14 @@ def test_quantize_activations_per_block(path, block):
     assert np.all(err <= np.repeat(dx, block, axis=1) * (0.5 + 1e-5) + 1e-30)
     np.testing.assert_array_equal(s16, xq.reshape(3, -1, 16).astype(np.int64).sum(axis=-1))
     with pytest.raises(ValueError, match="block must be 32 or 256"):
-        kernels.quantize_activations(x, 64)
+        kernels.testing.quantize_x(x, 64)
     with pytest.raises(ValueError, match=str(block)):
-        kernels.quantize_activations(x[:, : block + 32] if block == 256 else x[:, :48], block)
+        kernels.testing.quantize_x(x[:, : block + 32] if block == 256 else x[:, :48], block)
 
 
 def test_silu_mul_matches_float64():
     """The FFN's SiLU (native/ops.cpp: a polynomial e^x that vectorises) within a few float32 ulps of
     g * u / (1 + e^-g), down to where the result underflows, and finite far out."""
-    from localllm import _native
-
     rng = np.random.default_rng(5)
     g = np.concatenate(
         [
@@ -257,7 +255,7 @@ def test_silu_mul_matches_float64():
         ]
     )
     u = rng.standard_normal(g.size, dtype=np.float32)
-    got = _native.silu_mul(g, u).astype(np.float64)
+    got = kernels.testing.silu_mul(g, u).astype(np.float64)
     g64, u64 = g.astype(np.float64), u.astype(np.float64)
     want = g64 * u64 / (1.0 + np.exp(-g64))
     assert np.all(np.isfinite(got))
@@ -268,11 +266,9 @@ def test_silu_mul_propagates_nan_and_inf():
     """A NaN activation stays NaN through SiLU (the polynomial e^x converts no NaN to an integer: undefined in
     C++), +inf stays +inf (times u), and -inf gives no finite number (-inf here: (g h) h with h = e^-87 after
     the clamp; NaN, as torch and ggml give, would do too): nothing finite that would hide a broken model."""
-    from localllm import _native
-
     g = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0] * 8, dtype=np.float32)  # a vector's worth and a tail
     u = np.full(g.size, 2.0, dtype=np.float32)
-    got = _native.silu_mul(g, u)
+    got = kernels.testing.silu_mul(g, u)
     assert np.all(np.isnan(got[0::5])) and np.all(np.isnan(got[1::5]))
     assert np.all(got[2::5] == np.inf)
     assert not np.any(np.isfinite(got[3::5]))

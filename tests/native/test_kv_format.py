@@ -1,4 +1,4 @@
-"""The KV cache row formats (native/kv_format.h, through localllm.kv_types) against gguf.quants and numpy.
+"""The KV cache row formats (native/kv_format.h, through localllm.kernels.testing) against gguf.quants and numpy.
 
 - q8_0 quantize: the same float32 operations as ggml's reference quantizer (and gguf.quants, which reproduces
   it bit for bit), so the bytes must be equal; dequantize is d * q in float32: equal too.
@@ -18,7 +18,13 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
 from gguf.quants import quantize as ref_quantize
-from localllm.kv_types import hadamard, kv_dequantize, kv_quantize
+from localllm import kernels
+
+kv_quantize, kv_dequantize, hadamard = (
+    kernels.testing.kv_quantize,
+    kernels.testing.kv_dequantize,
+    kernels.testing.hadamard,
+)
 
 QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}
 
@@ -100,7 +106,7 @@ def test_hadamard_is_the_normalised_sylvester_rotation(dim, m):
 
 def test_bad_input_raises_value_error():
     x = np.zeros((2, 64), np.float32)
-    with pytest.raises(ValueError, match="kv_type must be one of f16, q8_0, q4_0, got 'q5_0'"):
+    with pytest.raises(ValueError, match="kv_type: 'q5_0' is not one of f16, q8_0, q4_0"):
         kv_quantize("q5_0", x)
     with pytest.raises(ValueError, match="q4_0 needs a head_dim that is a multiple of 32, got 48"):
         kv_quantize("q4_0", np.zeros((2, 48), np.float32))

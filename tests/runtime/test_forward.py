@@ -5,6 +5,11 @@ four real test models."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+
 import numpy as np
 import pytest
 import reference_forward
@@ -12,7 +17,7 @@ from conftest import model_file, reference
 from localllm import kernels
 from localllm.gguf import GGUFFile
 from localllm.llm import LLM
-from localllm.model import Model
+from localllm.model import Model, kv_block_bytes
 from reference_forward import ReferenceModel
 from test_model_spec import HEAD, VOCAB, write_model
 
@@ -378,15 +383,13 @@ def fwht64(x: np.ndarray) -> np.ndarray:
 
 def roundtrip(x32: np.ndarray, kv_type: str) -> np.ndarray:
     """float32 [..., head_dim] -> the float64 values a KV row of kv_type holds: gguf.quants for q8_0 (ggml's
-    reference quantizer); for q4_0 localllm's own least-squares quantizer (kv_types.kv_quantize), which
+    reference quantizer); for q4_0 localllm's own least-squares quantizer (kernels.testing.kv_quantize), which
     tests/native/test_kv_format.py checks against gguf's q4_0 format and error."""
     if kv_type == "f16":
         return x32.astype(np.float16).astype(np.float64)
     if kv_type == "q4_0":
-        from localllm.kv_types import kv_dequantize, kv_quantize
-
         flat = np.ascontiguousarray(x32.reshape(-1, x32.shape[-1]), dtype=np.float32)
-        back = kv_dequantize("q4_0", kv_quantize("q4_0", flat), flat.shape[1])
+        back = kernels.testing.kv_dequantize("q4_0", kernels.testing.kv_quantize("q4_0", flat), flat.shape[1])
         return back.reshape(x32.shape).astype(np.float64)
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
@@ -542,6 +545,76 @@ def test_long_prompt_split_by_rows_matches_reference(tmp_path, arch, threads):
     np.testing.assert_allclose(steps, expected, rtol=0, atol=QUANT_ATOL)
 
 
+@pytest.mark.parametrize("k_type", ["f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("v_type", ["f16", "q4_0"])
+def test_kv_block_bytes_is_what_the_model_allocates(tmp_path, k_type, v_type):
+    """model.kv_block_bytes (which sizes the KV pool from a memory budget) from quant_types' block sizes equals
+    the native cache's bytes per block."""
+    path = write_qhead_model(tmp_path / "m.gguf", "qwen2")
+    with GGUFFile(path) as f:
+        model = Model(f, n_blocks=3, threads=1, block_size=4, k_type=k_type, v_type=v_type)
+        assert kv_block_bytes(model.spec, k_type, v_type, block_size=4) * 3 == model.kv_bytes
+
+
+def test_models_and_kernels_share_one_set_of_worker_threads(tmp_path):
+    """One set of worker threads per process (native/thread_pool.h): the kernels' 2 threads and models of 3, 3
+    and 1 threads add workers only up to the largest count (2 workers), each model keeps its own count, and
+    the logits do not depend on it."""
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("counts threads through /proc/self/task")
+    path = write_model(tmp_path / "m.gguf", "qwen2")
+    code = f"""
+import os, numpy as np
+from localllm import kernels
+from localllm.gguf import GGUFFile
+from localllm.model import Model, kv_block_bytes
+kernels.configure(threads=2)
+base = len(os.listdir("/proc/self/task"))
+f = GGUFFile({str(path)!r})
+models = [Model(f, n_blocks=4, threads=t, block_size=4) for t in (3, 3, 1)]
+out = [m.forward([1, 2, 3, 4, 5], range(5), range(5), [0] * 5, [[0, 1]], [5], range(5)) for m in models]
+print(len(os.listdir("/proc/self/task")) - base, [m.threads for m in models], kernels.threads(),
+      all(np.array_equal(o, out[0]) for o in out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "1 [3, 3, 1] 2 True"
+
+
+def test_models_stepping_in_parallel_threads_match_serial(tmp_path):
+    """Two models stepped from two Python threads at once while a third runs kernels.matmul: runs on the shared
+    workers take turns, so every result equals the one computed alone."""
+    path = write_model(tmp_path / "m.gguf", "llama")
+    ids = [(5 * i + 1) % VOCAB for i in range(9)]
+    with GGUFFile(path) as f:
+        models = [Model(f, n_blocks=4, threads=t, block_size=4) for t in (2, 3)]
+        want = [one_sequence(m, ids) for m in models]
+        w = f.tensor("blk.0.attn_q.weight")
+        x = np.random.default_rng(0).standard_normal((3, w.row_len)).astype(np.float32)
+        want_mm = kernels.matmul(w, x)
+        got, errors = {}, []
+
+        def work(i):
+            try:
+                for _ in range(30):
+                    if i < 2:
+                        got.setdefault(i, []).append(one_sequence(models[i], ids))
+                    else:
+                        got.setdefault(i, []).append(kernels.matmul(w, x))
+            except Exception as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    for i in range(2):
+        assert all(np.array_equal(g, want[i]) for g in got[i])
+    assert all(np.array_equal(g, want_mm) for g in got[2])
+
+
 @pytest.mark.parametrize("head_dim", [72, 80])
 def test_head_dims_off_the_32_grid_match_reference(tmp_path, head_dim):
     """head_dim 72 and 80 (f16 cache): the attention's 32-dim P.V loop leaves a tail its 8-dim loop takes."""
@@ -588,7 +661,7 @@ def k_scales_reference(f, model):
 
 @pytest.mark.parametrize("arch,center", [("qwen2", True), ("qwen2", False), ("gemma3", True), ("llama", True)])
 def test_k_scales_follow_the_weights(tmp_path, arch, center):
-    """K's per-channel divisors (native/forward.h, KvConfig::equalize) against k_scales_reference."""
+    """K's per-channel divisors (native/kv_transforms.h, equalize) against k_scales_reference."""
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     with GGUFFile(path) as f:
         model = Model(f, n_blocks=2, threads=1, block_size=4, k_type="q4_0", kv_center=center)

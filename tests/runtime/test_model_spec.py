@@ -3,15 +3,40 @@ reference forward pass (tests/reference_forward.py) against llama.cpp's recorded
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import gguf
 import numpy as np
 import pytest
 from conftest import model_file, reference
+from localllm import kernels
 from localllm.gguf import GGUFFile
 from localllm.models import UnsupportedModelError, spec_from_gguf
+from localllm.models.spec import LayerSpec, ModelSpec, RopeSpec
 from reference_forward import ReferenceModel
+
+# -- the native model's fields -----------------------------------------------------------------------
+
+
+def test_native_fields_are_spec_fields():
+    """Every field and weight name of the native model (native/model_config.h, the one list each) is spelt as the
+    spec spells it: the layer lists are LayerSpec's fields in its order, scalars first; the model-level ones are
+    attributes of ModelSpec or its RopeSpec (never both), and the weights among them name tensors (str)."""
+    fields = kernels.model_fields()
+    layer = [(f.name, f.type) for f in dataclasses.fields(LayerSpec)]
+    assert fields["layer"] + fields["layer_weights"] == [name for name, _ in layer]
+    assert all(t.startswith("str") for name, t in layer if name in fields["layer_weights"])
+    assert not any(t.startswith("str") for name, t in layer if name in fields["layer"])
+    spec = {f.name: f.type for f in dataclasses.fields(ModelSpec)}
+    rope = {f.name: f.type for f in dataclasses.fields(RopeSpec)}
+    assert not spec.keys() & rope.keys()
+    for name in fields["config"]:
+        assert name in spec or name in rope, name
+        assert not (spec | rope)[name].startswith("str |"), name
+    for name in fields["weights"]:
+        assert (spec | rope).get(name, "").startswith("str"), name
+
 
 # -- the real models -------------------------------------------------------------------------------
 

@@ -234,7 +234,7 @@ def _packed(strings):
 def test_native_merge_check_agrees_with_bpe():
     """tokenizer._merges_checked's native check passes exactly the merges bpe.py accepts (it only skips the
     Python check: False leaves BPE to name the problem)."""
-    from localllm import _native
+    from localllm import kernels
     from localllm.bpe import BPE
 
     tokens = ["a", "b", "ab", "c", "abc", "é", "éa"]
@@ -250,11 +250,11 @@ def test_native_merge_check_agrees_with_bpe():
     }
     vocab = {t: i for i, t in enumerate(tokens)}
     for merges, ok in cases.items():
-        assert _native.merges_valid(*_packed(tokens), *_packed(merges)) is ok, merges
+        assert kernels.merges_valid(*_packed(tokens), *_packed(merges)) is ok, merges
         if ok:
             BPE(vocab, list(merges), "qwen2")
         else:
             with pytest.raises(ValueError, match="tokenizer.ggml.merges"):
                 BPE(vocab, list(merges), "qwen2")
     # a merge that is not well-formed UTF-8 goes to the Python check (which decodes with replacement)
-    assert _native.merges_valid(*_packed(tokens), *_packed([b"a \xc3"])) is False
+    assert kernels.merges_valid(*_packed(tokens), *_packed([b"a \xc3"])) is False

@@ -1,0 +1,132 @@
+// Bindings of the kernels: matrix products and dequantization over GGML-typed weight rows, the CPU path and
+// the kernel entry points' thread count (kernel_context.h), and the roofline loops of `bench kernels`.
+// Checks dtype, shape and contiguity of every array and releases the GIL around native work.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bandwidth.h"
+#include "bindings.h"
+#include "cpu_features.h"
+#include "kernel_context.h"
+#include "matmul.h"
+
+namespace py = pybind11;
+
+namespace lll {
+
+namespace {
+
+// a [rows, row_bytes] uint8 matrix whose rows are contiguous (any row stride)
+void check_rows(const py::array& w, const char* what) {
+  if (w.dtype().kind() != 'u' || w.itemsize() != 1) throw std::invalid_argument(std::string(what) + " must be uint8");
+  if (w.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be 2-D [rows, row_bytes]");
+  if (w.shape(1) > 1 && w.strides(1) != 1)
+    throw std::invalid_argument(std::string(what) + " rows must be contiguous");
+  if (w.strides(0) < w.shape(1)) throw std::invalid_argument(std::string(what) + " rows overlap");
+}
+
+}  // namespace
+
+// rows w: [m, row_bytes] of type_id holding k weights each; std::invalid_argument naming `what` otherwise
+void check_weight_rows(const KernelTable& kt, int type_id, const py::array& w, int k, const char* what) {
+  check_rows(w, what);
+  const TypeInfo& ti = checked_type(kt, type_id, k, what);
+  if (w.shape(1) != (py::ssize_t)row_bytes_of(ti, k))
+    throw std::invalid_argument(std::string(ti.name) + ": " + what + " rows are " + std::to_string(w.shape(1)) +
+                                " bytes, expected " + std::to_string(row_bytes_of(ti, k)) + " for k=" +
+                                std::to_string(k));
+}
+
+// the checked x [n][k] float32 of a product with weight rows w of type_id
+py::array_t<float, py::array::c_style> checked_product(const KernelTable& kt, int type_id, const py::array& w, int k,
+                                                       const py::array& x_in) {
+  if (x_in.ndim() != 2) throw std::invalid_argument("x must be 2-D [n, k] float32");
+  if (!py::isinstance<py::array_t<float>>(x_in)) throw std::invalid_argument("x must be float32");
+  auto x = py::array_t<float, py::array::c_style>::ensure(x_in);
+  if (!x) throw std::invalid_argument("x must be a C-contiguous float32 array");
+  if (x.shape(1) != k) throw std::invalid_argument("x has " + std::to_string(x.shape(1)) + " columns, expected k=" + std::to_string(k));
+  check_weight_rows(kt, type_id, w, k, "weights");
+  return x;
+}
+
+namespace {
+
+py::array_t<float> matmul_py(int type_id, const py::array& w, int k, const py::array& x_in) {
+  KernelContext ctx = kernel_context();
+  auto x = checked_product(*ctx.kernels, type_id, w, k, x_in);
+  const int m = (int)w.shape(0), n = (int)x.shape(0);
+  py::array_t<float> y({(py::ssize_t)n, (py::ssize_t)m});
+  const uint8_t* wp = (const uint8_t*)w.data();
+  const size_t stride = (size_t)w.strides(0);
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    matmul(*ctx.kernels, type_id, wp, stride, m, k, xp, n, yp, ctx.pool);
+  }
+  return y;
+}
+
+py::array_t<float> dequantize_py(int type_id, const py::array& w, int k) {
+  KernelContext ctx = kernel_context();
+  check_weight_rows(*ctx.kernels, type_id, w, k, "data");
+  const int rows = (int)w.shape(0);
+  py::array_t<float> out({(py::ssize_t)rows, (py::ssize_t)k});
+  const uint8_t* wp = (const uint8_t*)w.data();
+  const size_t stride = (size_t)w.strides(0);
+  float* op = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    dequantize(*ctx.kernels, type_id, wp, stride, rows, k, op);
+  }
+  return out;
+}
+
+uint64_t stream_read_py(const py::array& buf, int streams) {
+  if (buf.ndim() != 1 || buf.itemsize() != 1 || !(buf.flags() & py::array::c_style))
+    throw std::invalid_argument("buffer must be a contiguous 1-D uint8 array");
+  const uint8_t* p = (const uint8_t*)buf.data();
+  const size_t n = (size_t)buf.shape(0);
+  KernelContext ctx = kernel_context();
+  py::gil_scoped_release nogil;
+  return stream_read(p, n, ctx.pool, streams);
+}
+
+// the current path's int8 peak loop (kernels.h) on every kernel thread, iters steps each: (multiply-adds done in
+// all, the checksum of thread 0's chains; every thread computes the same); None where the path has no such loop
+py::object int8_peak_py(int64_t iters) {
+  if (iters < 1) throw std::invalid_argument("iters must be positive");
+  KernelContext ctx = kernel_context();
+  const KernelTable& kt = *ctx.kernels;
+  if (!kt.int8_peak) return py::none();
+  const int nt = ctx.pool.size();
+  std::vector<uint64_t> sums(nt);
+  {
+    py::gil_scoped_release nogil;
+    ctx.pool.run(nt, [&](int t, int) { sums[t] = kt.int8_peak(iters); });
+  }
+  return py::make_tuple(py::int_((uint64_t)nt * (uint64_t)iters * (uint64_t)kt.int8_peak_macs), py::int_(sums[0]));
+}
+
+}  // namespace
+
+void bind_kernels(py::module_& m) {
+  m.def("available_paths", &available_paths, "CPU kernel paths this machine can run, best last");
+  m.def("configure", &configure_kernels, py::arg("path") = "", py::arg("threads") = 0,
+        "select the CPU path ('' = best) and the kernel entry points' thread count (0 = every hardware thread)");
+  m.def("current_path", [] { return std::string(kernel_context().kernels->name); });
+  m.def("threads", [] { return kernel_context().pool.size(); });
+  m.def("matmul", &matmul_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
+        "y[n, m] = x[n, k] @ W[m, k]^T for GGML-typed weight rows");
+  m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
+  m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
+  m.def("int8_peak", &int8_peak_py, py::arg("iters"));
+}
+
+}  // namespace lll

@@ -1,0 +1,246 @@
+// Bindings of the native Model (forward.h): builds its config and weight views from Python dicts (naming a
+// missing or mistyped key), checks the step's integer arrays, and runs the step with the GIL released.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "forward.h"
+#include "kernel_context.h"
+
+namespace py = pybind11;
+
+namespace lll {
+
+namespace {
+
+std::string cfg_key(const char* what, const char* key) { return std::string(what) + ": '" + key + "'"; }
+
+template <class T>
+T get_key(const py::dict& d, const char* key, const char* what) {
+  if (!d.contains(key)) throw std::invalid_argument(cfg_key(what, key) + " missing");
+  try {
+    return d[key].cast<T>();
+  } catch (const py::cast_error&) {
+    throw std::invalid_argument(cfg_key(what, key) + " has the wrong type");
+  }
+}
+
+// ffn_act: "silu" | "gelu_tanh"
+template <>
+FfnAct get_key<FfnAct>(const py::dict& d, const char* key, const char* what) {
+  const std::string act = get_key<std::string>(d, key, what);
+  if (act == "silu") return FfnAct::Silu;
+  if (act == "gelu_tanh") return FfnAct::GeluTanh;
+  throw std::invalid_argument(std::string(what) + ": " + key + " '" + act + "' is not one of silu, gelu_tanh");
+}
+
+// {"config": [...], "weights": [...], "layer": [...], "layer_weights": [...]}: the names of model_config.h's lists
+py::dict model_fields() {
+  py::list config, weights, layer, layer_weights;
+#define LLL_NAME(type, name) config.append(#name);
+  LLL_CONFIG_FIELDS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(type, name) layer.append(#name);
+  LLL_LAYER_FIELDS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(name) weights.append(#name);
+  LLL_MODEL_WEIGHTS(LLL_NAME)
+#undef LLL_NAME
+#define LLL_NAME(name) layer_weights.append(#name);
+  LLL_LAYER_WEIGHTS(LLL_NAME)
+#undef LLL_NAME
+  py::dict d;
+  d["config"] = config;
+  d["weights"] = weights;
+  d["layer"] = layer;
+  d["layer_weights"] = layer_weights;
+  return d;
+}
+
+// spec: None (absent) or (type_id, rows: uint8 [rows, row_bytes] viewing the file, row_len)
+WeightView weight_view(const KernelTable& kt, const py::handle& spec, const std::string& name,
+                       std::vector<py::object>& keep) {
+  WeightView w;
+  if (spec.is_none()) return w;
+  py::tuple t;
+  try {
+    t = spec.cast<py::tuple>();
+  } catch (const py::cast_error&) {
+    throw std::invalid_argument(name + ": expected (type_id, rows, row_len)");
+  }
+  if (t.size() != 3) throw std::invalid_argument(name + ": expected (type_id, rows, row_len)");
+  const int type_id = t[0].cast<int>(), row_len = t[2].cast<int>();
+  if (!py::isinstance<py::array>(t[1])) throw std::invalid_argument(name + ": rows must be a numpy uint8 array");
+  py::array rows = t[1].cast<py::array>();
+  check_weight_rows(kt, type_id, rows, row_len, name.c_str());
+  w.data = (const uint8_t*)rows.data();
+  w.type = type_id;
+  w.rows = (int)rows.shape(0);
+  w.row_len = row_len;
+  w.row_bytes = rows.shape(0) > 1 ? (size_t)rows.strides(0) : (size_t)rows.shape(1);
+  keep.push_back(rows);
+  return w;
+}
+
+// any integer array (or list) of ndim dims -> int32 copy; names the array and index when a value overflows
+std::vector<int32_t> int_array(const py::handle& obj, const char* name, int ndim, std::vector<py::ssize_t>* shape) {
+  py::array a = py::array::ensure(obj);
+  if (!a) throw std::invalid_argument(std::string(name) + " must be an integer array");
+  if (a.ndim() != ndim) throw std::invalid_argument(std::string(name) + " must be " + std::to_string(ndim) + "-D");
+  if (a.size() && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+    throw std::invalid_argument(std::string(name) + " must hold integers, got dtype " +
+                                py::str(a.dtype()).cast<std::string>());
+  auto a64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (a.size() && a.dtype().kind() == 'u' && a.itemsize() == 8) {  // uint64 beyond int64 would wrap
+    auto au = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    for (py::ssize_t i = 0; i < au.size(); ++i)
+      if (au.data()[i] > (uint64_t)INT32_MAX)
+        throw std::invalid_argument(std::string(name) + " value at flat index " + std::to_string(i) +
+                                    " is out of range");
+  }
+  std::vector<int32_t> out((size_t)a64.size());
+  for (py::ssize_t i = 0; i < a64.size(); ++i) {
+    const int64_t v = a64.data()[i];
+    if (v < INT32_MIN || v > INT32_MAX)
+      throw std::invalid_argument(std::string(name) + " value " + std::to_string(v) + " at flat index " +
+                                  std::to_string(i) + " is out of range");
+    out[(size_t)i] = (int32_t)v;
+  }
+  if (shape) shape->assign(a.shape(), a.shape() + a.ndim());
+  return out;
+}
+
+struct PyModel {
+  std::unique_ptr<Model> model;
+  std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
+
+  PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, int n_blocks, int block_size,
+          const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads) {
+    ModelConfig c;
+#define LLL_READ(type, name) c.name = get_key<type>(cfg, #name, "config");
+    LLL_CONFIG_FIELDS(LLL_READ)
+#undef LLL_READ
+    if (threads < 1 || threads > 1024) throw std::invalid_argument("threads must be between 1 and 1024");
+
+    // weights: absent or None where the model has no such tensor (the Model names a required one missing)
+    auto opt = [](const py::dict& d, const char* key) -> py::object {
+      return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key]) : py::none();
+    };
+    const KernelTable* kt = kernel_context().kernels;
+    ModelWeights w;
+#define LLL_READ(name) w.name = weight_view(*kt, opt(weights, #name), #name, keep);
+    LLL_MODEL_WEIGHTS(LLL_READ)
+#undef LLL_READ
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (!py::isinstance<py::dict>(layers[i]))
+        throw std::invalid_argument("layers[" + std::to_string(i) + "] must be a dict");
+      const py::dict ld = layers[i].cast<py::dict>();
+      const std::string b = "blk." + std::to_string(i) + ".";
+      LayerWeights L;
+#define LLL_READ(type, name) L.name = get_key<type>(ld, #name, b.c_str());
+      LLL_LAYER_FIELDS(LLL_READ)
+#undef LLL_READ
+#define LLL_READ(name) L.name = weight_view(*kt, opt(ld, #name), b + #name, keep);
+      LLL_LAYER_WEIGHTS(LLL_READ)
+#undef LLL_READ
+      w.layers.push_back(L);
+    }
+    KvConfig kv;
+    kv.k_type = kv_type_of(k_type, "k_type");
+    kv.v_type = kv_type_of(v_type, "v_type");
+    kv.rotate = kv_rotate;
+    kv.center = kv_center;
+    kv.equalize = kv_equalize;
+    model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads));
+  }
+
+  py::array_t<float> forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
+                             const py::handle& seq_index, const py::handle& block_tables,
+                             const py::handle& context_lens, const py::handle& logits_rows) {
+    std::vector<py::ssize_t> bt_shape;
+    const auto ids = int_array(token_ids, "token_ids", 1, nullptr);
+    const auto pos = int_array(positions, "positions", 1, nullptr);
+    const auto slots = int_array(slot_mapping, "slot_mapping", 1, nullptr);
+    const auto seq = int_array(seq_index, "seq_index", 1, nullptr);
+    const auto bt = int_array(block_tables, "block_tables", 2, &bt_shape);
+    const auto ctx = int_array(context_lens, "context_lens", 1, nullptr);
+    const auto rows = int_array(logits_rows, "logits_rows", 1, nullptr);
+    const size_t T = ids.size();
+    if (pos.size() != T || slots.size() != T || seq.size() != T)
+      throw std::invalid_argument("token_ids, positions, slot_mapping and seq_index must have one length (got " +
+                                  std::to_string(T) + ", " + std::to_string(pos.size()) + ", " +
+                                  std::to_string(slots.size()) + ", " + std::to_string(seq.size()) + ")");
+    if ((size_t)bt_shape[0] != ctx.size())
+      throw std::invalid_argument("block_tables has " + std::to_string(bt_shape[0]) + " rows but context_lens " +
+                                  std::to_string(ctx.size()) + " entries");
+    StepBatch b;
+    b.n_tokens = (int)T;
+    b.token_ids = ids.data();
+    b.positions = pos.data();
+    b.slot_mapping = slots.data();
+    b.seq_index = seq.data();
+    b.n_seq = (int)bt_shape[0];
+    b.max_blocks = (int)bt_shape[1];
+    b.block_tables = bt.data();
+    b.context_lens = ctx.data();
+    b.n_logits = (int)rows.size();
+    b.logits_rows = rows.data();
+    const int n_vocab = model->config().n_vocab;
+    py::array_t<float> out({(py::ssize_t)rows.size(), (py::ssize_t)n_vocab});
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      model->forward(b, op);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+void bind_model(py::module_& m) {
+  m.def("model_fields", &model_fields,
+        "{'config', 'weights', 'layer', 'layer_weights'}: the names the Model's dicts are keyed by (model_config.h)");
+  py::class_<PyModel>(m, "Model",
+                      "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model)")
+      .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, const std::string&,
+                    const std::string&, bool, bool, bool, int>(),
+           py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"),
+           py::arg("k_type"), py::arg("v_type"), py::arg("kv_rotate"), py::arg("kv_center"), py::arg("kv_equalize"), py::arg("threads"))
+      .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),
+           py::arg("seq_index"), py::arg("block_tables"), py::arg("context_lens"), py::arg("logits_rows"),
+           "one engine step -> logits [len(logits_rows), n_vocab] float32")
+      .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_cache().n_blocks(); })
+      .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_cache().block_size(); })
+      .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_cache().bytes(); })
+      .def_property_readonly("k_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().k_type()); })
+      .def_property_readonly("v_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().v_type()); })
+      .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->kv_transforms().rotate_k(); })
+      .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->kv_transforms().rotate_v(); })
+      .def_property_readonly("center_k", [](const PyModel& p) { return p.model->kv_transforms().center_k(); })
+      .def_property_readonly("center_v", [](const PyModel& p) { return p.model->kv_transforms().center_v(); })
+      .def_property_readonly("equalize_k", [](const PyModel& p) { return p.model->kv_transforms().equalize_k(); })
+      .def_property_readonly(
+          "k_scales",
+          [](const PyModel& p) -> py::object {
+            if (!p.model->kv_transforms().equalize_k()) return py::none();
+            const ModelConfig& c = p.model->config();
+            const int kvd = c.n_kv_head * c.head_dim;
+            py::array_t<float> out({(py::ssize_t)c.n_layers, (py::ssize_t)kvd});
+            for (int l = 0; l < c.n_layers; ++l)
+              std::memcpy(out.mutable_data() + (size_t)l * kvd, p.model->kv_transforms().k_scale(l).data(), kvd * sizeof(float));
+            return out;
+          },
+          "float32 [n_layers, n_kv_head * head_dim]: K's per-channel divisors, or None")
+      .def_property_readonly("threads", [](const PyModel& p) { return p.model->threads(); });
+}
+
+}  // namespace lll

@@ -1,0 +1,154 @@
+// Bindings of localllm._native.testing: entry points the product never calls, which the tests use to check
+// the pieces of the forward step on their own (KV row formats, the Hadamard rotation, the FFN activation,
+// activation quantization, several products sharing one input) and the type table against
+// runtime/quant_types.py.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "kernel_context.h"
+#include "kv_format.h"
+#include "matmul.h"
+#include "ops.h"
+
+namespace py = pybind11;
+
+namespace lll {
+
+namespace {
+
+// x: float32 [n, k] C-contiguous -> a checked view; names the argument otherwise
+py::array_t<float> float_rows(const py::array& x, const char* name) {
+  auto a = py::array_t<float, py::array::c_style>::ensure(x);
+  if (!a || a.ndim() != 2 || !py::isinstance<py::array_t<float>>(x))
+    throw std::invalid_argument(std::string(name) + " must be a 2-D float32 array");
+  return a;
+}
+
+// x: float32 [n, k] -> uint8 [n, kv_row_bytes(type, k)]: the KV cache's write, row by row
+py::array_t<uint8_t> kv_quantize_py(const std::string& type, const py::array& x) {
+  const KvType t = kv_type_of(type, "kv_type");
+  auto a = float_rows(x, "x");
+  const int n = (int)a.shape(0), k = (int)a.shape(1);
+  kv_check_len(t, k, "x");
+  const size_t rb = kv_row_bytes(t, k);
+  py::array_t<uint8_t> out({(py::ssize_t)n, (py::ssize_t)rb});
+  for (int r = 0; r < n; ++r) kv_quantize_row(t, a.data() + (size_t)r * k, k, out.mutable_data() + r * rb);
+  return out;
+}
+
+// rows: uint8 [n, kv_row_bytes(type, k)] -> float32 [n, k]: what the attention reads
+py::array_t<float> kv_dequantize_py(const std::string& type, const py::array& rows, int k) {
+  const KvType t = kv_type_of(type, "kv_type");
+  kv_check_len(t, k, "k");
+  auto a = py::array_t<uint8_t, py::array::c_style>::ensure(rows);
+  const size_t rb = kv_row_bytes(t, k);
+  if (!a || a.ndim() != 2 || !py::isinstance<py::array_t<uint8_t>>(rows) || (size_t)a.shape(1) != rb)
+    throw std::invalid_argument("rows must be a uint8 array [n, " + std::to_string(rb) + "] for " + std::to_string(k) +
+                                " " + type + " values");
+  const int n = (int)a.shape(0);
+  py::array_t<float> out({(py::ssize_t)n, (py::ssize_t)k});
+  for (int r = 0; r < n; ++r) kv_dequantize_row(t, a.data() + r * rb, k, out.mutable_data() + (size_t)r * k);
+  return out;
+}
+
+// x: float32 [n, dim] -> a rotated copy (hadamard_rotate)
+py::array_t<float> hadamard_py(const py::array& x) {
+  auto a = float_rows(x, "x");
+  if (a.shape(1) < 1) throw std::invalid_argument("x must have at least one column");
+  py::array_t<float> out({a.shape(0), a.shape(1)});
+  std::memcpy(out.mutable_data(), a.data(), (size_t)a.size() * sizeof(float));
+  hadamard_rotate(out.mutable_data(), (int)a.shape(0), (int)a.shape(1));
+  return out;
+}
+
+// the FFN activation as the forward pass applies it: g * u * sigmoid(g), elementwise
+py::array_t<float> silu_mul_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& g,
+                               const py::array_t<float, py::array::c_style | py::array::forcecast>& u) {
+  if (g.ndim() != 1 || u.ndim() != 1 || g.shape(0) != u.shape(0))
+    throw std::invalid_argument("silu_mul needs two 1-D float32 arrays of one length");
+  py::array_t<float> out(g.shape(0));
+  std::memcpy(out.mutable_data(), g.data(), (size_t)g.shape(0) * sizeof(float));
+  silu_mul(out.mutable_data(), u.data(), (size_t)g.shape(0));
+  return out;
+}
+
+// activations as a product quantizes them: (xq int8 [n, k], dx [n, k/block], sum16 [n, k/16])
+py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int block) {
+  if (block != 32 && block != 256) throw std::invalid_argument("block must be 32 or 256, got " + std::to_string(block));
+  if (x.ndim() != 2 || x.shape(1) % block || x.shape(1) == 0)
+    throw std::invalid_argument("x must be [n, k] with k a multiple of " + std::to_string(block));
+  KernelContext ctx = kernel_context();
+  QuantizedX q;
+  {
+    py::gil_scoped_release nogil;
+    quantize_x(*ctx.kernels, x.data(), (int)x.shape(0), (int)x.shape(1), (size_t)x.shape(1), q, ctx.pool, block);
+  }
+  const py::ssize_t n = x.shape(0), k = x.shape(1);
+  py::array_t<int8_t> xq({n, k});
+  py::array_t<float> dx({n, k / block});
+  py::array_t<int32_t> s16({n, k / 16});
+  std::copy(q.xq.begin(), q.xq.end(), xq.mutable_data());
+  std::copy(q.dx.begin(), q.dx.end(), dx.mutable_data());
+  std::copy(q.sum16.begin(), q.sum16.end(), s16.mutable_data());
+  return py::make_tuple(xq, dx, s16);
+}
+
+// products: [(type_id, rows)] sharing x -> [y [n, m_j]]
+py::list matmul_multi_py(const std::vector<std::pair<int, py::array>>& products, int k, const py::array& x_in) {
+  if (products.empty()) throw std::invalid_argument("matmul_multi needs at least one product");
+  KernelContext ctx = kernel_context();
+  std::vector<MatmulJob> jobs;
+  std::vector<py::array_t<float>> ys;
+  py::array_t<float, py::array::c_style> x;
+  for (const auto& [type_id, w] : products) {
+    x = checked_product(*ctx.kernels, type_id, w, k, x_in);
+    ys.emplace_back(std::vector<py::ssize_t>{x.shape(0), w.shape(0)});
+    jobs.push_back({type_id, (const uint8_t*)w.data(), (size_t)w.strides(0), (int)w.shape(0), ys.back().mutable_data()});
+  }
+  const int n = (int)x.shape(0);
+  const float* xp = x.data();
+  {
+    py::gil_scoped_release nogil;
+    matmul_multi(*ctx.kernels, jobs.data(), (int)jobs.size(), k, xp, n, ctx.pool);
+  }
+  py::list out;
+  for (auto& y : ys) out.append(y);
+  return out;
+}
+
+// [(id, name, block_size, type_size)] of every type the kernels compute (type_info)
+py::list type_table_py() {
+  py::list out;
+  for (int id = 0; id < 40; ++id)
+    if (const TypeInfo* ti = type_info(id)) out.append(py::make_tuple(id, ti->name, ti->block_size, ti->type_size));
+  return out;
+}
+
+}  // namespace
+
+void bind_testing(py::module_& m) {
+  m.def("kv_quantize", &kv_quantize_py, py::arg("kv_type"), py::arg("x"),
+        "KV rows float32 [n, k] -> uint8 [n, row bytes] in 'f16', 'q8_0' or 'q4_0'");
+  m.def("kv_dequantize", &kv_dequantize_py, py::arg("kv_type"), py::arg("rows"), py::arg("k"),
+        "KV rows uint8 [n, row bytes] -> float32 [n, k]");
+  m.def("hadamard", &hadamard_py, py::arg("x"), "float32 [n, dim] -> H x / sqrt(m) per group of m dims");
+  m.def("silu_mul", &silu_mul_py, py::arg("g"), py::arg("u"), "g * sigmoid(g) * u, as the FFN computes it");
+  m.def("quantize_x", &quantize_x_py, py::arg("x"), py::arg("block") = 32,
+        "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16]), as a product quantizes them");
+  m.def("activation_block", [](int type_id, int n) { return activation_block(*kernel_context().kernels, type_id, n); },
+        py::arg("type_id"), py::arg("n"), "values per activation scale a product uses on the current path (32 or 256)");
+  m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
+        "[x @ W_j^T] for [(type_id, W_j)] sharing x, as the forward step runs q/k/v and gate/up");
+  m.def("type_table", &type_table_py, "[(id, name, block_size, type_size)] of the types the kernels compute");
+}
+
+}  // namespace lll

@@ -1,0 +1,83 @@
+// What a model is made of: the hyper-parameters of the generic decoder block (runtime/models/spec.py) and the
+// views of its weights in the memory-mapped GGUF file.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lll {
+
+// m rows of row_len weights of GGML type `type`, row r at data + r * row_bytes; data == nullptr: absent.
+// The bytes belong to the caller (the mmap) and must outlive the Model.
+struct WeightView {
+  const uint8_t* data = nullptr;
+  int type = -1;
+  int rows = 0, row_len = 0;
+  size_t row_bytes = 0;
+  bool present() const { return data != nullptr; }
+};
+
+enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
+
+// Every field and weight of a model is spelt once, in the lists below: the structs are generated from them, so
+// is the binding's reading of Python's dicts (bind_model.cpp), localllm.model builds those dicts from the names
+// (kernels.model_fields()), and tests/runtime/test_model_spec.py checks each name against runtime/models/spec.py
+// (a field of ModelSpec or its RopeSpec; of LayerSpec for the layer lists, in its order). Adding a field to the
+// decoder block is one entry here and its use in the step.
+
+// ModelConfig: X(type, name)
+#define LLL_CONFIG_FIELDS(X)                                                                            \
+  X(int, n_vocab) X(int, d_model) X(int, n_layers) X(int, n_head) X(int, n_kv_head) X(int, head_dim)     \
+  X(int, n_ff) X(float, rms_eps)                                                                        \
+  X(int, n_rot)            /* leading dims of each head that rotate (even, <= head_dim) */              \
+  X(bool, neox)            /* rope pairs (i, i + n_rot/2); else (2i, 2i+1) */                           \
+  X(float, attn_scale)     /* multiplies q . k */                                                       \
+  X(FfnAct, ffn_act)       /* "silu" | "gelu_tanh" in Python */                                         \
+  X(float, embed_scale)    /* multiplies the embedding rows */                                          \
+  X(int, sliding_window)   /* 0: no sliding layers */                                                   \
+  X(float, attn_softcap)   /* 0: none */                                                                \
+  X(float, final_softcap)  /* 0: none */
+
+// ModelWeights, besides the layers: X(name)
+#define LLL_MODEL_WEIGHTS(X)                                                                            \
+  X(token_embd)    /* [n_vocab, d_model] */                                                             \
+  X(output_norm)   /* [d_model] */                                                                      \
+  X(output)        /* [n_vocab, d_model] (may view token_embd) */                                       \
+  X(freq_factors)  /* [n_rot/2] dividing each RoPE frequency, or absent */
+
+// LayerWeights' values: X(type, name)
+#define LLL_LAYER_FIELDS(X)                                                                             \
+  X(bool, sliding)      /* attends to the last sliding_window positions only */                         \
+  X(float, rope_base)                                                                                   \
+  X(float, rope_scale)  /* multiplies the rotation angle */
+
+// LayerWeights' tensors: X(name). 2-D: attn_q [n_head*head_dim, d_model], attn_k/attn_v
+// [n_kv_head*head_dim, d_model], attn_output [d_model, n_head*head_dim], ffn_gate/ffn_up [n_ff, d_model],
+// ffn_down [d_model, n_ff]. 1-D (one row): norms [d_model] or [head_dim] (q/k norms), biases [rows of the
+// matching product]. The first nine are required, the others optional.
+#define LLL_LAYER_WEIGHTS(X)                                                                            \
+  X(attn_norm) X(attn_q) X(attn_k) X(attn_v) X(attn_output) X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) \
+  X(attn_q_bias) X(attn_k_bias) X(attn_v_bias) X(attn_output_bias) X(attn_q_norm) X(attn_k_norm)        \
+  X(post_attention_norm) X(post_ffw_norm)
+
+#define LLL_FIELD_MEMBER(type, name) type name{};
+#define LLL_WEIGHT_MEMBER(name) WeightView name;
+
+struct ModelConfig {
+  LLL_CONFIG_FIELDS(LLL_FIELD_MEMBER)
+};
+
+struct LayerWeights {
+  LLL_LAYER_FIELDS(LLL_FIELD_MEMBER)
+  LLL_LAYER_WEIGHTS(LLL_WEIGHT_MEMBER)
+};
+
+struct ModelWeights {
+  LLL_MODEL_WEIGHTS(LLL_WEIGHT_MEMBER)
+  std::vector<LayerWeights> layers;
+};
+
+#undef LLL_FIELD_MEMBER
+#undef LLL_WEIGHT_MEMBER
+
+}  // namespace lll

@@ -1,0 +1,11 @@
+// The extension module localllm._native (private: localllm.kernels is its only importer): one bind_* call per area.
+#include "bindings.h"
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "localllm native core (private: import localllm.kernels instead)";
+  lll::bind_kernels(m);
+  lll::bind_model(m);
+  lll::bind_tokenizer(m);
+  pybind11::module_ testing = m.def_submodule("testing", "entry points only the tests call");
+  lll::bind_testing(testing);
+}
