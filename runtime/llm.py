@@ -53,7 +53,7 @@ class LLM:
         of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
         model's K / V bias; K divided per channel by sqrt of its expected magnitude, q multiplied; Hadamard-rotated
         per head) that keep q4_0 usable on models with outlier channels (Qwen); f16 is stored as is. See
-        native/forward.h (KvConfig). kv_budget_mib: the most MiB the KV pool may take (ValueError when that is
+        native/kv_transforms.h (KvConfig). kv_budget_mib: the most MiB the KV pool may take (ValueError when that is
         less than one block)."""
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")

@@ -3,5 +3,6 @@
 machine.py            read bandwidth, the int8 multiply-add peak, peak RSS, best-of timing
 matrices.py           the native kernels on a model's real weight matrices, N = 1 .. 512 activation rows
 model.py              end to end on one model: load, pp (one prompt step), tg (single-token steps)
-llama_cpp.py          the same on llama.cpp, run by llama-cpp-python's own interpreter (llama_cpp_script.py)
+compare.py            the same on llama.cpp, run by llama-cpp-python's own interpreter: llama_cpp_script.py
+                      runs as a script, so no module here may be called llama_cpp (it would shadow the real one)
 """

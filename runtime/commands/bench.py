@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     from localllm import kernels
-    from localllm.bench.llama_cpp import compare_first_token, llama_cpp_rounds, llama_python
+    from localllm.bench.compare import compare_first_token, llama_cpp_rounds, llama_python
     from localllm.bench.model import bench_llm, model_prompt_ids
 
     if args.models:
