@@ -75,6 +75,14 @@ def register(sub) -> None:
         help="bench kernels: only these matrices (e.g. blk.0.ffn_down.weight)",
     )
     p.add_argument(
+        "--step-n",
+        type=int,
+        nargs="*",
+        default=[1, 2, 4, 8, 16],
+        metavar="N",
+        help="bench kernels: also time one decode step of each model carrying N sequences (none: skip)",
+    )
+    p.add_argument(
         "--stream-mib",
         type=int,
         default=512,
@@ -180,15 +188,18 @@ def run_kernels(args: argparse.Namespace) -> int:
     from localllm import kernels
     from localllm.bench.machine import int8_peak, read_bandwidth
     from localllm.bench.matrices import bench_matrices, check_tensor_names
+    from localllm.bench.step import step_times
 
-    paths = [_resolve(m, args.pull) for m in (args.models or DEFAULT_MODELS)]
     threads = args.threads or sorted({1, kernels.physical_cores()})
     if any(t < 1 for t in threads):
         raise ValueError("--threads values must be positive")
     if any(n < 1 for n in args.n):
         raise ValueError("--n values must be positive")
+    if any(n < 1 for n in args.step_n):
+        raise ValueError("--step-n values must be positive")
     if args.bandwidth_mib < 1 or args.stream_mib < 1:
         raise ValueError("--bandwidth-mib and --stream-mib must be positive")
+    paths = [_resolve(m, args.pull) for m in (args.models or DEFAULT_MODELS)]
     ns = sorted(set(args.n) | {1})
     out = sys.stderr if args.json else sys.stdout
     if args.tensors:
@@ -216,11 +227,16 @@ def run_kernels(args: argparse.Namespace) -> int:
     results = []
     for p in paths:
         results += bench_matrices(p, threads, ns, args.seconds, show, args.stream_mib << 20, args.tensors)
+    steps = {}
+    if args.step_n:
+        th = max(threads)
+        print(f"decode step, N sequences of one token at context 64, {th} threads: ms per step (x N = 1)", file=out)
+        for p in paths:
+            ms = steps[p.name] = step_times(p, th, sorted(set(args.step_n)), seconds=args.seconds)
+            cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items())
+            print(f"  {p.name[:36]:<36} {cells}", file=out, flush=True)
     if args.json:
-        print(
-            json.dumps(
-                {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path(), "results": results},
-                indent=1,
-            )
-        )
+        report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path()}
+        report.update(results=results, step_ms={name: {str(n): t for n, t in ms.items()} for name, ms in steps.items()})
+        print(json.dumps(report, indent=1))
     return 0

@@ -48,7 +48,8 @@ def test_show_text_and_json_agree_with_the_file():
     [
         (["show", "/nonexistent/model.gguf"], "no such file"),
         (["show", "no-such-model-anywhere"], "no-such-model-anywhere"),
-        (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "error:"),
+        (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "--n values"),
+        (["bench", "kernels", "/nonexistent/model.gguf", "--step-n", "0"], "--step-n"),
     ],
 )
 def test_errors_are_one_line_on_stderr(tmp_path, args, message):
@@ -83,10 +84,16 @@ def test_bench_kernels_json():
         "64",
         "--stream-mib",
         "64",
+        "--step-n",
+        "1",
+        "3",
         "--json",
     )
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
+    # one decode step of the whole model carrying 1 and 3 sequences (timings only: no bound on a shared machine)
+    step = j["step_ms"][path.name]
+    assert set(step) == {"1", "3"} and all(ms > 0 for ms in step.values())
     assert j["read_bandwidth_gbs"] > 0
     # the compute roofline: measured on every SIMD path, absent on the scalar one
     assert (j["int8_peak_gops"] is None) == (j["path"] == "scalar")
