@@ -25,9 +25,10 @@ TEXTS = [
 ]
 
 # Per model: bounds on |native - float64| over float64's top 10 ids at every position (max, mean per sequence).
-# Measured on AVX2 (Zen 3) and scalar over these sequences, one step and one token per step: smollm2 max 0.96,
-# mean <= 0.28 (the 8-bit rounding of the activations of its 576-wide Q4_1 products; the float reference with
-# act_quant moves as much); the 0.5B max 0.43, mean <= 0.07. The bounds leave about 1.5x.
+# Measured on the AVX2 and scalar paths (AMD EPYC, no AVX-512) over these sequences, one step and one token
+# per step: smollm2 max 0.96, mean <= 0.28 (the 8-bit rounding of the activations of its 576-wide Q4_1
+# products; the float reference with act_quant moves as much); the 0.5B max 0.43, mean <= 0.07. The bounds
+# leave about 1.5x.
 # qwen2.5-coder-1.5b is left out (issue 18): at position 0, in AVX2 steps of N <= 8 tokens, its top-1 is 15,
 # which float64 puts 4.4-5.5 below its top-1 16; and its float64 forward takes about a minute here.
 MODELS = {
