@@ -7,6 +7,13 @@ Weights come from `gguf.quants.dequantize` as float32 and are cached per tensor 
 the tensors of the layer being computed, for models whose float32 weights would not fit). Matrix products
 run in float32; norms, rope, softmax and the nonlinearities in float64. It follows spec.py's block exactly.
 
+float64=True is the accuracy judge for the native paths: the same dequantized weights, widened exactly to
+float64, and every product in float64 too; logits come back float64. Nothing but the 1-D tensors (norms,
+biases) is kept: each matrix is dequantized when its product runs, in row chunks of at most CHUNK_BYTES of
+float64, so memory stays bounded whatever the model (the 1.5B's tied 151936 x 1536 output included).
+
+    ref.logits_batch([ids_a, ids_b])             # several sequences in one pass: each weight dequantized once
+
 act_quant=True rounds each matrix product's input the way ggml's CPU dot products do before they multiply:
 to Q8_0 (blocks of 32, fp16 scale) for 32-weight block types, to Q8_K (blocks of 256, float scale) for
 K-quants and IQ4_XS, to fp16 for F16. Only the rounding is emulated; products stay float32.
@@ -80,21 +87,44 @@ def quantize_activations(x: np.ndarray, weight_type: str) -> np.ndarray:
     return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
 
 
+CHUNK_BYTES = 64 << 20  # float64 weight rows dequantized at a time by a float64 product
+
+
 class ReferenceModel:
-    def __init__(self, f, spec: ModelSpec | None = None, cache: bool = True, act_quant: bool = False):
-        self.f, self.spec, self.cache, self.act_quant = f, spec or spec_from_gguf(f), cache, act_quant
+    def __init__(
+        self,
+        f,
+        spec: ModelSpec | None = None,
+        cache: bool = True,
+        act_quant: bool = False,
+        float64: bool = False,
+    ):
+        self.f, self.spec, self.act_quant, self.float64 = f, spec or spec_from_gguf(f), act_quant, float64
+        self.cache = cache and not float64
         self._weights: dict[str, np.ndarray] = {}
 
     def weight(self, name: str) -> np.ndarray:
-        """float32 [n_rows, row_len] (numpy order: a Linear's [out, in]); [row_len] for 1-D tensors."""
+        """float32 (float64 under float64=True) [n_rows, row_len] (numpy order: a Linear's [out, in]); [row_len]
+        for 1-D tensors, which are always kept."""
         w = self._weights.get(name)
         if w is None:
             t = self.f.tensors[name]
-            w = dequantize(t.rows(), gguf.GGMLQuantizationType(t.type.id)).astype(np.float32, copy=False)
-            w = w.reshape(t.shape)
-            if self.cache:
+            w = dequantize(t.rows(), gguf.GGMLQuantizationType(t.type.id))
+            w = w.astype(np.float64 if self.float64 else np.float32, copy=False).reshape(t.shape)
+            if self.cache or w.ndim == 1:
                 self._weights[name] = w
         return w
+
+    def product64(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x: [T, in] float64 -> x @ W.T [T, out] float64, W dequantized CHUNK_BYTES of float64 rows at a time."""
+        t = self.f.tensors[name]
+        qt, rows = gguf.GGMLQuantizationType(t.type.id), t.rows()
+        step = max(1, CHUNK_BYTES // (8 * t.row_len))
+        y, xt = np.empty((x.shape[0], t.n_rows)), np.ascontiguousarray(x.T)
+        for r in range(0, t.n_rows, step):
+            w = dequantize(rows[r : r + step], qt).astype(np.float64).reshape(-1, t.row_len)
+            y[:, r : r + len(w)] = (w @ xt).T
+        return y
 
     def embed(self, ids: list[int]) -> np.ndarray:
         """float32 [T, d_model]: the embedding rows of ids, dequantized one row each."""
@@ -103,15 +133,21 @@ class ReferenceModel:
         return dequantize(rows, gguf.GGMLQuantizationType(t.type.id)).astype(np.float32).reshape(len(ids), -1)
 
     def linear(self, x: np.ndarray, w: str, b: str | None = None) -> np.ndarray:
-        """x: [T, in] -> [T, out] float32."""
+        """x: [T, in] -> [T, out] float32 (float64 under float64=True)."""
+        if self.float64:
+            if self.act_quant:
+                x = quantize_activations(x.astype(np.float32), self.f.tensors[w].type.name)
+            y = self.product64(x.astype(np.float64), w)
+            return y + self.weight(b) if b else y
         x = x.astype(np.float32)
         if self.act_quant:
             x = quantize_activations(x, self.f.tensors[w].type.name)
         y = x @ self.weight(w).T
         return y + self.weight(b) if b else y
 
-    def attention(self, layer, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """x: [T, d_model] normed -> [T, d_model], before the output norm and the residual."""
+    def attention(self, layer, x: np.ndarray, pos: np.ndarray, seq: np.ndarray | None = None) -> np.ndarray:
+        """x: [T, d_model] normed -> [T, d_model], before the output norm and the residual. seq: [T] the sequence
+        of each token (a token attends within its own only), None for one sequence."""
         s, T = self.spec, x.shape[0]
         q = self.linear(x, layer.attn_q, layer.attn_q_bias).reshape(T, s.n_head, s.head_dim)
         k = self.linear(x, layer.attn_k, layer.attn_k_bias).reshape(T, s.n_kv_head, s.head_dim)
@@ -130,6 +166,8 @@ class ReferenceModel:
         scores = softcap(scores, s.attn_softcap)
         i, j = pos[:, None], pos[None, :]
         masked = j > i
+        if seq is not None:
+            masked |= seq[:, None] != seq[None, :]
         if layer.sliding:
             masked |= i - j >= s.sliding_window
         scores = np.where(masked[None], -np.inf, scores)
@@ -145,12 +183,24 @@ class ReferenceModel:
         return self.linear(g * self.linear(x, layer.ffn_up), layer.ffn_down)
 
     def logits(self, ids: list[int]) -> np.ndarray:
-        """[len(ids), n_vocab] float32 for tokens at positions 0..len(ids)-1."""
+        """[len(ids), n_vocab] float32 (float64 under float64=True) for tokens at positions 0..len(ids)-1."""
+        return self.forward(ids, np.arange(len(ids)), None)
+
+    def logits_batch(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """logits(ids) of each sequence, all computed in one pass (every weight dequantized once)."""
+        ids = [t for ids in seqs for t in ids]
+        pos = np.concatenate([np.arange(len(ids)) for ids in seqs])
+        seq = np.repeat(np.arange(len(seqs)), [len(ids) for ids in seqs])
+        out = self.forward(ids, pos, seq)
+        return np.split(out, np.cumsum([len(ids) for ids in seqs])[:-1])
+
+    def forward(self, ids: list[int], pos: np.ndarray, seq: np.ndarray | None) -> np.ndarray:
+        """ids, pos: [T]; seq: attention()'s. -> [T, n_vocab] logits."""
         s = self.spec
-        pos = np.arange(len(ids))
         h = self.embed(ids).astype(np.float64) * s.embed_scale
         for layer in s.layers:
-            a = self.attention(layer, rms_norm(h, self.weight(layer.attn_norm), s.rms_eps), pos)
+            x = rms_norm(h, self.weight(layer.attn_norm), s.rms_eps)
+            a = self.attention(layer, x, pos) if seq is None else self.attention(layer, x, pos, seq)
             if s.post_attn_norm:
                 a = rms_norm(a, self.weight(layer.post_attention_norm), s.rms_eps)
             h = h + a
@@ -159,4 +209,5 @@ class ReferenceModel:
                 f = rms_norm(f, self.weight(layer.post_ffw_norm), s.rms_eps)
             h = h + f
         out = self.linear(rms_norm(h, self.weight(s.output_norm), s.rms_eps), s.output)
-        return softcap(out.astype(np.float64), s.final_softcap).astype(np.float32)
+        out = softcap(out.astype(np.float64), s.final_softcap)
+        return out if self.float64 else out.astype(np.float32)

@@ -359,6 +359,26 @@ def test_reference_is_causal(tmp_path, arch):
     assert not np.allclose(a[3:], b[3:])
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_reference_float64(tmp_path, arch, monkeypatch):
+    """float64=True: the float32 forward's logits to float32 rounding, as float64; no matrix kept (products read
+    the weights in row chunks: a chunk of 5 rows splits every matrix); several sequences in one pass are each
+    alone."""
+    import reference_forward
+
+    with GGUFFile(write_model(tmp_path / "m.gguf", arch)) as f:  # gemma3: window 2 beside the sequences' masks
+        a, b = [1, 2, 3, 4, 5], [7, 0, 3]
+        want = ReferenceModel(f).logits(a)
+        monkeypatch.setattr(reference_forward, "CHUNK_BYTES", 5 * 8 * f.tensors["blk.0.attn_q.weight"].row_len)
+        ref = ReferenceModel(f, float64=True)
+        got = ref.logits(a)
+        assert got.dtype == np.float64 and all(w.ndim == 1 for w in ref._weights.values())
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        both = ref.logits_batch([a, b])
+        np.testing.assert_allclose(both[0], got, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(both[1], ref.logits(b), rtol=0, atol=1e-12)
+
+
 def test_reference_rope_freq_factors(tmp_path):
     """llama 3's rope_freqs.weight divides each rotation frequency; all ones changes nothing."""
     plain = write_model(tmp_path / "p.gguf", "llama")
