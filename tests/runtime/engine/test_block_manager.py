@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from localllm.block_manager import BlockManager, BlockTable
+from localllm.engine.block_manager import BlockManager, BlockTable
 
 
 def held_blocks(bm: BlockManager) -> dict[int, int]:

@@ -1,0 +1,284 @@
+"""The scheduling policy: which sequences run in the next engine step and how many tokens each, the flat arrays
+the native step takes, and what the sampled tokens change afterwards.
+
+    bm = BlockManager(n_blocks, block_size)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=256, max_model_len=4096)
+    sched.add(seq)                            # ValueError naming the sizes when it could never fit alone
+    out = sched.schedule()                    # out.num_tokens == 0: nothing to run
+    logits = model.forward(out.token_ids, out.positions, out.slot_mapping, out.seq_index,
+                           out.block_tables, out.context_lens, out.logits_rows)    # [len(logits_rows), n_vocab]
+    tokens = [sample(logits[j], out.seqs[s]) for j, s in enumerate(out.sampled_seqs)]
+    for seq in sched.update(out, tokens): ...  # sequences that got a token; finished ones carry finish_reason
+    sched.abort(seq_id)                        # a cancelled sequence's blocks go back at once
+
+Each step spends at most max_num_batched_tokens tokens:
+1. Running sequences, oldest admission first. Each takes what it has not computed yet (one token when decoding,
+   the rest of its prompt otherwise) but leaves one token of budget for every running sequence after it, so a
+   long prompt is prefilled in chunks while decoding streams get their token every step. When the pool has no
+   block for a sequence's next position, the most recently admitted running sequence is preempted (its blocks
+   freed; it waits at the front of the queue and recomputes prompt + generated later), itself if it is last.
+2. Unless this step preempted, waiting sequences in arrival order (preempted ones first) while there is budget,
+   a free row (max_num_seqs) and blocks for all their tokens: allocation is all-or-nothing and the head of the
+   queue blocks the rest. An admitted sequence starts after its cached prefix (sequence.num_cached_tokens).
+
+Nothing is refused once added: a sequence finishes (stop token, max_tokens, a full context) or is aborted. Every
+live sequence is at most max_model_len <= n_blocks * block_size tokens long, so it always fits the pool alone.
+The scheduler holds the block manager's results (BlockTable snapshots), never its lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from collections import deque
+from collections.abc import Hashable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import numpy as np
+
+from .block_manager import BlockManager, BlockTable
+from .sequence import FinishReason, Sequence, SequenceStatus
+
+DEFAULT_MAX_NUM_SEQS = 4
+# provisional: the engine sets it from measured step time against batch size on the CPU
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulerOutput:
+    """One step, made by Scheduler.schedule and handed back to Scheduler.update. T tokens from S sequences;
+    the array fields are Model.forward's arguments, int32 each."""
+
+    seqs: tuple[Sequence, ...]  # [S] row s of block_tables and context_lens
+    num_scheduled: tuple[int, ...]  # [S] tokens of seqs[s] in this step, >= 1
+    token_ids: np.ndarray  # [T] seqs[s].token_ids[c : c + n] for each s in order (c: computed before the step)
+    positions: np.ndarray  # [T] c .. c + n - 1
+    slot_mapping: np.ndarray  # [T] block_tables[s, p // block_size] * block_size + p % block_size
+    seq_index: np.ndarray  # [T] s
+    block_tables: np.ndarray  # [S, max_blocks] each sequence's blocks in position order, padded with -1
+    context_lens: np.ndarray  # [S] c + n: positions with KV once the step ran
+    logits_rows: np.ndarray  # [L] token rows whose logits are sampled: a sequence's last row when it reaches
+    # the end of its tokens (a prompt's last chunk, or a decode token); none for a chunk mid-prompt
+    sampled_seqs: tuple[int, ...]  # [L] the s of each logits row
+    preempted: tuple[Sequence, ...]  # sequences this step preempted (now waiting, holding no blocks)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def _count(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+class Scheduler:
+    """Owns the waiting queue and the running list over one BlockManager. Not thread-safe: the engine thread
+    calls add / abort / schedule / update. max_model_len: None = the pool's n_blocks * block_size; a larger value
+    is capped there."""
+
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_model_len: int | None = None,
+    ):
+        self._bm = block_manager
+        self.max_num_seqs = _count("max_num_seqs", max_num_seqs, 1)
+        self.max_num_batched_tokens = _count("max_num_batched_tokens", max_num_batched_tokens, 1)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_num_seqs "
+                f"({max_num_seqs}): every running sequence gets a token each step"
+            )
+        self.pool_tokens = block_manager.n_blocks * block_manager.block_size
+        if max_model_len is not None:
+            _count("max_model_len", max_model_len, 2)
+        self._requested_len = max_model_len
+        self.max_model_len = min(max_model_len or self.pool_tokens, self.pool_tokens)
+        self._waiting: deque[Sequence] = deque()  # head is admitted first
+        self._running: list[Sequence] = []  # admission order: the last is preempted first
+        self._tables: dict[Hashable, BlockTable] = {}  # running seq_id -> its latest table
+        self._live: dict[Hashable, Sequence] = {}  # waiting and running, by seq_id
+        self._arrivals = itertools.count()
+        self._pending: SchedulerOutput | None = None  # the output update() expects next
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self._live)
+
+    def add(self, seq: Sequence) -> None:
+        """Queues a new sequence. ValueError when it is not new, its seq_id is live, or its prompt leaves no room
+        to generate a token in the context or in the KV pool."""
+        if seq.status is not SequenceStatus.WAITING or seq.arrival >= 0:
+            raise ValueError(f"sequence {seq.seq_id!r} was already submitted")
+        if seq.seq_id in self._live:
+            raise ValueError(f"a live sequence already has the id {seq.seq_id!r}")
+        n = seq.num_tokens
+        if self._requested_len is not None and n >= self._requested_len:
+            raise ValueError(
+                f"the prompt has {n} tokens; the context holds {self._requested_len} (max_model_len), "
+                "so no token could be generated"
+            )
+        if n >= self.pool_tokens:
+            raise ValueError(
+                f"the prompt has {n} tokens; the KV pool holds {self.pool_tokens} "
+                f"({self._bm.n_blocks} blocks of {self._bm.block_size}), so no token could be generated"
+            )
+        seq.arrival = next(self._arrivals)
+        self._live[seq.seq_id] = seq
+        self._waiting.append(seq)
+
+    def abort(self, seq_id: Hashable) -> bool:
+        """Finishes a live sequence with FinishReason.ABORT and frees its blocks now. False when it is not live
+        (unknown, finished, or aborted already)."""
+        seq = self._live.get(seq_id)
+        if seq is None:
+            return False
+        if seq.status is SequenceStatus.RUNNING:
+            self._running.remove(seq)
+            self._release(seq)
+        else:
+            self._waiting.remove(seq)
+        self._finish(seq, FinishReason.ABORT)
+        return True
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        scheduled: list[tuple[Sequence, int]] = []
+        preempted: list[Sequence] = []
+        i = 0
+        while i < len(self._running):
+            seq = self._running[i]
+            later = len(self._running) - i - 1
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget - later)
+            if n > 0:
+                if not self._reserve(seq, n, preempted):
+                    break  # seq was the last running sequence and gave its blocks up
+                scheduled.append((seq, n))
+                budget -= n
+            i += 1
+        while not preempted and self._waiting and budget > 0 and len(self._running) < self.max_num_seqs:
+            seq = self._waiting[0]
+            table = self._bm.allocate(seq.seq_id, seq.token_ids)
+            if table is None:
+                break
+            self._waiting.popleft()
+            self._tables[seq.seq_id] = table
+            if seq.status is SequenceStatus.WAITING:
+                seq.num_cached_tokens = table.num_cached_tokens
+            seq.num_computed_tokens = table.num_cached_tokens
+            seq.status = SequenceStatus.RUNNING
+            self._running.append(seq)
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            scheduled.append((seq, n))
+            budget -= n
+        self._pending = self._output(scheduled, preempted)
+        return self._pending
+
+    def update(self, output: SchedulerOutput, sampled_tokens: Seq[int]) -> list[Sequence]:
+        """Applies a step: sampled_tokens[j] is the token sampled from logits row j (output.sampled_seqs[j]).
+        Advances computed counts, offers newly full blocks to the prefix cache, appends the tokens, and finishes
+        and frees sequences that stop. Returns the sequences that got a token, in row order. A sequence aborted
+        since schedule() is skipped. Takes the last schedule()'s output, once."""
+        if output is not self._pending:
+            raise ValueError("update() takes the output of the last schedule(), once")
+        if len(sampled_tokens) != len(output.sampled_seqs):
+            raise ValueError(
+                f"{len(sampled_tokens)} sampled tokens for {len(output.sampled_seqs)} logits rows of the step"
+            )
+        self._pending = None
+        sampled = dict(zip(output.sampled_seqs, sampled_tokens))
+        advanced = []
+        for s, (seq, n) in enumerate(zip(output.seqs, output.num_scheduled)):
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            seq.num_computed_tokens += n
+            self._bm.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed_tokens)
+            if s in sampled:
+                reason = seq.append_token(sampled[s], self.max_model_len)
+                advanced.append(seq)
+                if reason is not None:
+                    self._running.remove(seq)
+                    self._release(seq)
+                    self._finish(seq, reason)
+        return advanced
+
+    def _reserve(self, seq: Sequence, n: int, preempted: list[Sequence]) -> bool:
+        """Slots for seq's next n positions, preempting the newest running sequences while the pool is short.
+        False when seq itself had to be preempted."""
+        need = seq.num_computed_tokens + n - self._tables[seq.seq_id].num_slots
+        if need <= 0:
+            return True
+        while True:
+            table = self._bm.append_slots(seq.seq_id, need)
+            if table is not None:
+                self._tables[seq.seq_id] = table
+                return True
+            victim = self._running.pop()
+            self._release(victim)
+            victim.status = SequenceStatus.PREEMPTED
+            victim.num_computed_tokens = 0
+            victim.num_preemptions += 1
+            self._waiting.appendleft(victim)  # victims come newest first: the oldest ends up at the head
+            preempted.append(victim)
+            if victim is seq:
+                return False
+
+    def _release(self, seq: Sequence) -> None:
+        self._bm.free(seq.seq_id)
+        del self._tables[seq.seq_id]
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        del self._live[seq.seq_id]
+
+    def _output(self, scheduled: list[tuple[Sequence, int]], preempted: list[Sequence]) -> SchedulerOutput:
+        n_seqs = len(scheduled)
+        n_tokens = sum(n for _, n in scheduled)
+        tables = [self._tables[seq.seq_id].block_ids for seq, _ in scheduled]
+        block_tables = np.full((n_seqs, max((len(t) for t in tables), default=0)), -1, dtype=np.int32)
+        token_ids = np.empty(n_tokens, dtype=np.int32)
+        positions = np.empty(n_tokens, dtype=np.int32)
+        slot_mapping = np.empty(n_tokens, dtype=np.int32)
+        seq_index = np.empty(n_tokens, dtype=np.int32)
+        context_lens = np.empty(n_seqs, dtype=np.int32)
+        logits_rows, sampled_seqs = [], []
+        t = 0
+        for s, (seq, n) in enumerate(scheduled):
+            c = seq.num_computed_tokens
+            block_tables[s, : len(tables[s])] = tables[s]
+            token_ids[t : t + n] = seq.token_ids[c : c + n]
+            positions[t : t + n] = np.arange(c, c + n)
+            slot_mapping[t : t + n] = self._bm.slot_mapping(seq.seq_id, positions[t : t + n])
+            seq_index[t : t + n] = s
+            context_lens[s] = c + n
+            if c + n == seq.num_tokens:
+                logits_rows.append(t + n - 1)
+                sampled_seqs.append(s)
+            t += n
+        return SchedulerOutput(
+            seqs=tuple(seq for seq, _ in scheduled),
+            num_scheduled=tuple(n for _, n in scheduled),
+            token_ids=token_ids,
+            positions=positions,
+            slot_mapping=slot_mapping,
+            seq_index=seq_index,
+            block_tables=block_tables,
+            context_lens=context_lens,
+            logits_rows=np.asarray(logits_rows, dtype=np.int32),
+            sampled_seqs=tuple(sampled_seqs),
+            preempted=tuple(preempted),
+        )
