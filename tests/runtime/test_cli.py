@@ -67,28 +67,13 @@ def test_show_corrupt_file(tmp_path):
     assert r.returncode == 1 and "absurd" in r.stderr and "bad.gguf" in r.stderr
 
 
+# bench kernels as briefly as it runs: one thread, tiny buffers, no time per measurement, JSON out
+QUICK_KERNELS = ("--threads", "1", "--seconds", "0.01", "--bandwidth-mib", "64", "--stream-mib", "64", "--json")
+
+
 def test_bench_kernels_json():
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm(
-        "bench",
-        "kernels",
-        str(path),
-        "--threads",
-        "1",
-        "--n",
-        "1",
-        "2",
-        "--seconds",
-        "0.01",
-        "--bandwidth-mib",
-        "64",
-        "--stream-mib",
-        "64",
-        "--step-n",
-        "1",
-        "3",
-        "--json",
-    )
+    r = localllm("bench", "kernels", str(path), *QUICK_KERNELS, "--n", "1", "2", "--step-n", "1", "3")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     # one decode step of the whole model carrying 1 and 3 sequences (timings only: no bound on a shared machine)
@@ -106,24 +91,7 @@ def test_bench_kernels_json():
 
 def test_bench_kernels_named_tensors():
     path = model_file("smollm2-135m-instruct-q4_1")
-    r = localllm(
-        "bench",
-        "kernels",
-        str(path),
-        "--tensors",
-        "blk.0.ffn_down.weight",
-        "--threads",
-        "1",
-        "--n",
-        "1",
-        "--seconds",
-        "0.01",
-        "--bandwidth-mib",
-        "64",
-        "--stream-mib",
-        "64",
-        "--json",
-    )
+    r = localllm("bench", "kernels", str(path), "--tensors", "blk.0.ffn_down.weight", *QUICK_KERNELS, "--n", "1")
     assert r.returncode == 0, r.stderr
     assert [row["type"] for row in json.loads(r.stdout)["results"]] == ["Q4_1"]
     r = localllm(

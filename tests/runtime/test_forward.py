@@ -563,7 +563,7 @@ def test_models_and_kernels_share_one_set_of_worker_threads(tmp_path):
     and 1 threads add workers only up to the largest count (2 workers), each model keeps its own count, and
     the logits do not depend on it."""
     if not os.path.isdir("/proc/self/task"):
-        pytest.skip("counts threads through /proc/self/task")
+        pytest.skip("no /proc/self/task on this system (the test counts threads there)")
     path = write_model(tmp_path / "m.gguf", "qwen2")
     code = f"""
 import os, numpy as np

@@ -66,63 +66,25 @@ def test_kv_type_arguments():
             LLM(path, n_threads=1, ctx_size=32, **kwargs)
 
 
-def test_perplexity_cli_and_errors(tmp_path):
-    path = model_file("smollm2-135m-instruct-q4_1")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "localllm.cli",
-            "perplexity",
-            str(path),
-            str(REFERENCE / "texts" / "argparse.py.txt"),
-            "--chunks",
-            "1",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+def ppl_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "localllm.cli", "perplexity", *args], capture_output=True, text=True, timeout=300
     )
+
+
+def test_perplexity_cli_and_errors(tmp_path):
+    path, text_file = str(model_file("smollm2-135m-instruct-q4_1")), str(REFERENCE / "texts" / "argparse.py.txt")
+    out = ppl_cli(path, text_file, "--chunks", "1", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["chunks"] == 1
     assert json.loads(out.stdout)["kv"] == "f16"
-    q = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "localllm.cli",
-            "perplexity",
-            str(path),
-            str(REFERENCE / "texts" / "argparse.py.txt"),
-            "--chunks",
-            "1",
-            "--kv-type",
-            "q8_0",
-            "--v-type",
-            "q4_0",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    q = ppl_cli(path, text_file, "--chunks", "1", "--kv-type", "q8_0", "--v-type", "q4_0", "--json")
     assert q.returncode == 0, q.stderr
     r = json.loads(q.stdout)
     assert (r["k_type"], r["v_type"], r["kv"]) == ("q8_0", "q4_0", "k q8_0 v q4_0 equalized rotated")
-    bad_kv = subprocess.run(
-        [sys.executable, "-m", "localllm.cli", "perplexity", str(path), "x.txt", "--kv-type", "q5"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad_kv = ppl_cli(path, "x.txt", "--kv-type", "q5")
     assert bad_kv.returncode != 0 and "--kv-type" in bad_kv.stderr
     short = tmp_path / "short.txt"
     short.write_text("too short")
-    bad = subprocess.run(
-        [sys.executable, "-m", "localllm.cli", "perplexity", str(path), str(short)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = ppl_cli(path, str(short))
     assert bad.returncode == 1 and "fewer than one chunk" in bad.stderr
