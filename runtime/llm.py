@@ -9,21 +9,28 @@
     llm.greedy(ids, 32)                              # 32 greedy tokens: one prefill step, then decode steps
     for chunk in llm.generate("def fib(n):", temperature=0.2, max_tokens=64): ...   # see generate.py
     for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
+    stream = llm.submit(ids, SamplingParams(max_tokens=8))   # a RequestStream: iterate, `async for`, close()
+    llm.exclusive(lambda seq: seq.step(...))         # the one-sequence path, alone on the engine thread
 
-One sequence at a time owns the whole KV pool here (one_sequence.py); batching many sequences is the
-engine's job. The pool holds ctx_size tokens, or fewer when kv_budget_mib caps it (whole blocks of
-BLOCK_SIZE tokens; llm.ctx_size is what it holds). A prompt that does not fit raises ValueError; generation
-that fills the context ends with finish_reason "length" and stats.context_full (generate.py).
+Requests from any number of threads share the model through the engine (engine/engine.py): one engine
+thread batches them step by step over one paged KV pool with prefix caching, up to `parallel` sequences at a
+time; a request's tokens do not depend on what runs beside it. The pool holds ctx_size tokens (whole blocks
+of BLOCK_SIZE; fewer when kv_budget_mib caps it: llm.ctx_size is what it holds), shared by the running
+sequences; one sequence may use all of it. A prompt that does not fit raises ValueError; generation that fills
+the context ends with finish_reason "length" and stats.context_full. `logits`, `greedy` and `exclusive` run
+alone on the engine thread over the whole pool (one_sequence.py), after the live requests end.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import numpy as np
 
-from .generate import Chunk, generate
+from .engine import Chunk, Engine, RequestStream
+from .engine.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .gguf import GGUFFile
 from .kv_types import kv_types
 from .model import BLOCK_SIZE, Model, kv_block_bytes
@@ -33,6 +40,9 @@ from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
 DEFAULT_CTX_SIZE = 4096
+DEFAULT_PARALLEL = 4  # sequences decoded together: a chat, an editor and a script or two on one desktop
+
+_T = TypeVar("_T")
 
 
 class LLM:
@@ -48,13 +58,17 @@ class LLM:
         kv_center: bool = True,
         kv_equalize: bool = True,
         kv_budget_mib: float | None = None,
+        parallel: int = DEFAULT_PARALLEL,
+        max_batch_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     ):
         """kv_type: the KV cache's K and V type, "f16", "q8_0" or "q4_0"; k_type / v_type override it for one
         of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
         model's K / V bias; K divided per channel by sqrt of its expected magnitude, q multiplied; Hadamard-rotated
         per head) that keep q4_0 usable on models with outlier channels (Qwen); f16 is stored as is. See
         native/kv_transforms.h (KvConfig). kv_budget_mib: the most MiB the KV pool may take (ValueError when that is
-        less than one block)."""
+        less than one block). parallel: the most sequences decoded together (more wait their turn);
+        max_batch_tokens: the most tokens one engine step computes (a long prompt is prefilled in chunks of it, so
+        streams decoding beside it keep their pace)."""
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
         if kv_budget_mib is not None and (
@@ -97,8 +111,21 @@ class LLM:
         except Exception:
             self._file.close()
             raise
-        self._sequence = OneSequence(self.model, "ctx_size, capped by kv_budget_mib" if capped else "ctx_size")
-        self.ctx_size = self._sequence.ctx_size
+        origin = "ctx_size, capped by kv_budget_mib" if capped else "ctx_size"
+        self._sequence = OneSequence(self.model, origin)
+        try:
+            self._engine = Engine(
+                self.model,
+                self.tokenizer,
+                max_num_seqs=parallel,
+                max_num_batched_tokens=max(max_batch_tokens, parallel),
+                ctx_origin=origin,
+            )
+        except Exception:
+            self._file.close()
+            raise
+        self.ctx_size = self._engine.ctx_size
+        self.parallel = self._engine.max_num_seqs
         self._n_vocab = self.model.n_vocab
 
     @property
@@ -111,33 +138,48 @@ class LLM:
     def detokenize(self, ids) -> str:
         return self.tokenizer.decode(ids)
 
-    @property
-    def sequence(self) -> OneSequence:
-        """The one-sequence path generation runs on (one_sequence.py); ValueError once closed."""
+    def _engine_open(self) -> Engine:
         if self.model is None:
             raise ValueError(f"{self.path}: this LLM is closed")
-        return self._sequence
+        return self._engine
+
+    def exclusive(self, fn: Callable[[OneSequence], _T]) -> _T:
+        """fn(seq) with the one-sequence path (one_sequence.py) over the whole KV pool, alone on the engine thread
+        once the live requests end; its result. Measurements and teacher-forced scoring use it."""
+        seq = self._sequence
+        return self._engine_open().call(lambda model: fn(seq))
 
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
-        seq = self.sequence
-        a = seq.check(ids)
-        return seq.step(a, 0, np.arange(len(a), dtype=np.int32))
+
+        def run(seq: OneSequence) -> np.ndarray:
+            a = seq.check(ids)
+            return seq.step(a, 0, np.arange(len(a), dtype=np.int32))
+
+        return self.exclusive(run)
 
     def greedy(self, ids, n: int) -> list[int]:
         """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        seq = self.sequence
-        a = seq.check(ids, extra=n)
-        if n == 0:
-            return []
-        last = np.array([0], dtype=np.int32)
-        out = [int(np.argmax(seq.step(a, 0, np.array([len(a) - 1], dtype=np.int32))[0]))]
-        while len(out) < n:
-            logits = seq.step(np.array(out[-1:], dtype=np.int32), len(a) + len(out) - 1, last)
-            out.append(int(np.argmax(logits[0])))
-        return out
+
+        def run(seq: OneSequence) -> list[int]:
+            a = seq.check(ids, extra=n)
+            if n == 0:
+                return []
+            last = np.array([0], dtype=np.int32)
+            out = [int(np.argmax(seq.step(a, 0, np.array([len(a) - 1], dtype=np.int32))[0]))]
+            while len(out) < n:
+                logits = seq.step(np.array(out[-1:], dtype=np.int32), len(a) + len(out) - 1, last)
+                out.append(int(np.argmax(logits[0])))
+            return out
+
+        return self.exclusive(run)
+
+    def submit(self, ids, params: SamplingParams | None = None) -> RequestStream:
+        """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
+        iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit."""
+        return self._engine_open().submit(ids, params if params is not None else SamplingParams())
 
     def generate(self, prompt_or_ids, params: SamplingParams | None = None, **kwargs) -> Iterator[Chunk]:
         """Streams a completion of a raw prompt (str, encoded with BOS as the model asks) or of token ids.
@@ -149,7 +191,7 @@ class LLM:
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
         ids = self.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else list(prompt_or_ids)
-        return generate(self.sequence, self.tokenizer, ids, params)
+        return _chunks(self.submit(ids, params))
 
     def chat(self, messages, params: SamplingParams | None = None, tools=None, **kwargs) -> Iterator[Chunk]:
         """Like generate, for a conversation rendered with the model's chat template."""
@@ -157,10 +199,11 @@ class LLM:
             params = SamplingParams(**kwargs)
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
-        return generate(self.sequence, self.tokenizer, self.tokenizer.encode_chat(messages, tools=tools), params)
+        return _chunks(self.submit(self.tokenizer.encode_chat(messages, tools=tools), params))
 
     def close(self) -> None:
-        """Releases the native model and the file map."""
+        """Cancels live requests, stops the engine, releases the native model and the file map."""
+        self._engine.close()
         self.model = None
         self._file.close()
 
@@ -169,3 +212,11 @@ class LLM:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _chunks(stream: RequestStream) -> Iterator[Chunk]:
+    """The stream's chunks; a consumer that stops early (break, an exception, the generator collected) cancels it."""
+    try:
+        yield from stream
+    finally:
+        stream.close()

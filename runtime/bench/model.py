@@ -59,24 +59,28 @@ def bench_llm(
     llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16, **(kv or {}))
     load_s = time.perf_counter() - t0
     kv_name = kv_label(llm)
-    seq = llm.sequence
     if ids is None:
         ids = prompt_ids(llm.n_vocab, n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
-    pp = tg = float("inf")
-    for rep in range(reps):
-        t0 = time.perf_counter()
-        seq.step(ids, 0, last)
-        pp = min(pp, time.perf_counter() - t0)
-        tok = np.array([ids[0]], dtype=np.int64)
-        zero = np.zeros(1, dtype=np.int32)
-        t0 = time.perf_counter()
-        for i in range(n_gen):
-            logits = seq.step(tok, i, zero)
-            tok[0] = int(np.argmax(logits[0]))
-        tg = min(tg, time.perf_counter() - t0)
-        if between:
-            between(rep)
+
+    def measure(seq) -> tuple[float, float]:  # on the engine thread, alone (LLM.exclusive)
+        pp = tg = float("inf")
+        for rep in range(reps):
+            t0 = time.perf_counter()
+            seq.step(ids, 0, last)
+            pp = min(pp, time.perf_counter() - t0)
+            tok = np.array([ids[0]], dtype=np.int64)
+            zero = np.zeros(1, dtype=np.int32)
+            t0 = time.perf_counter()
+            for i in range(n_gen):
+                logits = seq.step(tok, i, zero)
+                tok[0] = int(np.argmax(logits[0]))
+            tg = min(tg, time.perf_counter() - t0)
+            if between:
+                between(rep)
+        return pp, tg
+
+    pp, tg = llm.exclusive(measure)
     peak_rss = peak_rss_mb()
     llm.close()
     streamed = streamed_bytes(path)

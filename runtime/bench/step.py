@@ -24,41 +24,47 @@ def step_times(path: Path, threads: int, ns: list[int], context: int = 64, secon
     per_seq = -(-(context + 1) // BLOCK_SIZE)  # blocks a sequence holds: its context and the new token
     n_max = max(ns)
     with LLM(path, n_threads=threads, ctx_size=n_max * per_seq * BLOCK_SIZE) as llm:
-        model, rng = llm.model, np.random.default_rng(0)
-        tables = np.arange(n_max * per_seq, dtype=np.int32).reshape(n_max, per_seq)  # sequence i: its own blocks
-        prompts = rng.integers(100, min(llm.n_vocab, 30000), size=(n_max, context + 1))
-        for i in range(n_max):  # each sequence's context into the cache, one prefill step each
-            pos = np.arange(context, dtype=np.int32)
-            slots = tables[i, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-            model.forward(
-                prompts[i, :context],
-                pos,
-                slots,
-                np.zeros(context, dtype=np.int32),
-                tables[i : i + 1],
-                np.array([context], dtype=np.int32),
-                np.array([context - 1], dtype=np.int32),
-            )
-        out = {}
-        for n in ns:
-            pos = np.full(n, context, dtype=np.int32)
-            slots = tables[:n, context // BLOCK_SIZE] * BLOCK_SIZE + context % BLOCK_SIZE
-            args = (
-                prompts[:n, context],
-                pos,
-                slots,
-                np.arange(n, dtype=np.int32),
-                tables[:n],
-                np.full(n, context + 1, dtype=np.int32),
-                np.arange(n, dtype=np.int32),
-            )
-            model.forward(*args)  # warm-up: the same slots are written again by every timed step
-            best, t_end = float("inf"), time.perf_counter() + seconds
-            while True:
-                t0 = time.perf_counter()
-                model.forward(*args)
-                best = min(best, time.perf_counter() - t0)
-                if time.perf_counter() > t_end:
-                    break
-            out[n] = best * 1e3
+        return llm.exclusive(lambda _seq: _measure(llm.model, llm.n_vocab, ns, context, seconds, per_seq))
+
+
+def _measure(model, n_vocab: int, ns: list[int], context: int, seconds: float, per_seq: int) -> dict[int, float]:
+    """On the engine thread, alone: the pool's blocks are the sequences' own here."""
+    rng = np.random.default_rng(0)
+    n_max = max(ns)
+    tables = np.arange(n_max * per_seq, dtype=np.int32).reshape(n_max, per_seq)  # sequence i: its own blocks
+    prompts = rng.integers(100, min(n_vocab, 30000), size=(n_max, context + 1))
+    for i in range(n_max):  # each sequence's context into the cache, one prefill step each
+        pos = np.arange(context, dtype=np.int32)
+        slots = tables[i, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+        model.forward(
+            prompts[i, :context],
+            pos,
+            slots,
+            np.zeros(context, dtype=np.int32),
+            tables[i : i + 1],
+            np.array([context], dtype=np.int32),
+            np.array([context - 1], dtype=np.int32),
+        )
+    out = {}
+    for n in ns:
+        pos = np.full(n, context, dtype=np.int32)
+        slots = tables[:n, context // BLOCK_SIZE] * BLOCK_SIZE + context % BLOCK_SIZE
+        args = (
+            prompts[:n, context],
+            pos,
+            slots,
+            np.arange(n, dtype=np.int32),
+            tables[:n],
+            np.full(n, context + 1, dtype=np.int32),
+            np.arange(n, dtype=np.int32),
+        )
+        model.forward(*args)  # warm-up: the same slots are written again by every timed step
+        best, t_end = float("inf"), time.perf_counter() + seconds
+        while True:
+            t0 = time.perf_counter()
+            model.forward(*args)
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() > t_end:
+                break
+        out[n] = best * 1e3
     return out

@@ -1,24 +1,33 @@
-"""The engine: request state (sequence.py), paged KV bookkeeping with prefix caching (block_manager.py) and the
-scheduling policy (scheduler.py). Pure Python over numpy; the engine loop that drives the native step joins later.
+"""The engine: request state (sequence.py), paged KV bookkeeping with prefix caching (block_manager.py), the
+scheduling policy (scheduler.py), the loop on its own thread (engine.py), a request's engine-side state
+(request.py) and its client-side stream (stream.py) of chunks (output.py).
 
-    from localllm.engine import BlockManager, Scheduler, Sequence
-    sched = Scheduler(BlockManager(n_blocks, block_size), max_num_seqs=4)
-    sched.add(Sequence("req-1", prompt_ids, params, stop_token_ids={eos}))
-    out = sched.schedule(); ...; sched.update(out, sampled_tokens)
+    engine = Engine(model, tokenizer, max_num_seqs=4)
+    for chunk in engine.submit(prompt_ids, SamplingParams(max_tokens=64)): print(chunk.text, end="")
 """
 
 from __future__ import annotations
 
 from .block_manager import BlockManager, BlockTable
+from .engine import Engine, EngineClosedError
+from .output import Chunk, Stats
+from .request import Request
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import FinishReason, Sequence, SequenceStatus
+from .stream import RequestStream
 
 __all__ = [
     "BlockManager",
     "BlockTable",
+    "Chunk",
+    "Engine",
+    "EngineClosedError",
     "FinishReason",
+    "Request",
+    "RequestStream",
     "Scheduler",
     "SchedulerOutput",
     "Sequence",
     "SequenceStatus",
+    "Stats",
 ]

@@ -295,8 +295,10 @@ def test_prefill_equals_decode_exactly_on_the_scalar_path():
     try:
         with LLM(model_file(name), ctx_size=64) as llm:
             batched = llm.logits(ids)
-            steps = np.concatenate(
-                [llm.sequence.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
+            steps = llm.exclusive(
+                lambda seq: np.concatenate(
+                    [seq.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
+                )
             )
     finally:
         kernels.configure()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from localllm.generate import Chunk, Stats
+from localllm.engine import Chunk, Stats
 
 
 class FakeLLM:

@@ -1,0 +1,248 @@
+"""The engine loop: one thread owns the native model, its KV pool and the scheduler; clients talk to it through
+queues.
+
+    engine = Engine(model, tokenizer, max_num_seqs=4)
+    stream = engine.submit(prompt_ids, SamplingParams(temperature=0, max_tokens=64))   # any thread
+    for chunk in stream: ...                         # or `async for`; stream.close() cancels (output.py, stream.py)
+    result = engine.call(lambda model: ...)          # runs on the engine thread once no request is live
+    engine.close()                                   # cancels what is left, stops the thread
+
+Each step: the inbox is drained (new requests, cancellations, calls), the scheduler picks the step (running
+sequences first, then waiting ones under the token budget, prompts in chunks: scheduler.py), the model runs it
+(logits only for the rows that are sampled), each request samples its row with its own sampler, and the tokens
+go back to the scheduler and out to the streams. A cancelled request's blocks are freed before the next step.
+A call (LLM.logits, perplexity, benchmarks: the one-sequence path over the whole pool) waits until no request
+is live, holds new ones back meanwhile, and drops the prefix cache after (it overwrote the pool).
+
+Batch invariance: the products and attention compute a row the same way whatever else is in the step
+(native/kernels.h), so the tokens of a request do not depend on what runs beside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from ..model import Model
+from ..sampling import SamplingParams
+from ..tokenizer import Tokenizer
+from .block_manager import BlockManager
+from .request import Request
+from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
+from .sequence import Sequence
+from .stream import RequestStream
+
+_STOP = object()
+
+
+class EngineClosedError(RuntimeError):
+    pass
+
+
+class Engine:
+    """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
+    (its default). ctx_origin: what set that size, for the error that a prompt does not fit."""
+
+    def __init__(
+        self,
+        model: Model,
+        tokenizer: Tokenizer,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_model_len: int | None = None,
+        ctx_origin: str = "ctx_size",
+    ):
+        self._model = model
+        self._tok = tokenizer
+        self._limits = (max_num_seqs, max_num_batched_tokens, max_model_len)
+        self._scheduler = self._new_scheduler()  # checks the limits here, in the caller's thread
+        self.max_num_seqs = self._scheduler.max_num_seqs
+        self.max_num_batched_tokens = self._scheduler.max_num_batched_tokens
+        self.ctx_size = self._scheduler.max_model_len
+        self._ctx_origin = ctx_origin
+        self._n_vocab = model.n_vocab
+        self._ids = itertools.count()
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="localllm-engine", daemon=True)
+        self._thread.start()
+
+    def _new_scheduler(self) -> Scheduler:
+        seqs, tokens, max_len = self._limits
+        bm = BlockManager(self._model.n_blocks, self._model.block_size)
+        return Scheduler(bm, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=max_len)
+
+    # -- client side (any thread) -------------------------------------------------------------------------
+    def submit(self, prompt_ids: Iterable[int], params: SamplingParams, stop_token_ids=None) -> RequestStream:
+        """Queues a request; ValueError naming what is wrong when the prompt is empty, outside the vocabulary, or
+        leaves no room to generate in the context. stop_token_ids: default the tokenizer's end-of-generation set."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        ids = self.check(prompt_ids, extra=1)
+        stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
+        request_id = next(self._ids)
+        seq = Sequence(request_id, ids, params, stop_token_ids=stops)
+        stream = RequestStream(request_id, self._cancel)
+        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter())))
+        return stream
+
+    def check(self, ids, extra: int = 0) -> list[int]:
+        """ids as a list: non-empty, inside the vocabulary, with room for `extra` more tokens in the context."""
+        a = np.asarray(list(ids), dtype=np.int64)
+        if a.ndim != 1 or len(a) == 0:
+            raise ValueError("the prompt must be a non-empty sequence of token ids")
+        bad = np.flatnonzero((a < 0) | (a >= self._n_vocab))
+        if len(bad):
+            raise ValueError(f"token {bad[0]} of the prompt ({a[bad[0]]}) is outside the vocabulary ({self._n_vocab})")
+        if len(a) + extra > self.ctx_size:
+            raise ValueError(
+                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
+            )
+        return a.tolist()
+
+    def call(self, fn: Callable[[Model], Any]) -> Any:
+        """fn(model) on the engine thread, alone: after the live requests end, before queued ones start. Its
+        result, or its exception raised here."""
+        fut: Future = Future()
+        self._post(("call", fn, fut))
+        return fut.result()
+
+    def inspect(self, fn: Callable[[Scheduler], Any]) -> Any:
+        """fn(scheduler) on the engine thread between two steps (the pool's state, for tests and metrics); fn must
+        not change it. Its result, or its exception raised here."""
+        fut: Future = Future()
+        self._post(("inspect", fn, fut))
+        return fut.result()
+
+    def close(self) -> None:
+        """Cancels every request (their streams end with "abort") and stops the thread; idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._inbox.put((_STOP,))
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _post(self, msg: tuple) -> None:
+        with self._close_lock:
+            if self._closed:
+                raise EngineClosedError("the engine is closed")
+            self._inbox.put(msg)
+
+    def _cancel(self, request_id) -> None:
+        if not self._closed:  # a stream collected after close has nothing left to cancel
+            self._inbox.put(("abort", request_id))
+
+    # -- engine thread ------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        active: dict[Any, Request] = {}  # admitted to the scheduler, not over
+        held: deque[Request] = deque()  # submitted while a call waits
+        calls: deque[tuple[Callable, Future]] = deque()
+        while True:
+            idle = not active and not calls
+            msgs = [self._inbox.get()] if idle else []
+            while True:
+                try:
+                    msgs.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for msg in msgs:
+                kind = msg[0]
+                if kind is _STOP:
+                    for req in [*active.values(), *held]:
+                        req.abort()
+                    for _, fut in calls:
+                        if fut.set_running_or_notify_cancel():
+                            fut.set_exception(EngineClosedError("the engine closed before the call ran"))
+                    return
+                if kind == "add":
+                    req = msg[1]
+                    if calls:
+                        held.append(req)
+                    else:
+                        self._admit(req, active)
+                elif kind == "abort":
+                    self._abort(msg[1], active, held)
+                elif kind == "call":
+                    calls.append((msg[1], msg[2]))
+                elif kind == "inspect":
+                    _resolve(msg[2], msg[1], self._scheduler)
+            if calls and not active:
+                while calls:
+                    fn, fut = calls.popleft()
+                    _resolve(fut, fn, self._model)
+                self._scheduler = self._new_scheduler()  # the call wrote over the pool: no cached prefix holds
+                while held:
+                    self._admit(held.popleft(), active)
+                continue
+            if active:
+                try:
+                    self._step(active)
+                except Exception as e:  # a bug or a native failure: every live request hears of it, none hangs
+                    for req in active.values():
+                        req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
+                    active.clear()
+                    self._scheduler = self._new_scheduler()
+
+    def _admit(self, req: Request, active: dict) -> None:
+        try:
+            self._scheduler.add(req.seq)
+        except ValueError as e:
+            req.fail(e)
+            return
+        active[req.seq.seq_id] = req
+
+    def _abort(self, request_id, active: dict, held: deque) -> None:
+        req = active.pop(request_id, None)
+        if req is not None:
+            self._scheduler.abort(request_id)
+            req.abort()
+            return
+        for r in held:
+            if r.seq.seq_id == request_id:
+                held.remove(r)
+                r.abort()
+                return
+
+    def _step(self, active: dict) -> None:
+        sched = self._scheduler
+        out = sched.schedule()
+        if out.num_tokens == 0:
+            return
+        now = time.perf_counter()
+        for seq in out.seqs:
+            active[seq.seq_id].scheduled(now)
+        logits = self._model.forward(
+            out.token_ids,
+            out.positions,
+            out.slot_mapping,
+            out.seq_index,
+            out.block_tables,
+            out.context_lens,
+            out.logits_rows,
+        )
+        tokens = [active[out.seqs[s].seq_id].sample(logits[j]) for j, s in enumerate(out.sampled_seqs)]
+        for seq in sched.update(out, tokens):
+            req = active[seq.seq_id]
+            if req.emit(seq.token_ids[-1], seq.finish_reason):
+                del active[seq.seq_id]
+                if not seq.is_finished:  # a stop string ended it: give its blocks back now
+                    sched.abort(seq.seq_id)
+
+
+def _resolve(fut: Future, fn: Callable, arg) -> None:
+    if fut.set_running_or_notify_cancel():
+        try:
+            fut.set_result(fn(arg))
+        except BaseException as e:
+            fut.set_exception(e)

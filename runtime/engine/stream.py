@@ -1,0 +1,108 @@
+"""A request's output as its client sees it: chunks arrive through a queue from the engine thread, read by a
+blocking iterator or an async one; closing it cancels the request.
+
+    stream = engine.submit(ids, params)      # a RequestStream
+    for chunk in stream: ...                 # blocks for each chunk; ends after the chunk with finish_reason
+    async for chunk in stream: ...           # the same chunks, awaiting instead of blocking (one loop at a time)
+    stream.close()                           # cancels the request if it is still going (its blocks are freed at
+                                             # the engine's next step); also done when the stream is collected
+
+Contract: the engine thread calls _deliver() with each Chunk in order, then nothing after a chunk carrying a
+finish_reason; or once with an Exception, which the consumer's next read raises. A stream is read by one
+consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Hashable
+
+from .output import Chunk
+
+
+class RequestStream:
+    def __init__(self, request_id: Hashable, cancel: Callable[[Hashable], None]):
+        self.request_id = request_id
+        self._cancel = cancel
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        self._finished = False  # the last chunk (or an error) was read
+        self._ended = False  # the engine delivered the last chunk (or an error)
+        self._closed = False
+
+    # -- engine side ----------------------------------------------------------------------------------
+    def _deliver(self, item: Chunk | BaseException) -> None:
+        if isinstance(item, BaseException) or item.finish_reason is not None:
+            self._ended = True
+        self._queue.put(item)
+        with self._lock:
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            loop, fut = waiter
+            with contextlib.suppress(RuntimeError):  # the consumer's loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_wake, fut)
+
+    # -- client side ----------------------------------------------------------------------------------
+    def _take(self, item: Chunk | BaseException) -> Chunk:
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        if item.finish_reason is not None:
+            self._finished = True
+        return item
+
+    def __iter__(self) -> RequestStream:
+        return self
+
+    def __next__(self) -> Chunk:
+        if self._finished:
+            raise StopIteration
+        return self._take(self._queue.get())
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        while not self._finished:
+            try:
+                return self._take(self._queue.get_nowait())
+            except queue.Empty:
+                pass
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            with self._lock:
+                if not self._queue.empty():
+                    continue
+                self._waiter = (loop, fut)
+            await fut
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Cancels the request unless it already ended; idempotent, and cheap when nothing is left to do."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._ended:
+            self._cancel(self.request_id)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> RequestStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
