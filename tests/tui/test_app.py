@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("textual")
 
 from fake_llm import FakeLLM
+from localllm.engine import Stats
 from localllm.tui.app import ChatApp
 from localllm.tui.chat_input import ChatInput
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note, UserMessage
@@ -359,6 +360,9 @@ def test_status_bar_fits_80_columns():
         ChatEngine(type("L", (), {"ctx_size": 512, "k_type": "q8_0", "v_type": "q4_0"})(), "m").kv_type == "q8_0/q4_0"
     )
     assert StatusBar("m", 512, "f16").line(80) == " m │ pp - tg - t/s │ ctx ▱▱▱▱▱▱▱▱ 0/512 │ KV f16 │ F1 help"
+    bar = StatusBar("m", 512, "f16")
+    bar.set_stats(Stats(prompt_tokens=40, completion_tokens=2, cached_tokens=32, prompt_tps=205.0, decode_tps=17.0))
+    assert bar.line(90) == " m │ pp 205 tg 17.0 t/s, 32 cached │ ctx ▰▱▱▱▱▱▱▱ 42/512 │ KV f16 │ F1 help"
 
 
 def test_regenerate_copy_and_theme(tmp_path):
