@@ -89,6 +89,21 @@ def register(sub) -> None:
         metavar="MIB",
         help="weights streamed per N = 1 measurement (copies of the matrices, default 512)",
     )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="bench MODEL: N clients at once through the engine, for each N: aggregate and per-stream decode "
+        "tok/s, time to first token",
+    )
+    p.add_argument(
+        "--multi-turn",
+        action="store_true",
+        help="bench MODEL: time to first token of a follow-up turn (1,500 tokens of history) with and without "
+        "its cached prefix",
+    )
     p.set_defaults(func=run)
 
 
@@ -124,6 +139,44 @@ def run(args: argparse.Namespace) -> int:
     return run_kernels(args) if args.what == "kernels" else run_model(args)
 
 
+def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
+    """bench MODEL --parallel N... / --multi-turn: the engine under concurrent clients and follow-up turns."""
+    from localllm import kernels
+    from localllm.bench.engine import multi_turn, parallel_levels
+
+    head = f"{path.name}: {threads} threads, kernel path {kernels.current_path()}, kv {args.k_type or args.kv_type}/{args.v_type or args.kv_type}"
+    result: dict = {}
+    if args.parallel:
+        if min(args.parallel) < 1:
+            raise ValueError("--parallel values must be positive")
+        levels = parallel_levels(
+            path, threads, args.parallel, n_prompt=64, n_gen=args.n_gen, reps=args.repetitions, **kv_kwargs(args)
+        )
+        result["parallel"] = levels
+        if not args.json:
+            print(f"{head}; {args.n_gen} tokens per stream after a 64-token prompt, clients submitting at once")
+            print(f"  {'streams':>7} {'aggregate tok/s':>16} {'per stream':>11} {'x one':>6} {'TTFT s':>7}")
+            base = levels[min(levels)]["aggregate_tps"]
+            for n, r in levels.items():
+                print(
+                    f"  {n:>7} {r['aggregate_tps']:>16.1f} {r['stream_tps']:>11.1f} "
+                    f"{r['aggregate_tps'] / base:>5.2f}x {r['ttft_s']:>7.2f}"
+                )
+    if args.multi_turn:
+        r = multi_turn(path, threads, reps=args.repetitions, **kv_kwargs(args))
+        result["multi_turn"] = r
+        if not args.json:
+            print(f"{head}; a follow-up turn of {r['prompt_tokens']} prompt tokens")
+            print(f"  cold prefill      time to first token {r['cold_ttft_s']:.3f} s")
+            print(
+                f"  cached prefix     time to first token {r['warm_ttft_s']:.3f} s "
+                f"({r['cached_tokens']} tokens reused): {r['speedup']:.1f}x sooner"
+            )
+    if args.json:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
 def run_model(args: argparse.Namespace) -> int:
     from localllm import kernels
     from localllm.bench.compare import compare_first_token, llama_cpp_rounds, llama_python
@@ -136,6 +189,10 @@ def run_model(args: argparse.Namespace) -> int:
             raise ValueError(f"{name} must be positive")
     path = _resolve(args.what, args.pull)
     threads = (args.threads or [kernels.physical_cores()])[0]
+    if args.parallel or args.multi_turn:
+        if args.compare:
+            raise ValueError("--compare measures pp and tg; run it apart from --parallel and --multi-turn")
+        return run_engine(args, path, threads)
     python = llama_python(args.llama_python) if args.compare else None
     ids = model_prompt_ids(path, args.n_prompt)
     between, lr = (None, None)

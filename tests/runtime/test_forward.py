@@ -318,7 +318,9 @@ def test_prefill_matches_decode(llms):
     ids = case["prompt_ids"] + case["greedy_ids"]
     llm = llms(name)
     batched = llm.logits(ids)
-    steps = np.concatenate([llm.sequence.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))])
+    steps = llm.exclusive(
+        lambda seq: np.concatenate([seq.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))])
+    )
     top = np.argsort(-batched, axis=1)[:, :10]
     diff = np.abs(np.take_along_axis(steps, top, 1) - np.take_along_axis(batched, top, 1))
     print(f"prefill vs decode: top-10 mean |diff| {diff.mean():.4f}, max {diff.max():.3f}")
