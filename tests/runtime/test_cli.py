@@ -89,6 +89,22 @@ def test_bench_kernels_json():
         assert row["n1_gbs"] > 0 and row["n2_gflops"] > 0
 
 
+def test_bench_parallel_and_multi_turn_json():
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm(
+        "bench", str(path), "--threads", "1", "--parallel", "1", "3", "--multi-turn", "-g", "4", "-r", "1", "--json"
+    )
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert set(j["parallel"]) == {"1", "3"}
+    for level in j["parallel"].values():  # timings only: no bound on a shared machine
+        assert level["aggregate_tps"] > 0 and level["stream_tps"] > 0 and level["ttft_s"] > 0
+    turn = j["multi_turn"]
+    # the follow-up reuses every whole block of the first turn's history and reply (1500 + 16 tokens, KV for 1515)
+    assert turn["cached_tokens"] == 1515 // 16 * 16
+    assert turn["warm_ttft_s"] > 0 and turn["cold_ttft_s"] > 0
+
+
 def test_bench_kernels_named_tensors():
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm("bench", "kernels", str(path), "--tensors", "blk.0.ffn_down.weight", *QUICK_KERNELS, "--n", "1")
