@@ -6,6 +6,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -36,7 +39,13 @@ class Workers {
     std::lock_guard<std::mutex> lk(mu_);
     while ((int)threads_.size() + 1 < n_threads) {
       const int id = (int)threads_.size() + 1;
-      threads_.emplace_back(&Workers::worker, this, id, state_.load(std::memory_order_relaxed) >> 16);
+      try {
+        threads_.emplace_back(&Workers::worker, this, id, state_.load(std::memory_order_relaxed) >> 16);
+      } catch (const std::system_error& e) {
+        // the threads started so far stay (they sleep until a run needs them); this pool is not made
+        throw std::runtime_error("cannot start " + std::to_string(n_threads) + " threads (the system refused thread " +
+                                 std::to_string(id + 1) + ": " + e.what() + ")");
+      }
     }
   }
 

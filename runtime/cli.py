@@ -2,7 +2,9 @@
 
 Each command module has `register(subparsers)` (adds its parser, sets `func`) and returns an exit status
 from that func. User errors (ValueError, OSError, KeyError, LookupError) become one line on stderr and
-exit status 1; Ctrl-C exits 130.
+exit status 1; any other exception too, named as internal (LOCALLLM_DEBUG=1 shows its traceback); Ctrl-C
+exits 130; warnings are one `warning:` line. A command with a `prompt` positional takes it after options too
+(`run MODEL -n 5 "Hello"`; several words are joined with spaces).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 
 # name -> (module, one-line help); modules are imported lazily so `localllm --help` stays fast
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,13 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    warnings.formatwarning = _one_line
     parser = build_parser()
-    args = parser.parse_args()
+    args = _parse(parser)
     func = getattr(args, "func", None)
     if func is None:  # the command's module was not imported (argv came in an unusual order)
         importlib.import_module(COMMANDS[args.command][0]).register(argparse.ArgumentParser().add_subparsers())
         parser = build_parser()
-        args = parser.parse_args()
+        args = _parse(parser)
         func = args.func
     try:
         return int(func(args) or 0)
@@ -67,8 +71,41 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, OSError, LookupError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {_short(str(msg))}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print("error: out of memory", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if os.environ.get("LOCALLLM_DEBUG"):
+            raise
+        print(
+            f"error: internal error ({type(e).__name__}): {_short(str(e))} (LOCALLLM_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """parse_args, except that words left over after the options become the prompt of a command that takes one and
+    was not given it (argparse binds an optional positional before the options that follow it)."""
+    args, extra = parser.parse_known_args()
+    if extra:
+        if getattr(args, "prompt", "") is None and not any(a.startswith("-") for a in extra):
+            args.prompt = " ".join(extra)
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _short(msg: str, limit: int = 400) -> str:
+    """One line of at most about `limit` characters (an exception may carry whole arrays in its text)."""
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[:limit] + " ..."
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {message}\n"
 
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = 
     return spec.n_layers * block_size * per_token
 
 
-def _view(t: TensorInfo) -> tuple[int, np.ndarray, int]:
+def _view(f: GGUFFile, t: TensorInfo) -> tuple[int, np.ndarray, int]:
     """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
-    kernels.check_supported(t.type, t.name)
+    kernels.check_supported(t.type, f"{f.path}: {t.name}")
     return t.type.id, t.rows(), t.row_len
 
 
@@ -79,14 +79,14 @@ class Model:
         for name in _FIELDS["weights"]:
             tensor_name = _spec_value(s, name)
             if tensor_name is not None:
-                weights[name] = _view(f.tensor(tensor_name))
+                weights[name] = _view(f, f.tensor(tensor_name))
         layers = []
         for layer in s.layers:
             d = {name: getattr(layer, name) for name in _FIELDS["layer"]}
             for name in _FIELDS["layer_weights"]:
                 tensor_name = getattr(layer, name)
                 if tensor_name is not None:
-                    d[name] = _view(f.tensor(tensor_name))
+                    d[name] = _view(f, f.tensor(tensor_name))
             layers.append(d)
         self._impl = kernels.new_model(
             config,

@@ -6,8 +6,8 @@
     logits = seq.step(np.array([tid]), start=n, logits_rows=np.array([0]))   # the next position, through the KV
 
 `step` computes ids at positions start.. and keeps what the cache holds for positions 0..start-1; nothing else
-may run on the model meanwhile. `LLM.logits`, `LLM.greedy`, generation (generate.py) and `bench` drive it.
-The engine (continuous batching, many sequences over one pool) replaces it.
+may run on the model meanwhile: `LLM.logits`, `LLM.greedy` and `bench` drive it alone on the engine thread
+(LLM.exclusive), which then forgets its prefix cache.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import BLOCK_SIZE, Model
+from .token_ids import token_ids
 
 
 class OneSequence:
@@ -27,17 +28,13 @@ class OneSequence:
 
     def check(self, ids, extra: int = 0) -> np.ndarray:
         """ids as int64 [n]: non-empty, inside the vocabulary, and room for `extra` more tokens in the context."""
-        a = np.asarray(list(ids), dtype=np.int64)
-        if a.ndim != 1 or len(a) == 0:
+        a = np.asarray(token_ids(ids, "ids", self.model.n_vocab), dtype=np.int64)
+        if len(a) == 0:
             raise ValueError("ids must be a non-empty sequence of token ids")
         if len(a) + extra > self.ctx_size:
             raise ValueError(
                 f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
             )
-        n_vocab = self.model.n_vocab
-        bad = np.flatnonzero((a < 0) | (a >= n_vocab))
-        if len(bad):
-            raise ValueError(f"ids[{bad[0]}] = {a[bad[0]]} is outside the vocabulary (n_vocab {n_vocab})")
         return a
 
     def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:

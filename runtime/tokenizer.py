@@ -36,6 +36,7 @@ from .detokenizer import IncrementalDetokenizer
 from .gguf import GGUFFile, StringArray
 from .special_tokens import SpecialSplitter
 from .spm import SPACE, SPM
+from .token_ids import token_ids
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
 
@@ -242,11 +243,8 @@ class Tokenizer:
     # -- decode ------------------------------------------------------------------------------------------
     def decode(self, ids: Iterable[int], special: bool = False) -> str:
         """Text for ids; special=True also renders control tokens. Invalid UTF-8 becomes U+FFFD.
-        Raises ValueError for an id outside the vocabulary."""
-        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-        if ids and (min(ids) < 0 or max(ids) >= len(self.tokens)):
-            bad = next(i for i in ids if not 0 <= i < len(self.tokens))
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {len(self.tokens)})")
+        Raises ValueError for an id outside the vocabulary, TypeError for anything but integers."""
+        ids = token_ids(ids, "ids", len(self.tokens))
         pieces = self._pieces if special else self._visible_pieces
         data = b"".join([pieces[i] for i in ids])
         if self.add_space_prefix:

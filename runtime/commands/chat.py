@@ -77,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     fixed = {k: getattr(params, k) for k in per_reply}
     model = args.model or default_model()
     path = locate(model, args.pull)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise ValueError(
+            "chat is a full-screen terminal app and needs a terminal on stdin and stdout; "
+            "for piped input or output use `localllm run MODEL [PROMPT]`"
+        )
     try:
         from localllm.tui.app import ChatApp
         from localllm.tui.engine import ChatEngine

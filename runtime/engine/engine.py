@@ -33,6 +33,7 @@ import numpy as np
 
 from ..model import Model
 from ..sampling import SamplingParams
+from ..token_ids import token_ids
 from ..tokenizer import Tokenizer
 from .block_manager import BlockManager
 from .request import Request
@@ -69,6 +70,8 @@ class Engine:
         self.ctx_size = self._scheduler.max_model_len
         self._ctx_origin = ctx_origin
         self._n_vocab = model.n_vocab
+        # rows past the tokenizer's tokens (a padded embedding table) are never sampled: nothing could decode them
+        self._n_tokens = min(tokenizer.vocab_size, model.n_vocab)
         self._ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
@@ -96,18 +99,16 @@ class Engine:
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
-        """ids as a list: non-empty, inside the vocabulary, with room for `extra` more tokens in the context."""
-        a = np.asarray(list(ids), dtype=np.int64)
-        if a.ndim != 1 or len(a) == 0:
+        """ids as a list: non-empty, inside the vocabulary, with room for `extra` more tokens in the context
+        (token_ids.py: TypeError for anything but integers)."""
+        a = token_ids(ids, "the prompt", self._n_vocab)
+        if not a:
             raise ValueError("the prompt must be a non-empty sequence of token ids")
-        bad = np.flatnonzero((a < 0) | (a >= self._n_vocab))
-        if len(bad):
-            raise ValueError(f"token {bad[0]} of the prompt ({a[bad[0]]}) is outside the vocabulary ({self._n_vocab})")
         if len(a) + extra > self.ctx_size:
             raise ValueError(
                 f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
             )
-        return a.tolist()
+        return a
 
     def call(self, fn: Callable[[Model], Any]) -> Any:
         """fn(model) on the engine thread, alone: after the live requests end, before queued ones start. Its
@@ -231,6 +232,8 @@ class Engine:
             out.context_lens,
             out.logits_rows,
         )
+        if self._n_tokens < self._n_vocab:
+            logits[:, self._n_tokens :] = -np.inf
         tokens = [active[out.seqs[s].seq_id].sample(logits[j]) for j, s in enumerate(out.sampled_seqs)]
         for seq in sched.update(out, tokens):
             req = active[seq.seq_id]

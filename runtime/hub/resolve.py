@@ -12,10 +12,23 @@ Errors are StoreError (a ValueError): ModelNotFoundError (with close suggestions
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from . import catalog, names
 from .store import DamagedModelError, ModelNotFoundError, ModelNotPulledError, Store, unknown_message
+
+
+def _not_a_file(name: str, p: Path) -> str:
+    """Why the path `name` is not a model file: missing, a directory, a device / FIFO / socket, a bad symlink."""
+    if not p.is_symlink() and not p.exists():
+        return f"no such file: {name}"
+    try:
+        mode = p.stat().st_mode
+    except OSError as e:  # a dangling symlink or a symlink loop
+        return f"{name}: cannot open the model file: {e.strerror}"
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
+    return f"{name} is {kind}: give the path of a .gguf file or a model name from `localllm list`"
 
 
 def resolve_model(name_or_path: str | os.PathLike, pull: bool = False) -> Path:
@@ -24,8 +37,8 @@ def resolve_model(name_or_path: str | os.PathLike, pull: bool = False) -> Path:
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
-    if names.looks_like_path(name_or_path):
-        raise ModelNotFoundError(f"no such file: {name_or_path}")
+    if names.looks_like_path(name_or_path) or p.exists() or p.is_symlink():
+        raise ModelNotFoundError(_not_a_file(name_or_path, p))
     store = Store()
     m = store.find(name_or_path)
     if m is not None:

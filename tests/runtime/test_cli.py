@@ -60,6 +60,38 @@ def test_errors_are_one_line_on_stderr(tmp_path, args, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
 
 
+# the command line never shows a traceback: each of these is one `error:` line and exit status 1 (MODEL: the
+# smallest test model's path, DIR: a directory)
+EDGE_CASES = [
+    (["run", "MODEL", "hi", "-c", "1099511627776"], "ctx_size 1099511627776 needs"),
+    (["run", "MODEL", "hi", "-c", "1000000000"], "GiB of KV cache and this machine has"),
+    (["run", "MODEL", "hi", "--kv-budget", "inf"], "kv_budget_mib must be a positive number"),
+    (["run", "DIR", "hi"], "is a directory"),
+    (["run", "/dev/zero", "hi"], "not a regular file"),
+    (["run", "MODEL", "hi", "-t", "0"], "n_threads must be a positive integer"),
+    (["chat", "MODEL"], "chat is a full-screen terminal app and needs a terminal"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), EDGE_CASES)
+def test_edge_cases_are_one_error_line(tmp_path, args, message):
+    model = str(model_file("smollm2-135m-instruct-q4_1"))
+    args = [model if a == "MODEL" else str(tmp_path) if a == "DIR" else a for a in args]
+    r = localllm(*args, env={"LOCALLLM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_options_may_come_before_the_prompt():
+    model = str(model_file("smollm2-135m-instruct-q4_1"))
+    r = localllm("run", model, "--temperature", "0", "-n", "3", "-c", "128", "--raw", "Hello")
+    assert r.returncode == 0, r.stderr
+    r2 = localllm("run", model, "Hello", "--temperature", "0", "-n", "3", "-c", "128", "--raw")
+    assert r.stdout == r2.stdout and r.stdout.strip()
+
+
 def test_show_corrupt_file(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)

@@ -96,6 +96,6 @@ def test_native_logits_match_float64(float64_logits, cpu_path, name):
             if cpu_path == "scalar":
                 continue  # its rows do not depend on the step (tests/runtime/test_forward.py checks decode = prefill)
             steps = llm.exclusive(
-                lambda seq: [seq.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
+                lambda seq, ids=ids: [seq.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
             )
             check_rows(np.concatenate(steps), want[i], MODELS[name], f"{name} {cpu_path} sequence {i}, token by token")
