@@ -179,6 +179,21 @@ class LLM:
 
         return self.exclusive(run)
 
+    @property
+    def max_prompt_bytes(self) -> int:
+        """Text longer than this many UTF-8 bytes cannot fit the context in tokens (each token stands for at most
+        tokenizer.max_piece_bytes bytes), so it is refused before tokenizing: reading and tokenizing input stays
+        proportional to the context, not to the input."""
+        return self.ctx_size * self.tokenizer.max_piece_bytes
+
+    def check_text_fits(self, n_bytes: int) -> None:
+        """ValueError when n_bytes of text cannot fit the context whatever its tokens."""
+        if n_bytes > self.max_prompt_bytes:
+            raise ValueError(
+                f"the prompt is {n_bytes} bytes of text: more than the context of {self.ctx_size} tokens can hold "
+                f"(a token stands for at most {self.tokenizer.max_piece_bytes} bytes here)"
+            )
+
     def submit(self, ids, params: SamplingParams | None = None) -> RequestStream:
         """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
         iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit."""
@@ -193,7 +208,11 @@ class LLM:
             params = SamplingParams(**kwargs)
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
-        ids = self.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else prompt_or_ids
+        if isinstance(prompt_or_ids, str):
+            self.check_text_fits(len(prompt_or_ids.encode("utf-8", "surrogatepass")))
+            ids = self.tokenize(prompt_or_ids)
+        else:
+            ids = prompt_or_ids
         return _chunks(self.submit(ids, params))
 
     def chat(self, messages, params: SamplingParams | None = None, tools=None, **kwargs) -> Iterator[Chunk]:
@@ -202,6 +221,10 @@ class LLM:
             params = SamplingParams(**kwargs)
         elif kwargs:
             raise TypeError("pass either params or sampling keyword arguments, not both")
+        if isinstance(messages, list):
+            self.check_text_fits(
+                sum(len(str(m.get("content") or "").encode()) for m in messages if isinstance(m, dict))
+            )
         return _chunks(self.submit(self.tokenizer.encode_chat(messages, tools=tools), params))
 
     def close(self) -> None:

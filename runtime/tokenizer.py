@@ -143,6 +143,7 @@ class Tokenizer:
         # on first use (all 150k at load cost ~0.1 s of the time to the first token)
         self._pieces = _Pieces(lambda i: self._piece(i, True), n)
         self._visible_pieces = _Pieces(lambda i: self._piece(i, False), n)
+        self._max_piece: int | None = None
         self._special_splitters: dict[bool, SpecialSplitter] = {}
         self.chat_template = ChatTemplate(
             md.get("tokenizer.chat_template"),
@@ -184,6 +185,14 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    @property
+    def max_piece_bytes(self) -> int:
+        """The most bytes of text one token stands for: text of B bytes encodes to at least B / this many tokens
+        (what lets a caller refuse text that cannot fit a context before tokenizing it)."""
+        if self._max_piece is None:
+            self._max_piece = max(1, max(len(p) for p in self._pieces))
+        return self._max_piece
 
     def is_special(self, token_id: int) -> bool:
         """True for control and unknown tokens: the ones decode() hides unless special=True."""

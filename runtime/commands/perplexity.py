@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
 
@@ -29,11 +31,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.chunks < 0:
         raise ValueError("--chunks must be 0 (all) or positive")
-    with open(args.file, encoding="utf-8") as fh:
-        text = fh.read()
     path = resolve_model(args.model, pull=args.pull)
     kv = kv_kwargs(args)
     with LLM(path, n_threads=args.threads, ctx_size=args.ctx, **kv) as llm:
+        # --chunks N needs N * ctx tokens: at most that many times the longest token's bytes of text
+        text = read_text(args.file, args.chunks * args.ctx * llm.tokenizer.max_piece_bytes if args.chunks else None)
         r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)
         label = kv_label(llm)
     if args.json:
@@ -53,3 +55,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"perplexity {r.ppl:.4f} over {r.chunks} chunks of {args.ctx} ({r.scored} predictions, kv {label})")
     return 0
+
+
+def read_text(name: str, limit: int | None) -> str:
+    """The file's text, at most `limit` bytes of it (None: all of a regular file; a device or a FIFO could be
+    endless, so it needs --chunks). Invalid UTF-8 is an error naming the file."""
+    with open(name, "rb") as fh:
+        if limit is None and not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError(f"{name} is not a regular file: --chunks 0 reads all of it; give --chunks N")
+        data = fh.read() if limit is None else fh.read(limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if limit is not None and len(data) == limit and e.start >= len(data) - 4:
+            return data[: e.start].decode("utf-8")  # the bounded read cut a character in two
+        raise ValueError(f"{name}: not UTF-8 text (byte {e.start})") from None

@@ -36,10 +36,12 @@ def run(args: argparse.Namespace) -> int:
 
     params = sampling_params(args, ignore_eos=args.ignore_eos)
     path = resolve_model(args.model, pull=args.pull)
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
-    if not prompt:
+    if args.prompt is not None and not args.prompt:
         raise ValueError("empty prompt: give one as an argument or on stdin")
     with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args)) as llm:
+        prompt = args.prompt if args.prompt is not None else read_stdin(llm.max_prompt_bytes)
+        if not prompt:
+            raise ValueError("empty prompt: give one as an argument or on stdin")
         if args.raw or llm.tokenizer.chat_template.is_fallback:
             stream = llm.generate(prompt, params=params)
         else:
@@ -74,3 +76,15 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def read_stdin(limit: int) -> str:
+    """stdin as text, reading at most limit + 1 bytes: more cannot fit the context (LLM.max_prompt_bytes), so
+    `run M < /dev/zero` or a huge file is refused after reading a bounded amount. Invalid UTF-8 becomes U+FFFD."""
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(
+            f"the prompt on stdin is longer than {limit} bytes, more than the context can hold: "
+            "give a shorter prompt or raise --ctx-size"
+        )
+    return data.decode("utf-8", "replace")

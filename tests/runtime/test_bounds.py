@@ -136,3 +136,18 @@ def test_cancelling_a_long_prefill_takes_effect_between_chunks(smol):
     free = smol._engine.inspect(lambda sched: not sched.has_unfinished)  # answered between two steps
     assert free and time.perf_counter() - t0 < 5  # the whole prefill takes far longer on one thread
     assert list(stream)[-1].finish_reason == "abort"
+
+
+def test_text_that_cannot_fit_is_refused_before_tokenizing(smol):
+    """10 MB of spaces used to take a minute and 3 GB to be refused: the byte count alone decides now."""
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"the prompt is 10000000 bytes of text: more than the context of 2048 tokens"):
+        smol.generate(" " * 10_000_000)
+    with pytest.raises(ValueError, match="more than the context"):
+        smol.chat([{"role": "user", "content": "x" * 10_000_000}])
+    assert time.perf_counter() - t0 < 2
+    assert smol.max_prompt_bytes == 2048 * smol.tokenizer.max_piece_bytes
+    longest = max(
+        range(smol.tokenizer.vocab_size), key=lambda i: len(smol.tokenizer.decode([i], special=True).encode())
+    )
+    assert len(smol.tokenizer.decode([longest], special=True).encode()) <= smol.tokenizer.max_piece_bytes

@@ -70,6 +70,7 @@ EDGE_CASES = [
     (["run", "/dev/zero", "hi"], "not a regular file"),
     (["run", "MODEL", "hi", "-t", "0"], "n_threads must be a positive integer"),
     (["chat", "MODEL"], "chat is a full-screen terminal app and needs a terminal"),
+    (["perplexity", "MODEL", "/dev/zero", "--chunks", "0"], "/dev/zero is not a regular file"),
 ]
 
 
@@ -82,6 +83,23 @@ def test_edge_cases_are_one_error_line(tmp_path, args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_endless_stdin_is_refused_after_a_bounded_read():
+    model = str(model_file("smollm2-135m-instruct-q4_1"))
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run(
+            [sys.executable, "-m", "localllm.cli", "run", model, "-c", "256"],
+            stdin=zero,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    # 256 tokens of at most 81 bytes each (smollm2's longest token): 20,736 bytes are read, and no more
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "error: the prompt on stdin is longer than 20736 bytes, more than the context can hold: "
+        "give a shorter prompt or raise --ctx-size"
+    )
 
 
 def test_options_may_come_before_the_prompt():
