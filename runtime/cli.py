@@ -20,6 +20,7 @@ import warnings
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("localllm.commands.run", "generate text from a prompt (argument or stdin)"),
     "chat": ("localllm.commands.chat", "chat with a model in the terminal"),
+    "serve": ("localllm.commands.serve", "serve models over HTTP (OpenAI and Ollama APIs) for editors and apps"),
     "show": ("localllm.commands.show", "summarise a GGUF model (store name or path)"),
     "pull": ("localllm.commands.pull", "download a model into the store"),
     "list": ("localllm.commands.list", "list the models in the store"),

@@ -194,10 +194,16 @@ class LLM:
                 f"(a token stands for at most {self.tokenizer.max_piece_bytes} bytes here)"
             )
 
-    def submit(self, ids, params: SamplingParams | None = None) -> RequestStream:
+    def pool_stats(self) -> dict[str, int]:
+        """The engine's state between two steps: running and waiting sequences, KV blocks (total, used by live
+        sequences, free but holding a cached prefix)."""
+        return self._engine_open().inspect(lambda sched: sched.pool_stats())
+
+    def submit(self, ids, params: SamplingParams | None = None, logprobs: int | None = None) -> RequestStream:
         """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
-        iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit."""
-        return self._engine_open().submit(ids, params if params is not None else SamplingParams())
+        iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit (a
+        ContextLengthError when the context is too small). logprobs: see Engine.submit."""
+        return self._engine_open().submit(ids, params if params is not None else SamplingParams(), logprobs=logprobs)
 
     def generate(self, prompt_or_ids, params: SamplingParams | None = None, **kwargs) -> Iterator[Chunk]:
         """Streams a completion of a raw prompt (str, encoded with BOS as the model asks) or of token ids.

@@ -171,6 +171,9 @@ class Tokenizer:
         self.eot_id = key_or_text("eot", _EOT_TEXTS)
         self.eom_id = key_or_text("eom", _EOM_TEXTS)
         fim = {key: key_or_text(key, texts) for key, texts in _FIM_TEXTS.items()}
+        # fill-in-the-middle token ids by role (fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep), None where
+        # the model has none
+        self.fim: dict[str, int | None] = fim
         eog = {self._vocab[t] for t in _EOG_TEXTS if t in self._vocab}
         for tid in (*by_text, *eog):
             self._types[tid] = CONTROL

@@ -9,8 +9,8 @@ scheduling policy (scheduler.py), the loop on its own thread (engine.py), a requ
 from __future__ import annotations
 
 from .block_manager import BlockManager, BlockTable
-from .engine import Engine, EngineClosedError
-from .output import Chunk, Stats
+from .engine import ContextLengthError, Engine, EngineClosedError
+from .output import Chunk, Stats, TokenLogprob
 from .request import Request
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import FinishReason, Sequence, SequenceStatus
@@ -20,6 +20,7 @@ __all__ = [
     "BlockManager",
     "BlockTable",
     "Chunk",
+    "ContextLengthError",
     "Engine",
     "EngineClosedError",
     "FinishReason",
@@ -30,4 +31,5 @@ __all__ = [
     "Sequence",
     "SequenceStatus",
     "Stats",
+    "TokenLogprob",
 ]

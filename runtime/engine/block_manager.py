@@ -74,6 +74,16 @@ class BlockManager:
         """Blocks with no holder, cached ones included (they are evicted on demand)."""
         return len(self._free)
 
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks held by at least one live sequence."""
+        return self.n_blocks - len(self._free)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Free blocks that still hold a cached prefix (evicted only when the pool needs them)."""
+        return sum(1 for b in self._cached.values() if self._ref[b] == 0)
+
     def blocks_needed(self, num_tokens: int) -> int:
         """Blocks that num_tokens slots take (a scheduler's admission check against n_blocks)."""
         return -(-num_tokens // self.block_size)

@@ -48,6 +48,10 @@ class EngineClosedError(RuntimeError):
     pass
 
 
+class ContextLengthError(ValueError):
+    """A prompt (with what it asks to generate) that cannot fit the context."""
+
+
 class Engine:
     """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
     (its default). ctx_origin: what set that size, for the error that a prompt does not fit."""
@@ -85,17 +89,25 @@ class Engine:
         return Scheduler(bm, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=max_len)
 
     # -- client side (any thread) -------------------------------------------------------------------------
-    def submit(self, prompt_ids: Iterable[int], params: SamplingParams, stop_token_ids=None) -> RequestStream:
-        """Queues a request; ValueError naming what is wrong when the prompt is empty, outside the vocabulary, or
-        leaves no room to generate in the context. stop_token_ids: default the tokenizer's end-of-generation set."""
+    def submit(
+        self, prompt_ids: Iterable[int], params: SamplingParams, stop_token_ids=None, logprobs: int | None = None
+    ) -> RequestStream:
+        """Queues a request; ValueError naming what is wrong when the prompt is empty or outside the vocabulary,
+        ContextLengthError (a ValueError) when it leaves no room to generate in the context. stop_token_ids:
+        default the tokenizer's end-of-generation set. logprobs: None, or each chunk carries the log-probability
+        of its token under the model and the `logprobs` most likely alternatives (output.py)."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if logprobs is not None and (
+            isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= 20
+        ):
+            raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
         ids = self.check(prompt_ids, extra=1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter())))
+        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs)))
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
@@ -105,7 +117,7 @@ class Engine:
         if not a:
             raise ValueError("the prompt must be a non-empty sequence of token ids")
         if len(a) + extra > self.ctx_size:
-            raise ValueError(
+            raise ContextLengthError(
                 f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
             )
         return a

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class Stats:
@@ -26,9 +28,31 @@ class Stats:
     context_full: bool = False  # generation ended because prompt + completion filled ctx_size
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float  # natural log of its probability under softmax(logits)
+    top: tuple[tuple[int, float], ...] = ()  # the most likely tokens and their logprobs, best first
+
+
+def token_logprob(logits: np.ndarray, token_id: int, n_top: int) -> TokenLogprob:
+    """logits: [n_vocab] raw scores -> the chosen token's log-softmax, and the n_top best (float64 sums)."""
+    row = np.asarray(logits, dtype=np.float64)
+    finite = np.isfinite(row)
+    m = row[finite].max()
+    log_z = m + np.log(np.exp(row[finite] - m).sum())
+    top: tuple[tuple[int, float], ...] = ()
+    if n_top:
+        idx = np.argpartition(-row, n_top - 1)[:n_top]
+        idx = idx[np.argsort(-row[idx], kind="stable")]
+        top = tuple((int(i), float(row[i] - log_z)) for i in idx)
+    return TokenLogprob(int(token_id), float(row[token_id] - log_z), top)
+
+
 @dataclass
 class Chunk:
     text: str
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     stats: Stats | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them

@@ -6,6 +6,8 @@ sampled tokens into the chunks its stream receives (detokenized text, stop strin
     done = req.emit(tid, seq_finish)         # delivers a chunk; True when the request is over (stop string
                                              # included: the engine then aborts its sequence)
     req.fail(exc) / req.abort()              # the stream's last item: an exception, or a chunk "abort"
+logprobs (None or n): each token chunk also carries its TokenLogprob under the model's distribution (raw logits,
+before the sampler's truncation and temperature) with the n most likely alternatives.
 
 Engine thread only. Token ids in stop_token_ids end the request without being emitted.
 """
@@ -18,13 +20,21 @@ import numpy as np
 
 from ..sampling import Sampler, StopChecker
 from ..tokenizer import Tokenizer
-from .output import Chunk, Stats
+from .output import Chunk, Stats, TokenLogprob, token_logprob
 from .sequence import FinishReason, Sequence
 from .stream import RequestStream
 
 
 class Request:
-    def __init__(self, seq: Sequence, stream: RequestStream, tokenizer: Tokenizer, ctx_size: int, submitted: float):
+    def __init__(
+        self,
+        seq: Sequence,
+        stream: RequestStream,
+        tokenizer: Tokenizer,
+        ctx_size: int,
+        submitted: float,
+        logprobs: int | None = None,
+    ):
         self.seq = seq
         self.stream = stream
         self.sampler = Sampler(seq.params)
@@ -35,6 +45,8 @@ class Request:
         self._started: float | None = None  # its first scheduled step began
         self._first: float | None = None  # its first token was sampled
         self.finished = False
+        self._logprobs = logprobs
+        self._last_logprob: TokenLogprob | None = None
 
     def scheduled(self, now: float) -> None:
         """Called for every step the request is in; the first one starts the prefill clock."""
@@ -43,7 +55,10 @@ class Request:
             self.stats.cached_tokens = self.seq.num_cached_tokens
 
     def sample(self, logits: np.ndarray) -> int:
-        return self.sampler.sample(logits, self.seq.token_ids)
+        tid = self.sampler.sample(logits, self.seq.token_ids)
+        if self._logprobs is not None:
+            self._last_logprob = token_logprob(logits, tid, self._logprobs)
+        return tid
 
     def emit(self, token_id: int, reason: FinishReason | None) -> bool:
         """token_id: just appended to seq (reason: why the sequence stops now, or None). Returns True when the
@@ -59,11 +74,12 @@ class Request:
             return self._end("stop", now)
         st.completion_tokens += 1
         text = self._stop.push(self._detok.push(token_id))
+        lp = [self._last_logprob] if self._last_logprob is not None else None
         if self._stop.stopped:
             if text:
-                self.stream._deliver(Chunk(text, [token_id]))
+                self.stream._deliver(Chunk(text, [token_id], logprobs=lp))
             return self._end("stop", now)
-        self.stream._deliver(Chunk(text, [token_id]))
+        self.stream._deliver(Chunk(text, [token_id], logprobs=lp))
         if reason is FinishReason.CONTEXT:
             st.context_full = True
             return self._end("length", now)

@@ -118,6 +118,16 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self._live)
 
+    def pool_stats(self) -> dict[str, int]:
+        """running and waiting sequences, and the KV pool's blocks: total, held by live sequences, free but cached."""
+        return {
+            "running": len(self._running),
+            "waiting": len(self._waiting),
+            "blocks": self._bm.n_blocks,
+            "blocks_used": self._bm.num_used_blocks,
+            "blocks_cached": self._bm.num_cached_blocks,
+        }
+
     def add(self, seq: Sequence) -> None:
         """Queues a new sequence. ValueError when it is not new, its seq_id is live, or its prompt leaves no room
         to generate a token in the context or in the KV pool."""

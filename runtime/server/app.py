@@ -1,0 +1,89 @@
+"""The FastAPI application: the routers (openai_api, ollama_api, llama_api), the API key check, the request-body
+size limit, CORS (off unless an origin is given), and every error in the documented shape (errors.py): a
+validation error is a 400 naming the field, an unknown route a 404, and nothing a client sends produces a
+traceback in a response.
+
+    app = create_app(host, api_key="secret", cors_origins=["http://localhost:3000"], max_body_bytes=16 << 20)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import llama_api, ollama_api, openai_api
+from .errors import APIError, error_response
+from .host import ModelHost
+from .metrics import Metrics
+
+OPEN_PATHS = ("/health",)  # answered without the key (load balancers, plugin start-up checks)
+
+
+def create_app(
+    host: ModelHost,
+    api_key: str | None = None,
+    cors_origins: list[str] | None = None,
+    max_body_bytes: int = 16 << 20,
+    load_on_start: bool = True,
+) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if load_on_start:
+            await host.start()
+        else:
+            host.state = "ok"
+        yield
+        host.close()
+
+    app = FastAPI(title="localllm", lifespan=lifespan)
+    app.state.host = host
+    app.state.metrics = Metrics()
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["*"], allow_headers=["*"])
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key is not None and request.url.path not in OPEN_PATHS and request.method != "OPTIONS":
+            given = request.headers.get("authorization", "")
+            given = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+            if not hmac.compare_digest(given.encode(), api_key.encode()):
+                return error_response(
+                    request, 401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key"
+                )
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return error_response(
+                request, 413, f"the request body is larger than {max_body_bytes} bytes", code="request_too_large"
+            )
+        return await call_next(request)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, e: APIError):
+        return error_response(request, e.status, e.message, e.param, e.code, e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError):
+        err = (e.errors() or [{}])[0]
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        param = ".".join(loc) or None
+        msg = f"{param}: {err.get('msg', 'invalid')}" if param else str(err.get("msg", "invalid request body"))
+        return error_response(request, 400, msg, param=param, code="invalid_value")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException):
+        msg = f"no route {request.method} {request.url.path}" if e.status_code in (404, 405) else str(e.detail)
+        return error_response(request, e.status_code, msg)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, e: Exception):
+        return error_response(request, 500, f"internal error ({type(e).__name__})")
+
+    app.include_router(openai_api.router)
+    app.include_router(ollama_api.router)
+    app.include_router(llama_api.router)
+    return app

@@ -1,0 +1,102 @@
+"""One request from its fields to the engine's chunks: sampling fields mapped and checked (a 400 naming the
+field), the prompt checked against the context (a 400 `context_length_exceeded`), the stream read without
+blocking the event loop, cancelled when the client goes away, and the metrics kept.
+
+    params = sampling_params(body, max_tokens=body.max_tokens)      # APIError 400 on a bad value
+    async for chunk in run(llm, ids, params, metrics, logprobs=None, request=request): ...
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from ..engine import Chunk, ContextLengthError
+from ..llm import LLM
+from ..sampling import SamplingParams
+from .errors import APIError, param_of
+from .metrics import Metrics
+
+# OpenAI field -> SamplingParams field
+_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repeat_penalty": "repetition_penalty",
+    "repeat_last_n": "penalty_last_n",
+    "seed": "seed",
+    "stop": "stop",
+    "ignore_eos": "ignore_eos",
+}
+
+
+def sampling_params(fields: dict, max_tokens: int | None) -> SamplingParams:
+    """fields: request fields by their API names (None: the default). max_tokens: None = up to the context."""
+    kw = {ours: fields[theirs] for theirs, ours in _FIELDS.items() if fields.get(theirs) is not None}
+    if fields.get("n", 1) != 1:
+        raise APIError(400, "n must be 1: localllm returns one choice per request", param="n")
+    if max_tokens is not None:
+        kw["max_tokens"] = max_tokens
+    try:
+        return SamplingParams(**kw)
+    except ValueError as e:
+        name = param_of(str(e))
+        back = {v: k for k, v in _FIELDS.items()}
+        raise APIError(400, str(e), param=back.get(name, name)) from None
+
+
+def check_fits(llm: LLM, ids: list[int], params: SamplingParams) -> None:
+    need = len(ids) + (params.max_tokens or 1)
+    if need > llm.ctx_size:
+        raise APIError(
+            400,
+            f"the prompt has {len(ids)} tokens and {params.max_tokens or 1} are to be generated: {need} > the "
+            f"context of {llm.ctx_size} tokens",
+            param="messages" if params.max_tokens is None else "max_tokens",
+            code="context_length_exceeded",
+        )
+
+
+async def run(
+    llm: LLM,
+    ids: list[int],
+    params: SamplingParams,
+    metrics: Metrics,
+    logprobs: int | None = None,
+    request: Request | None = None,
+) -> AsyncIterator[Chunk]:
+    """The request's chunks, the last with finish_reason and stats. Leaving early (the client disconnected, a
+    consumer stopped) cancels it in the engine: its blocks are freed at the next step. request: checked for a
+    disconnect after each chunk (non-streaming responses; a streaming response is cancelled by the server)."""
+    check_fits(llm, ids, params)
+    try:
+        stream = llm.submit(ids, params, logprobs=logprobs)
+    except ContextLengthError as e:
+        raise APIError(400, str(e), code="context_length_exceeded") from None
+    except (TypeError, ValueError) as e:
+        raise APIError(400, str(e), param=param_of(str(e))) from None
+    metrics.started()
+    stats, cancelled, last = None, True, None
+    try:
+        async for chunk in stream:
+            now = time.perf_counter()
+            if chunk.token_ids:
+                if last is not None:
+                    metrics.token(now - last)
+                last = now
+            if chunk.stats is not None:
+                stats = chunk.stats
+                cancelled = chunk.finish_reason == "abort"
+                if stats.completion_tokens:
+                    metrics.first_token(stats.ttft_s)
+            yield chunk
+            if request is not None and chunk.stats is None and await request.is_disconnected():
+                return
+    finally:
+        stream.close()
+        metrics.finished(stats, cancelled)

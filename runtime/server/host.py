@@ -1,0 +1,181 @@
+"""Which models the server holds: the default one, loaded at start, and others loaded on demand when a request
+names them (one resident at a time unless max_models says more; a model with requests in flight is never
+unloaded under them).
+
+    host = ModelHost("qwen2.5-coder:0.5b", llm_kwargs={"n_threads": 2, "parallel": 4}, max_models=1)
+    await host.start()                          # loads the default model (health: "loading" until then)
+    lease = await host.acquire("qwen2.5-coder:0.5b")   # APIError 404 naming an unknown model, 503 when busy
+    lease.name, lease.llm; ...; lease.release()       # or return lease.hold(async_gen): released when it ends
+    host.models()                               # the store's models, for /v1/models and /api/tags
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from ..gguf import GGUFFile
+from ..hub import Store, resolve_model
+from ..llm import LLM
+from .errors import APIError
+
+
+class _Loaded:
+    def __init__(self, name: str, path: Path, llm: LLM):
+        self.name, self.path, self.llm = name, path, llm
+        self.in_flight = 0
+        self.created = int(time.time())
+
+
+class Lease:
+    """One request's hold on a loaded model: the model is not unloaded while a lease on it is live."""
+
+    def __init__(self, entry: _Loaded):
+        self._entry = entry
+        self.name, self.llm = entry.name, entry.llm
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._entry.in_flight -= 1
+
+    async def hold(self, agen: AsyncIterator) -> AsyncIterator:
+        """agen's items; the lease is released when it ends, fails or is closed (a streaming response)."""
+        try:
+            async for item in agen:
+                yield item
+        finally:
+            self.release()
+
+
+class ModelHost:
+    def __init__(self, default: str, llm_kwargs: dict | None = None, max_models: int = 1, max_queue: int = 64):
+        self.default = default
+        self.llm_kwargs = dict(llm_kwargs or {})
+        self.max_models = max(1, int(max_models))
+        self.max_queue = max_queue  # requests in flight per model beyond which new ones get 503
+        self._loaded: OrderedDict[str, _Loaded] = OrderedDict()  # least recently used first
+        self._lock = asyncio.Lock()
+        self.state = "loading"  # "loading" until the default model is loaded, then "ok"; "error" if it failed
+        self.error: str | None = None
+
+    async def start(self) -> None:
+        try:
+            await self._load(self.default)
+            self.state = "ok"
+        except Exception as e:
+            self.state, self.error = "error", str(e)
+            raise
+
+    def resident(self) -> list[_Loaded]:
+        return list(self._loaded.values())
+
+    async def acquire(self, name: str | None) -> Lease:
+        entry = await self._get(name or self.default)
+        if entry.in_flight >= self.max_queue:
+            raise APIError(
+                503,
+                f"{entry.name}: {entry.in_flight} requests are in flight; retry shortly",
+                headers={"Retry-After": "1"},
+            )
+        entry.in_flight += 1
+        return Lease(entry)
+
+    async def _get(self, name: str) -> _Loaded:
+        key = self._key(name)
+        entry = self._loaded.get(key)
+        if entry is not None:
+            self._loaded.move_to_end(key)
+            return entry
+        async with self._lock:
+            entry = self._loaded.get(key)
+            return entry if entry is not None else await self._load(name)
+
+    def _key(self, name: str) -> str:
+        """Requests may name the default model by its store name, its file name or its path."""
+        for key, entry in self._loaded.items():
+            if name in (key, entry.path.name, entry.path.stem, str(entry.path)):
+                return key
+        return name
+
+    async def _load(self, name: str) -> _Loaded:
+        try:
+            path = Path(resolve_model(name))
+        except (ValueError, OSError) as e:
+            raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
+        llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
+        entry = _Loaded(name, path, llm)
+        self._loaded[name] = entry
+        while len(self._loaded) > self.max_models:
+            idle = next((k for k, e in self._loaded.items() if e.in_flight == 0 and k != name), None)
+            if idle is None:
+                break
+            await asyncio.to_thread(self._loaded.pop(idle).llm.close)
+        return entry
+
+    async def unload(self, name: str) -> None:
+        """Unloads a model with no request in flight (Ollama's keep_alive: 0); the default model stays."""
+        key = self._key(name)
+        entry = self._loaded.get(key)
+        if entry is not None and entry.in_flight == 0 and key != self.default:
+            del self._loaded[key]
+            await asyncio.to_thread(entry.llm.close)
+
+    def models(self) -> list[dict]:
+        """Every model in the store (and the resident ones that are files outside it): name, path, size, the
+        context the server gives it and the one it was trained for."""
+        out, seen = [], set()
+        stored = []
+        with contextlib.suppress(ValueError, OSError):
+            stored = [(m.name, Path(m.path)) for m in Store().models()]
+        for name, path in [*((e.name, e.path) for e in self._loaded.values()), *stored]:
+            if name in seen:
+                continue
+            seen.add(name)
+            loaded = self._loaded.get(name)
+            out.append(
+                {
+                    "name": name,
+                    "path": str(path),
+                    "size": _size(path),
+                    "context_length": loaded.llm.ctx_size if loaded else self.llm_kwargs.get("ctx_size", 4096),
+                    "trained_context_length": _trained_context(path),
+                    "created": loaded.created if loaded else int(_mtime(path)),
+                    "loaded": loaded is not None,
+                }
+            )
+        return out
+
+    def close(self) -> None:
+        for entry in self._loaded.values():
+            entry.llm.close()
+        self._loaded.clear()
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def _trained_context(path: Path) -> int | None:
+    try:
+        with GGUFFile(path) as f:
+            value = f.arch_value("context_length")
+            return int(value) if value is not None else None
+    except (ValueError, OSError, KeyError):
+        return None

@@ -1,0 +1,230 @@
+"""Ollama's API over the same engine: GET /api/tags, /api/version, /api/ps, POST /api/show, /api/chat and
+/api/generate (NDJSON streaming by default, `options` mapped to sampling, `suffix` for fill-in-the-middle, `raw`,
+`keep_alive: 0` unloads after the request). Errors are {"error": "..."} (errors.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .. import __version__
+from ..chat_template import ChatTemplateError
+from ..gguf import GGUFFile
+from .completion import run, sampling_params
+from .errors import APIError
+from .fim import fim_prompt
+from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
+from .tool_calls import parse_tool_calls
+
+router = APIRouter(prefix="/api")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _params(options: OllamaOptions | None):
+    o = options.model_dump() if options else {}
+    n = o.get("num_predict")
+    return sampling_params(o, None if n is None or n < 0 else max(n, 1))
+
+
+def _final(stats, reason: str | None, started: float) -> dict:
+    return {
+        "done": True,
+        "done_reason": "length" if reason == "length" else "stop",
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "prompt_eval_count": stats.prompt_tokens if stats else 0,
+        "eval_count": stats.completion_tokens if stats else 0,
+        "eval_duration": int(stats.completion_tokens / stats.decode_tps * 1e9) if stats and stats.decode_tps else 0,
+    }
+
+
+def _model_info(m: dict) -> dict:
+    return {
+        "name": m["name"],
+        "model": m["name"],
+        "modified_at": datetime.fromtimestamp(m["created"], timezone.utc).isoformat().replace("+00:00", "Z"),
+        "size": m["size"],
+        "digest": "",
+        "details": {"format": "gguf"},
+    }
+
+
+@router.get("/version")
+async def version():
+    return {"version": __version__}
+
+
+@router.get("/tags")
+async def tags(request: Request):
+    return {"models": [_model_info(m) for m in request.app.state.host.models()]}
+
+
+@router.get("/ps")
+async def ps(request: Request):
+    models = [m for m in request.app.state.host.models() if m["loaded"]]
+    return {"models": [{**_model_info(m), "context_length": m["context_length"]} for m in models]}
+
+
+@router.post("/show")
+async def show(body: OllamaShowRequest, request: Request):
+    name = body.model or body.name
+    if not name:
+        raise APIError(400, "model is required", param="model")
+    lease = await request.app.state.host.acquire(name)
+    try:
+        with GGUFFile(lease.llm.path) as f:
+            info = {k: v for k, v in f.metadata.items() if isinstance(v, (int, float, str, bool))}
+        return {
+            "modelfile": "",
+            "parameters": "",
+            "template": lease.llm.tokenizer.chat_template.source or "",
+            "details": {"format": "gguf", "family": info.get("general.architecture", "")},
+            "model_info": info,
+            "capabilities": ["completion", *(["insert"] if lease.llm.tokenizer.fim.get("fim_mid") is not None else [])],
+        }
+    finally:
+        lease.release()
+
+
+async def _respond(request: Request, lease, ids, params, body_stream: bool, keep_alive, shape) -> object:
+    """Runs the request; shape(text, chunk) -> the NDJSON object of a chunk (done: False)."""
+    app, started = request.app.state, time.perf_counter()
+
+    async def lines() -> AsyncIterator[str]:
+        async for chunk in run(lease.llm, ids, params, app.metrics):
+            if chunk.text or chunk.finish_reason is None:
+                yield json.dumps({"model": lease.name, "created_at": _now(), **shape(chunk.text), "done": False}) + "\n"
+            if chunk.finish_reason is not None:
+                final = {
+                    "model": lease.name,
+                    "created_at": _now(),
+                    **shape(""),
+                    **_final(chunk.stats, chunk.finish_reason, started),
+                }
+                yield json.dumps(final) + "\n"
+
+    if body_stream:
+        return StreamingResponse(
+            lease.hold(_unload_after(request, lease, lines(), keep_alive)), media_type="application/x-ndjson"
+        )
+    text, last = [], None
+    try:
+        async for chunk in run(lease.llm, ids, params, app.metrics, None, request):
+            text.append(chunk.text)
+            last = chunk
+    finally:
+        lease.release()
+        await _maybe_unload(request, lease, keep_alive)
+    full = "".join(text)
+    return JSONResponse(
+        {
+            "model": lease.name,
+            "created_at": _now(),
+            **shape(full, final=True),
+            **_final(last.stats if last else None, last.finish_reason if last else None, started),
+        }
+    )
+
+
+async def _unload_after(request: Request, lease, agen: AsyncIterator[str], keep_alive) -> AsyncIterator[str]:
+    try:
+        async for line in agen:
+            yield line
+    finally:
+        lease.release()
+        await _maybe_unload(request, lease, keep_alive)
+
+
+async def _maybe_unload(request: Request, lease, keep_alive) -> None:
+    if keep_alive in (0, "0", "0s", "0m"):
+        await request.app.state.host.unload(lease.name)
+
+
+@router.post("/chat")
+async def chat(body: OllamaChatRequest, request: Request):
+    params = _params(body.options)
+    lease = await request.app.state.host.acquire(body.model)
+    handed = False
+    try:
+        messages = [{"role": m.role, "content": m.content if isinstance(m.content, str) else ""} for m in body.messages]
+        if not messages:  # Ollama loads the model and answers at once
+            return {
+                "model": lease.name,
+                "created_at": _now(),
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "load",
+            }
+        try:
+            ids = lease.llm.tokenizer.encode_chat(messages, tools=body.tools or None)
+        except ChatTemplateError as e:
+            raise APIError(400, f"the chat template failed: {e}") from None
+        tools = bool(body.tools)
+        names = frozenset(
+            t.get("function", {}).get("name") for t in body.tools or () if isinstance(t.get("function"), dict)
+        )
+
+        def shape(text: str, final: bool = False) -> dict:
+            message = {"role": "assistant", "content": text}
+            if final and tools:
+                rest, calls = parse_tool_calls(text, names)
+                if calls:
+                    message = {
+                        "role": "assistant",
+                        "content": rest,
+                        "tool_calls": [
+                            {"function": {"name": c["name"], "arguments": json.loads(c["arguments"])}} for c in calls
+                        ],
+                    }
+            return {"message": message}
+
+        handed = True
+        return await _respond(request, lease, ids, params, body.stream, body.keep_alive, shape)
+    finally:
+        if not handed:
+            lease.release()
+
+
+@router.post("/generate")
+async def generate(body: OllamaGenerateRequest, request: Request):
+    params = _params(body.options)
+    lease = await request.app.state.host.acquire(body.model)
+    handed = False
+    try:
+        llm = lease.llm
+        if not body.prompt and body.suffix is None:
+            return {"model": lease.name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"}
+        try:
+            if body.suffix is not None:
+                ids = fim_prompt(
+                    llm.tokenizer,
+                    body.prompt,
+                    body.suffix,
+                    budget=llm.ctx_size - (params.max_tokens or llm.ctx_size // 4),
+                )
+            elif body.raw or llm.tokenizer.chat_template.is_fallback:
+                llm.check_text_fits(len(body.prompt.encode()))
+                ids = llm.tokenize(body.prompt)
+            else:
+                messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
+                    {"role": "user", "content": body.prompt}
+                ]
+                ids = llm.tokenizer.encode_chat(messages)
+        except ChatTemplateError as e:
+            raise APIError(400, f"the chat template failed: {e}") from None
+        except ValueError as e:
+            raise APIError(400, str(e)) from None
+        handed = True
+        return await _respond(
+            request, lease, ids, params, body.stream, body.keep_alive, lambda text, final=False: {"response": text}
+        )
+    finally:
+        if not handed:
+            lease.release()

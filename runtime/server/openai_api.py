@@ -1,0 +1,342 @@
+"""The OpenAI-compatible API: GET /v1/models, POST /v1/chat/completions and /v1/completions (streamed as
+server-sent events ending in `data: [DONE]`, or whole), with usage (prompt_tokens_details.cached_tokens),
+logprobs, stop strings, seeds, fill-in-the-middle (`suffix`) and tool calls."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..chat_template import ChatTemplateError
+from ..engine import Chunk, Stats
+from .completion import run, sampling_params
+from .errors import APIError
+from .fim import fim_prompt
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .tool_calls import ToolCallBuffer, parse_tool_calls
+
+router = APIRouter(prefix="/v1")
+
+
+def _usage(stats: Stats | None) -> dict:
+    s = stats or Stats()
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "total_tokens": s.prompt_tokens + s.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+    }
+
+
+def _finish(reason: str | None) -> str | None:
+    return "length" if reason == "length" else "stop" if reason else None
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def _text_content(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", None))
+
+
+def _chat_logprobs(tok, chunk: Chunk) -> list[dict]:
+    out = []
+    for lp in chunk.logprobs or ():
+        piece = tok.decode([lp.token_id], special=True)
+        out.append(
+            {
+                "token": piece,
+                "logprob": lp.logprob,
+                "bytes": list(piece.encode()),
+                "top_logprobs": [
+                    {"token": (t := tok.decode([i], special=True)), "logprob": v, "bytes": list(t.encode())}
+                    for i, v in lp.top
+                ],
+            }
+        )
+    return out
+
+
+@router.get("/models")
+async def models(request: Request):
+    host = request.app.state.host
+    data = [
+        {
+            "id": m["name"],
+            "object": "model",
+            "created": m["created"],
+            "owned_by": "localllm",
+            "context_length": m["context_length"],
+            "max_model_len": m["context_length"],
+            "trained_context_length": m["trained_context_length"],
+        }
+        for m in host.models()
+    ]
+    return {"object": "list", "data": data}
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    app = request.app.state
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    params = sampling_params(body.model_dump(), max_tokens)
+    n_top = (body.top_logprobs or 0) if body.logprobs else None
+    if n_top is not None and not 0 <= n_top <= 20:
+        raise APIError(400, "top_logprobs must be in [0, 20]", param="top_logprobs")
+    messages = []
+    for m in body.messages:
+        d = {"role": m.role, "content": _text_content(m.content)}
+        if m.tool_calls:
+            d["tool_calls"] = m.tool_calls
+        if m.name:
+            d["name"] = m.name
+        if m.tool_call_id:
+            d["tool_call_id"] = m.tool_call_id
+        messages.append(d)
+    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
+    rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    lease = await app.host.acquire(body.model)
+    name, llm, streaming = lease.name, lease.llm, False
+    try:
+        try:
+            ids = llm.tokenizer.encode_chat(messages, tools=tools)
+        except ChatTemplateError as e:
+            raise APIError(400, f"the chat template failed: {e}", param="messages") from None
+        except (TypeError, ValueError) as e:
+            raise APIError(400, str(e), param="messages") from None
+        tok = llm.tokenizer
+        if not body.stream:
+            text, finish, stats, lps = [], None, None, []
+            async for chunk in run(llm, ids, params, app.metrics, n_top, request):
+                text.append(chunk.text)
+                if n_top is not None:
+                    lps += _chat_logprobs(tok, chunk)
+                finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+            content = "".join(text)
+            message: dict = {"role": "assistant", "content": content}
+            reason = _finish(finish)
+            if tools:
+                rest, calls = parse_tool_calls(content, names)
+                if calls:
+                    message = {"role": "assistant", "content": rest or None, "tool_calls": _calls(calls)}
+                    reason = "tool_calls"
+            choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": None}
+            if n_top is not None:
+                choice["logprobs"] = {"content": lps}
+            return JSONResponse(
+                {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": name,
+                    "choices": [choice],
+                    "usage": _usage(stats),
+                }
+            )
+        chunks = run(llm, ids, params, app.metrics, n_top)
+        first = await _first(chunks)  # errors before the stream starts are still an HTTP error status
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        async def events() -> AsyncIterator[str]:
+            def frame(delta: dict, reason=None, logprobs=None) -> str:
+                choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
+                return _sse(
+                    {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": name,
+                        "choices": [choice],
+                    }
+                )
+
+            yield frame({"role": "assistant", "content": ""})
+            held = ToolCallBuffer(names) if tools else None
+            stats, reason = None, None
+            async for chunk in _prepend(first, chunks):
+                text = held.push(chunk.text) if held else chunk.text
+                lp = {"content": _chat_logprobs(tok, chunk)} if n_top is not None and chunk.logprobs else None
+                if text or lp:
+                    yield frame({"content": text}, logprobs=lp)
+                if chunk.finish_reason is not None:
+                    stats, reason = chunk.stats, _finish(chunk.finish_reason)
+            if held is not None:
+                rest, calls = held.finish()
+                if rest:
+                    yield frame({"content": rest})
+                if calls:
+                    deltas = [{"index": i, **c} for i, c in enumerate(_calls(calls))]
+                    yield frame({"tool_calls": deltas})
+                    reason = "tool_calls"
+            yield frame({}, reason)
+            if include_usage:
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": name,
+                        "choices": [],
+                        "usage": _usage(stats),
+                    }
+                )
+            yield "data: [DONE]\n\n"
+
+        streaming = True
+        return StreamingResponse(
+            lease.hold(events()), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+    finally:
+        if not streaming:
+            lease.release()
+
+
+def _calls(calls: list[dict]) -> list[dict]:
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+        for c in calls
+    ]
+
+
+async def _first(chunks: AsyncIterator[Chunk]) -> Chunk | None:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    try:
+        if first is not None:
+            yield first
+            async for chunk in rest:
+                yield chunk
+    finally:
+        await rest.aclose()
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request):
+    app = request.app.state
+    max_tokens = body.max_tokens if body.max_tokens is not None else 16  # OpenAI's default for completions
+    params = sampling_params(body.model_dump(), max_tokens)
+    n_top = body.logprobs
+    if n_top is not None and not 0 <= n_top <= 20:
+        raise APIError(400, "logprobs must be in [0, 20]", param="logprobs")
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise APIError(400, "one prompt per request: localllm returns one choice", param="prompt")
+        prompt = prompt[0]
+    rid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    lease = await app.host.acquire(body.model)
+    name, llm, streaming = lease.name, lease.llm, False
+    try:
+        tok = llm.tokenizer
+        try:
+            if body.suffix is not None:
+                if not isinstance(prompt, str):
+                    raise APIError(400, "suffix needs a text prompt", param="suffix")
+                ids = fim_prompt(tok, prompt, body.suffix, budget=llm.ctx_size - max_tokens)
+            elif isinstance(prompt, str):
+                if not prompt:
+                    raise APIError(400, "prompt must not be empty", param="prompt")
+                llm.check_text_fits(len(prompt.encode()))
+                ids = llm.tokenize(prompt)
+            else:
+                ids = list(prompt)
+        except ValueError as e:
+            raise APIError(400, str(e), param="suffix" if body.suffix is not None else "prompt") from None
+
+        def legacy_logprobs(chunk: Chunk, offset: int) -> dict | None:
+            if n_top is None or not chunk.logprobs:
+                return None
+            pieces = [tok.decode([lp.token_id], special=True) for lp in chunk.logprobs]
+            return {
+                "tokens": pieces,
+                "token_logprobs": [lp.logprob for lp in chunk.logprobs],
+                "top_logprobs": [{tok.decode([i], special=True): v for i, v in lp.top} for lp in chunk.logprobs],
+                "text_offset": [offset],
+            }
+
+        echo = prompt if body.echo and isinstance(prompt, str) else ""
+        if not body.stream:
+            text, finish, stats, offset = [echo], None, None, len(echo)
+            merged: dict | None = (
+                {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+                if n_top is not None
+                else None
+            )
+            async for chunk in run(llm, ids, params, app.metrics, n_top, request):
+                if merged is not None and (lp := legacy_logprobs(chunk, offset)):
+                    for k in merged:
+                        merged[k] += lp[k]
+                text.append(chunk.text)
+                offset += len(chunk.text)
+                finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+            choice = {"text": "".join(text), "index": 0, "finish_reason": _finish(finish), "logprobs": merged}
+            return JSONResponse(
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": name,
+                    "choices": [choice],
+                    "usage": _usage(stats),
+                }
+            )
+        chunks = run(llm, ids, params, app.metrics, n_top)
+        first = await _first(chunks)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        async def events() -> AsyncIterator[str]:
+            def frame(text: str, reason=None, logprobs=None) -> str:
+                choice = {"text": text, "index": 0, "finish_reason": reason, "logprobs": logprobs}
+                return _sse(
+                    {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
+                )
+
+            if echo:
+                yield frame(echo)
+            stats, offset = None, len(echo)
+            async for chunk in _prepend(first, chunks):
+                reason = _finish(chunk.finish_reason)
+                if chunk.text or reason or chunk.logprobs:
+                    yield frame(chunk.text, reason, legacy_logprobs(chunk, offset))
+                offset += len(chunk.text)
+                stats = chunk.stats or stats
+            if include_usage:
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": name,
+                        "choices": [],
+                        "usage": _usage(stats),
+                    }
+                )
+            yield "data: [DONE]\n\n"
+
+        streaming = True
+        return StreamingResponse(
+            lease.hold(events()), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+    finally:
+        if not streaming:
+            lease.release()

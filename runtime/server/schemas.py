@@ -1,0 +1,120 @@
+"""Request bodies, validated by pydantic: the OpenAI fields localllm honours (unknown extra fields are ignored, as
+OpenAI-compatible servers do), llama.cpp's /infill, /tokenize and /detokenize, and Ollama's /api bodies.
+Sampling values are range-checked by SamplingParams (a 400 naming the field), not here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+
+
+class ChatMessage(_Body):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] = ""
+    suffix: str | None = None
+    logprobs: int | None = None
+    echo: bool = False
+
+
+class InfillRequest(_Sampling):
+    """llama.cpp's /infill (llama.vscode, llama.vim): the text before and after the cursor, other files' chunks."""
+
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[dict[str, Any]] = Field(default_factory=list)  # [{"filename": ..., "text": ...}]
+    prompt: str = ""  # text right before the cursor on its line (appended to the prefix)
+    n_predict: int | None = None
+
+
+class TokenizeRequest(_Body):
+    content: str
+    add_special: bool = False
+    model: str | None = None
+
+
+class DetokenizeRequest(_Body):
+    tokens: list[int]
+    model: str | None = None
+
+
+class OllamaOptions(_Body):
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    num_predict: int | None = None
+    stop: list[str] | None = None
+
+
+class OllamaChatRequest(_Body):
+    model: str
+    messages: list[ChatMessage] = Field(default_factory=list)
+    stream: bool = True
+    options: OllamaOptions | None = None
+    tools: list[dict[str, Any]] | None = None
+    keep_alive: str | int | float | None = None
+    format: Literal["json", ""] | dict[str, Any] | None = None
+
+
+class OllamaGenerateRequest(_Body):
+    model: str
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    raw: bool = False
+    stream: bool = True
+    options: OllamaOptions | None = None
+    keep_alive: str | int | float | None = None
+
+
+class OllamaShowRequest(_Body):
+    model: str | None = None
+    name: str | None = None  # older clients

@@ -1,0 +1,88 @@
+"""The model's tool calls out of its text: Qwen / Hermes style `<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>` blocks, as the chat templates of those models ask for them. Malformed output stays text.
+
+    content, calls = parse_tool_calls(text, names)  # calls: [{"name", "arguments" (a JSON string)}], or []
+                                                # with content = text unchanged when there is no well-formed call;
+                                                # names: the request's tool names, which also let a reply that is
+                                                # only such a JSON object (small models drop the tags) be a call
+    held = ToolCallBuffer(); out = held.push(delta)   # streaming: text safe to show now (it holds back anything
+    rest = held.finish()                               # from the first "<tool_call>" on); finish(): the rest
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def _call(obj) -> dict | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    return {"name": obj["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}
+
+
+def parse_tool_calls(text: str, names: frozenset[str] | set[str] = frozenset()) -> tuple[str, list[dict]]:
+    start = text.find(OPEN)
+    if start < 0:
+        bare = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+        if names and bare.startswith("{"):
+            try:
+                call = _call(json.loads(bare))
+            except json.JSONDecodeError:
+                call = None
+            if call is not None and call["name"] in names:
+                return "", [call]
+        return text, []
+    calls = []
+    for body in _BLOCK.findall(text[start:]):
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError:
+            return text, []
+        call = _call(obj)
+        if call is None:
+            return text, []
+        calls.append(call)
+    leftover = _BLOCK.sub("", text[start:]).strip()
+    if not calls or leftover:
+        return text, []
+    return text[:start].rstrip(), calls
+
+
+class ToolCallBuffer:
+    """Streams text until a tool call may begin; from there holds everything for parse_tool_calls at the end."""
+
+    def __init__(self, names: frozenset[str] | set[str] = frozenset()):
+        self._names = names
+        self._text = ""
+        self._shown = 0
+        self.holding = False
+
+    def push(self, delta: str) -> str:
+        self._text += delta
+        if self.holding:
+            return ""
+        if self._names and not self._text[: self._shown].strip() and self._text.lstrip()[:1] in ("{", "`"):
+            self.holding = True  # a reply that opens like a bare JSON call is held to the end too
+            return ""
+        i = self._text.find(OPEN, self._shown)
+        if i >= 0:
+            self.holding = True
+            out, self._shown = self._text[self._shown : i], i
+            return out
+        keep = next((n for n in range(min(len(OPEN) - 1, len(self._text)), 0, -1) if self._text.endswith(OPEN[:n])), 0)
+        end = len(self._text) - keep
+        out, self._shown = self._text[self._shown : end], max(self._shown, end)
+        return out
+
+    def finish(self) -> tuple[str, list[dict]]:
+        """(text still to show, the tool calls): held text that is not a well-formed call is shown as text."""
+        held = self._text[self._shown :]
+        if not self.holding:
+            return held, []
+        content, calls = parse_tool_calls(held, self._names)
+        return ("", calls) if calls and not content else (held, []) if not calls else (content, calls)
