@@ -1,0 +1,182 @@
+"""`serve` under hostile and heavy traffic: request bodies fuzzed from the app's own OpenAPI schema never get a
+5xx and every error has its documented shape; 32 streaming clients, a quarter of them hanging up at random,
+leave every stream well-formed and the KV pool with nothing but cached blocks."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import httpx
+import pytest
+from conftest import model_file
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from live_server import live_server
+
+pytestmark = pytest.mark.model
+SMOL = "smollm2-135m-instruct-q4_1"
+SMALL_INTS = ("max_tokens", "max_completion_tokens", "num_predict", "n_predict", "top_logprobs", "logprobs", "n")
+
+
+@pytest.fixture(scope="module")
+def server():
+    # a small context bounds every fuzzed request's work
+    with live_server(str(model_file(SMOL)), ctx_size=128, parallel=4) as (url, app):
+        yield url, app
+
+
+def _json_values(depth: int = 2):
+    leaves = st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=20)
+    )
+    if depth == 0:
+        return leaves
+    inner = _json_values(depth - 1)
+    return st.one_of(leaves, st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3))
+
+
+def _value(name: str, schema: dict, clean: bool):
+    """Values of the declared type (clean: in range, so requests reach the engine), or sometimes anything."""
+    if name == "n" and clean:
+        typed = st.just(1)
+    elif name in SMALL_INTS:
+        typed = st.integers(1, 6) if clean else st.integers(-3, 6)
+    elif name == "messages":
+        role = st.sampled_from(["user", "system", "assistant"] if clean else ["user", "system", "tool", "bogus"])
+        typed = st.lists(
+            st.fixed_dictionaries({"role": role, "content": st.text(max_size=30)}), min_size=int(clean), max_size=3
+        )
+    elif name in ("prompt", "content", "input_prefix", "input_suffix", "suffix", "system"):
+        typed = st.text(max_size=40)
+    elif name == "model":
+        typed = st.sampled_from([SMOL, ""] if clean else [None, SMOL, "nope", ""])
+    elif name == "stop":
+        typed = st.lists(st.text(min_size=1, max_size=4), max_size=2) if clean else st.text(max_size=4)
+    elif name == "tokens":
+        typed = st.lists(st.integers(0, 1000) if clean else st.integers(-5, 10**6), max_size=5)
+    else:
+        kinds = {s.get("type") for s in schema.get("anyOf", [schema])}
+        typed = st.one_of(
+            *(
+                {
+                    "number": st.floats(-3, 3),
+                    "integer": st.integers(-3, 300),
+                    "boolean": st.booleans(),
+                    "string": st.text(max_size=10),
+                    "array": st.lists(st.text(max_size=5), max_size=2),
+                }.get(k, st.none())
+                for k in kinds
+            )
+        )
+    return typed if clean else st.one_of(typed, typed, typed, _json_values())
+
+
+def _bodies(spec: dict):
+    routes = []
+    for path, ops in spec["paths"].items():
+        post = ops.get("post")
+        if not post or "requestBody" not in post:
+            continue
+        ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
+        schema = spec["components"]["schemas"][ref]
+        routes.append((path, schema.get("properties", {}), tuple(schema.get("required", ()))))
+    route = st.sampled_from(routes)
+    return st.tuples(route, st.booleans()).flatmap(
+        lambda rc: st.tuples(
+            st.just(rc[0][0]),
+            st.fixed_dictionaries(
+                {k: _value(k, v, rc[1]) for k, v in rc[0][1].items() if rc[1] and k in rc[0][2]},
+                optional={k: _value(k, v, rc[1]) for k, v in rc[0][1].items() if not (rc[1] and k in rc[0][2])},
+            ).map(lambda d: {**d, "stream": d.get("stream") if isinstance(d.get("stream"), bool) else False}),
+        )
+    )
+
+
+def _check_error_shape(path: str, r: httpx.Response) -> None:
+    body = r.json()
+    if path.startswith("/api/"):
+        assert isinstance(body["error"], str) and body["error"]
+    else:
+        assert set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["message"]
+
+
+def test_fuzzed_bodies_never_get_a_5xx(server):
+    url, app = server
+    spec = httpx.get(url + "/openapi.json").json()
+    client = httpx.Client(base_url=url, timeout=60)
+    outcomes: list[bool] = []
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(_bodies(spec))
+    def check(case):
+        path, body = case
+        try:
+            content = json.dumps(body, allow_nan=True)
+        except (TypeError, ValueError):
+            return
+        r = client.post(path, content=content, headers={"content-type": "application/json"})
+        outcomes.append(r.status_code < 400)
+        assert r.status_code < 500, (path, body, r.text)
+        if r.status_code >= 400:
+            _check_error_shape(path, r)
+
+    try:
+        check()
+    finally:
+        client.close()
+    assert sum(outcomes) >= 10  # the fuzz reaches the engine, not only the validators
+    stats = app.state.host.resident()[0].llm.pool_stats()
+    assert stats["blocks_used"] == 0 and stats["running"] == 0
+
+
+def test_many_streaming_clients_some_hanging_up(server):
+    url, app = server
+    rng = random.Random(7)
+    plans = [rng.random() < 0.25 for _ in range(32)]  # True: hang up after a few events
+    problems: list[str] = []
+
+    def client(i: int, hang_up: bool) -> None:
+        body = {
+            "messages": [{"role": "user", "content": f"Count to {i}."}],
+            "max_tokens": 12,
+            "stream": True,
+            "temperature": 0.7,
+            "seed": i,
+        }
+        try:
+            with httpx.Client(base_url=url, timeout=120) as h, h.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    problems.append(f"{i}: status {r.status_code}")
+                    return
+                events = []
+                for line in r.iter_lines():
+                    if not line:
+                        continue
+                    events.append(line)
+                    if hang_up and len(events) >= 3:
+                        return
+                if events[-1] != "data: [DONE]":
+                    problems.append(f"{i}: no [DONE]")
+                chunks = [json.loads(e[6:]) for e in events[:-1]]
+                if chunks[-1]["choices"][0]["finish_reason"] not in ("stop", "length"):
+                    problems.append(f"{i}: bad finish {chunks[-1]}")
+        except Exception as e:
+            problems.append(f"{i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=client, args=(i, h)) for i, h in enumerate(plans)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    assert not problems
+    import time
+
+    end = time.monotonic() + 10
+    while True:
+        stats = app.state.host.resident()[0].llm.pool_stats()
+        if stats["blocks_used"] == 0 or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    assert stats == {**stats, "running": 0, "waiting": 0, "blocks_used": 0}
