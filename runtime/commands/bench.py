@@ -39,7 +39,10 @@ def register(sub) -> None:
         description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
         "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.",
     )
-    p.add_argument("what", help="`kernels`, or a model (store name or .gguf path) to benchmark end to end")
+    p.add_argument(
+        "what",
+        help="`kernels`, `serve` (then one MODEL), or a model (store name or .gguf path) to benchmark end to end",
+    )
     p.add_argument(
         "models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})"
     )
@@ -104,6 +107,16 @@ def register(sub) -> None:
         help="bench MODEL: time to first token of a follow-up turn (1,500 tokens of history) with and without "
         "its cached prefix",
     )
+    p.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="bench serve MODEL: concurrent HTTP clients per level (default 1 4 8); --compare adds "
+        "llama-cpp-python's server",
+    )
+    p.add_argument("--level-seconds", type=float, default=30.0, help="bench serve: seconds per level (default 30)")
     p.set_defaults(func=run)
 
 
@@ -136,7 +149,60 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "serve":
+        return run_serve(args)
     return run_kernels(args) if args.what == "kernels" else run_model(args)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """bench serve MODEL [--clients N...] [--compare]: a live server under an editor's workload over HTTP."""
+    from localllm import kernels
+    from localllm.bench.compare import llama_python
+    from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead
+
+    if len(args.models) != 1:
+        raise ValueError("bench serve takes one model: localllm bench serve MODEL")
+    clients = args.clients or [1, 4, 8]
+    if min(clients) < 1 or args.level_seconds <= 0:
+        raise ValueError("--clients and --level-seconds must be positive")
+    path = _resolve(args.models[0], args.pull)
+    threads = (args.threads or [kernels.physical_cores()])[0]
+    seconds = args.level_seconds
+    python = llama_python(args.llama_python) if args.compare else None
+    sides = [("localllm", lambda: local_server(path, threads, 4096, parallel=max(clients)))]
+    if python:
+        sides.append(("llama-cpp-python", lambda: llama_cpp_server(python, path, threads, 4096)))
+    results: dict = {name: {} for name, _ in sides}
+    for name, start in sides:
+        with start() as url:
+            model = path.name
+            drive(url, model, 1, 2.0)  # warm-up: the weights paged in
+            for n in clients:
+                results[name][n] = drive(url, model, n, seconds)
+    overhead = stream_overhead(path, threads)
+    if args.json:
+        print(json.dumps({"results": results, "stream_overhead_ms_per_token": overhead}, indent=1))
+        return 0
+    print(
+        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}; {seconds:.0f} s per level, "
+        "chat turns with history and FIM requests, 32 greedy tokens each, streamed"
+    )
+    print(f"  {'server':<18}{'clients':>8}{'requests':>9}{'TTFT p50 s':>11}{'p95 s':>8}{'tok/s':>8}")
+    for name, levels in results.items():
+        for n, r in levels.items():
+            print(
+                f"  {name:<18}{n:>8}{r['requests']:>9}{r['ttft_p50_s']:>11.2f}{r['ttft_p95_s']:>8.2f}"
+                f"{r['aggregate_tps']:>8.1f}" + (f"  errors: {r['errors']}" if r["errors"] else "")
+            )
+    if python:
+        for n in clients:
+            a, b = results["localllm"][n], results["llama-cpp-python"][n]
+            print(
+                f"  {n} clients: tok/s {a['aggregate_tps'] / b['aggregate_tps']:.2f}x, "
+                f"p95 TTFT {a['ttft_p95_s'] / b['ttft_p95_s']:.2f}x of llama-cpp-python's server"
+            )
+    print(f"  serve's own overhead per streamed token: {overhead:.3f} ms (HTTP stream vs in-process)")
+    return 0
 
 
 def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
