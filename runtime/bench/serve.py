@@ -189,17 +189,20 @@ def stream_overhead(path: Path, threads: int, n_tokens: int = 96, reps: int = 5)
     ids = [750, 75698, 1445, 982]
     body = {"prompt": ids, "max_tokens": n_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
     http_s = local_s = float("inf")
-    with local_server(path, threads, 512, parallel=1) as url, httpx.Client(base_url=url, timeout=300) as client:
-        with LLM(path, n_threads=threads, ctx_size=512) as llm:
-            ids = [t % llm.n_vocab for t in ids]
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                with client.stream("POST", "/v1/completions", json={**body, "prompt": ids}) as r:
-                    for _line in r.iter_lines():
-                        pass
-                http_s = min(http_s, time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                for _chunk in llm.generate(ids, temperature=0, max_tokens=n_tokens, ignore_eos=True):
+    with (
+        local_server(path, threads, 512, parallel=1) as url,
+        httpx.Client(base_url=url, timeout=300) as client,
+        LLM(path, n_threads=threads, ctx_size=512) as llm,
+    ):
+        ids = [t % llm.n_vocab for t in ids]
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            with client.stream("POST", "/v1/completions", json={**body, "prompt": ids}) as r:
+                for _line in r.iter_lines():
                     pass
-                local_s = min(local_s, time.perf_counter() - t0)
+            http_s = min(http_s, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for _chunk in llm.generate(ids, temperature=0, max_tokens=n_tokens, ignore_eos=True):
+                pass
+            local_s = min(local_s, time.perf_counter() - t0)
     return (http_s - local_s) / n_tokens * 1e3
