@@ -169,7 +169,7 @@ class Store:
     def entry(self, d: Path) -> StoredModel | DamagedEntry:
         """What the store directory d holds: its model, or a DamagedEntry saying what is wrong."""
         if not d.is_dir():
-            return DamagedEntry(self._name_of(d), d, f"{d.name} is not a directory", os.lstat(d).st_size)
+            return DamagedEntry(self._name_of(d), d, f"{d.name} is not a directory")
         raw = None
         try:
             raw = load(d)
@@ -265,16 +265,21 @@ class Store:
         changed = m.changed()
         if m.identity is None or not changed:
             return None
+        try:
+            now = m.with_identity()  # taken before hashing: the identity of the bytes hashed
+        except OSError as e:
+            return f"cannot read {e.filename}: {e.strerror}"
         for i in changed:
             try:
-                ok = sha256_of(m.dir / m.files[i]) == m.sha256[i]
+                digest = sha256_of(m.dir / m.files[i])
             except OSError as e:
                 return f"cannot read {m.files[i]}: {e.strerror}"
-            if not ok:
+            if digest != m.sha256[i]:
                 return f"{m.files[i]} is not the file that was pulled (replaced since: its sha256 differs)"
         hold = contextlib.nullcontext() if locked else self.lock(m.name, wait=False)
         with contextlib.suppress(OSError, StoreError), hold:  # busy or read-only: checked again next time
-            self._write_manifest(m.dir, m.with_identity())
+            if self.entry(m.dir) == m and not now.changed():  # nothing was replaced meanwhile
+                self._write_manifest(m.dir, now)
         return None
 
     # -- writing -------------------------------------------------------------------------------------
