@@ -80,6 +80,7 @@ class _Pull:
         manifest without a download); False to download again."""
         self.store, self.name, self.progress, self.net, self.salvage = store, name, progress, net, salvage
         self.tmp = store.tmp(name)
+        self.tried: set[str] = set()  # stored files already checked (each is hashed at most once)
 
     # -- sources -------------------------------------------------------------------------------------
     def hub_files(
@@ -154,8 +155,9 @@ class _Pull:
         removed) when that copy has `size` and `sha256`: its sha256, else None."""
         d = self.store.models_dir / key(self.name)
         old = d / file
-        if not self.salvage or not sha256:
+        if not self.salvage or not sha256 or file in self.tried:
             return None
+        self.tried.add(file)
         try:
             st = os.stat(old)
         except OSError:
