@@ -3,13 +3,15 @@
 panel = Sidebar()
 await panel.show(history.list(), current=conversation_id)
 # posts Sidebar.Resume(id) on Enter (or a click), Sidebar.Rename(id, title) on r and Sidebar.Delete(id) on
-# Delete / d over an entry
+# Delete / d over an entry, once confirmed: the first press asks (the entry marked, the panel's title a question),
+# d, Delete or y again deletes, any other key, a move or leaving the panel keeps it; Esc only answers no
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -20,9 +22,17 @@ from .history import Saved
 
 # (keys, what they do): shown on the help screen, with the BINDINGS
 KEYS = [("Enter (in the panel)", "resume the highlighted conversation")]
+TITLE = "conversations"
+ASK = "Delete it? d or y: yes, any other key: no"
 
 
 class Sidebar(Vertical):
+    DEFAULT_CSS = """
+    Sidebar ListItem.-delete {
+        background: $error 40%;
+    }
+    """
+
     class Resume(Message):
         def __init__(self, conversation_id: int):
             super().__init__()
@@ -53,9 +63,10 @@ class Sidebar(Vertical):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.saved: list[Saved] = []  # the conversation of each list entry, in order
+        self.pending: int | None = None  # the conversation a first d asked to delete
 
     def compose(self) -> ComposeResult:
-        yield Static("conversations", id="sidebar-title")
+        yield Static(TITLE, id="sidebar-title")
         yield ListView(id="saved")
 
     @property
@@ -67,6 +78,7 @@ class Sidebar(Vertical):
         return [s.id for s in self.saved]
 
     async def show(self, saved: list[Saved], current: int | None = None) -> None:
+        self.cancel_delete()
         lv = self.list_view
         await lv.clear()
         self.saved = list(saved)
@@ -89,5 +101,44 @@ class Sidebar(Vertical):
             self.post_message(self.Rename(s.id, s.title))
 
     def action_delete(self) -> None:
-        if s := self.highlighted:
+        """The first press asks; a second one over the same entry deletes it."""
+        s = self.highlighted
+        if s is None:
+            return
+        if self.pending == s.id:
+            self.cancel_delete()
             self.post_message(self.Delete(s.id))
+            return
+        self.cancel_delete()
+        self.pending = s.id
+        self.list_view.highlighted_child.add_class("-delete")
+        self.query_one("#sidebar-title", Static).update(ASK)
+
+    def cancel_delete(self) -> None:
+        if self.pending is None:
+            return
+        self.pending = None
+        for item in self.list_view.query(ListItem):
+            item.remove_class("-delete")
+        self.query_one("#sidebar-title", Static).update(TITLE)
+
+    def on_key(self, event: events.Key) -> None:
+        """While a delete is asked: y confirms, Esc (and only that: a reply streaming goes on) or any other key
+        but d / Delete keeps the conversation."""
+        if self.pending is None:
+            return
+        if event.key == "y":
+            event.stop()
+            self.action_delete()
+        elif event.key == "escape":
+            event.stop()
+            self.cancel_delete()
+        elif event.key not in ("d", "delete"):
+            self.cancel_delete()
+
+    def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
+        if self.highlighted is None or self.highlighted.id != self.pending:
+            self.cancel_delete()
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        self.cancel_delete()

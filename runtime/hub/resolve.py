@@ -5,8 +5,10 @@
     resolve_model("qwen2.5-coder:0.5b", pull=True)    # pulled first when it is not stored yet
 
 It sits above the store and the pull: the store never pulls, the pull never resolves.
+A stored model is returned only when its manifest is sound and its files are the ones pulled (Store.verify:
+inside its directory, the recorded size, and the recorded sha256 when the file's identity changed since).
 Errors are StoreError (a ValueError): ModelNotFoundError (with close suggestions), ModelNotPulledError
-(pullable, saying how), DamagedModelError; with pull=True also PullError.
+(pullable, saying how), DamagedModelError (saying how to repair); with pull=True also PullError.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import stat
 from pathlib import Path
 
 from . import catalog, names
-from .store import DamagedModelError, ModelNotFoundError, ModelNotPulledError, Store, unknown_message
+from .store import DamagedModelError, ModelNotFoundError, ModelNotPulledError, Store, damaged_message, unknown_message
 
 
 def _not_a_file(name: str, p: Path) -> str:
@@ -40,16 +42,21 @@ def resolve_model(name_or_path: str | os.PathLike, pull: bool = False) -> Path:
     if names.looks_like_path(name_or_path) or p.exists() or p.is_symlink():
         raise ModelNotFoundError(_not_a_file(name_or_path, p))
     store = Store()
-    m = store.find(name_or_path)
-    if m is not None:
-        if why := m.damage():
-            raise DamagedModelError(f"stored model {m.name} is damaged ({why}): run `localllm pull {m.name} --force`")
-        return m.path
     pullable = (
         catalog.load().get(name_or_path) is not None
         or names.parse_ref(name_or_path) is not None
         or name_or_path.startswith(("https://", "http://"))
     )
+    try:
+        m = store.find(name_or_path)  # DamagedModelError for a damaged manifest
+        if m is not None and (why := store.verify(m)):
+            raise DamagedModelError(damaged_message(m.name, why, m.source))
+    except DamagedModelError:
+        if not (pull and pullable):
+            raise
+        m = None  # pulling repairs it
+    if m is not None:
+        return m.path
     if not pullable:
         raise ModelNotFoundError(unknown_message(name_or_path, [x.name for x in store.models()]))
     if pull:

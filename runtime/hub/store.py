@@ -6,30 +6,39 @@
       tmp/<key>/                     # partial downloads and wheels of a pull in progress
       locks/<key>.lock               # flock'd while a pull or rm of that model runs
 
-    Store().models() -> [StoredModel]; Store().find(name) -> StoredModel | None
-    Store().commit(name, staged, files, info) -> StoredModel; Store().remove(name) -> StoredModel
+    Store().scan() -> ([StoredModel], [DamagedEntry]); Store().find(name) -> StoredModel | None
+    Store().verify(model) -> None | what is wrong;   Store().remove(name) -> StoredModel | DamagedEntry
+    Store().commit(name, staged, files, info) -> StoredModel
 
 <key> is the name made file-safe plus 8 hex digits of its sha256, so names never collide on disk.
-Errors are StoreError (a ValueError) subclasses; unknown names come with close suggestions.
+Nothing in the store is lost from sight: a directory whose manifest cannot be trusted (manifest.py) is a
+DamagedEntry, listed, removable by `rm` and repaired by `pull`; a model's files are opened only when they are
+regular files inside its own directory with their recorded size, and, when their identity (inode, mtime) has
+changed since the pull, their recorded sha256.
+Errors are StoreError (a ValueError) subclasses; unknown names come with close suggestions, damaged models
+with the command that repairs them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import fcntl
 import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalog as catalog_mod
 from . import names
+from .manifest import MANIFEST, DamagedEntry, ManifestError, StoredModel, dir_size, is_file_name, load
 
 
 class StoreError(ValueError):
@@ -49,7 +58,8 @@ class ModelBusyError(StoreError):
 
 
 class DamagedModelError(StoreError):
-    """A stored model whose files are missing or have the wrong size."""
+    """A stored model whose manifest cannot be trusted or whose files are not the ones pulled; the message says
+    what is wrong and how to repair it."""
 
 
 def default_home() -> Path:
@@ -65,68 +75,7 @@ def key(name: str) -> str:
     return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
-@dataclass(frozen=True)
-class StoredModel:
-    name: str
-    dir: Path
-    files: tuple[str, ...]  # file names in dir, in split order
-    sizes: tuple[int, ...]
-    sha256: tuple[str, ...]
-    source: str  # where it came from: a URL, hf.co/repo/file@revision, a package list or a local path
-    pulled_at: float  # unix time
-    architecture: str | None
-    parameters: int | None
-    quant: str | None
-    context_length: int | None
-
-    @property
-    def path(self) -> Path:
-        return self.dir / self.files[0]
-
-    @property
-    def size(self) -> int:
-        return sum(self.sizes)
-
-    def damage(self) -> str | None:
-        """None when every file is there with its recorded size, else what is wrong."""
-        for f, n in zip(self.files, self.sizes):
-            try:
-                got = (self.dir / f).stat().st_size
-            except OSError:
-                return f"{f} is missing"
-            if got != n:
-                return f"{f} has {got} bytes, expected {n}"
-        return None
-
-    def manifest(self) -> dict:
-        return {
-            "name": self.name,
-            "files": list(self.files),
-            "sizes": list(self.sizes),
-            "sha256": list(self.sha256),
-            "source": self.source,
-            "pulled_at": self.pulled_at,
-            "architecture": self.architecture,
-            "parameters": self.parameters,
-            "quant": self.quant,
-            "context_length": self.context_length,
-        }
-
-    @classmethod
-    def from_manifest(cls, d: Path, m: dict) -> StoredModel:
-        return cls(
-            name=m["name"],
-            dir=d,
-            files=tuple(m["files"]),
-            sizes=tuple(m["sizes"]),
-            sha256=tuple(m["sha256"]),
-            source=m.get("source", ""),
-            pulled_at=float(m.get("pulled_at", 0)),
-            architecture=m.get("architecture"),
-            parameters=m.get("parameters"),
-            quant=m.get("quant"),
-            context_length=m.get("context_length"),
-        )
+_KEY = re.compile(r".*-[0-9a-f]{8}")  # what key() makes: the only non-directories in models/ taken for models
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -158,14 +107,7 @@ def _fsync_dir(d: Path) -> None:
 
 def safe_file_name(name: str) -> str:
     """`name` when it can be a file in a model directory, else StoreError (telling the user to pass --name)."""
-    ok = (
-        isinstance(name, str)
-        and name not in ("", ".", "..", "manifest.json")
-        and not any(c in name for c in "/\\\0")
-        and Path(name).name == name
-        and len(name.encode("utf-8", "surrogateescape")) <= 200
-    )
-    if not ok:
+    if not is_file_name(name):
         raise StoreError(
             f"{name!r} cannot be the name of a stored file: pass --name NAME to store the model "
             f"under a name of your choosing"
@@ -180,6 +122,35 @@ def _catalog() -> catalog_mod.Catalog | None:
         return None
 
 
+def _unusable(home: Path) -> str | None:
+    """Why `home` cannot hold the store (it or a path above it is a file, a symlink loop, unreadable), else None;
+    a home that does not exist yet is usable: the first pull makes it."""
+    p = home
+    while True:
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):  # a file above it is found on the way up
+            if p.parent == p:
+                return None
+            p = p.parent
+            continue
+        except OSError as e:
+            return f"{p}: {e.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{p} is not a directory"
+        if p == home and not os.access(p, os.R_OK | os.X_OK):
+            return f"{p}: permission denied"
+        return None
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 class Store:
     def __init__(self, home: str | os.PathLike | None = None):
         self.home = Path(home).expanduser() if home is not None else default_home()
@@ -187,29 +158,78 @@ class Store:
         self.tmp_dir = self.home / "tmp"
         self.locks_dir = self.home / "locks"
 
+    def check(self) -> None:
+        """Raises StoreError naming the path when the store's directory cannot be one (LOCALLLM_HOME a file...)."""
+        for p in (self.home, self.models_dir):
+            if why := _unusable(p):
+                env = " (LOCALLLM_HOME)" if os.environ.get("LOCALLLM_HOME") else ""
+                raise StoreError(f"cannot use the model store {self.home}{env}: {why}")
+
     # -- reading -------------------------------------------------------------------------------------
-    def models(self) -> list[StoredModel]:
-        """Every stored model, by name; directories without a readable manifest are skipped."""
-        out = []
+    def entry(self, d: Path) -> StoredModel | DamagedEntry:
+        """What the store directory d holds: its model, or a DamagedEntry saying what is wrong."""
+        if not d.is_dir():
+            return DamagedEntry(self._name_of(d), d, f"{d.name} is not a directory")
+        raw = None
+        try:
+            raw = load(d)
+            m = StoredModel.from_manifest(d, raw)
+        except ManifestError as e:
+            name, source = self._name_of(d), None
+            if isinstance(raw, dict):  # what can still be read of it names the model and says where it came from
+                if isinstance(raw.get("name"), str) and raw["name"].isprintable() and key(raw["name"]) == d.name:
+                    name = raw["name"]
+                if isinstance(raw.get("source"), str) and raw["source"].isprintable():
+                    source = raw["source"]
+            return DamagedEntry(name, d, str(e), dir_size(d), source)
+        if key(m.name) != d.name:
+            return DamagedEntry(self._name_of(d), d, f"{MANIFEST} names another model ({m.name!r})", dir_size(d))
+        return m
+
+    @staticmethod
+    def _name_of(d: Path) -> str:
+        """The name a damaged directory belongs to: the catalog name whose key it is, else the directory's name."""
+        cat = _catalog()
+        for e in cat.entries.values() if cat else ():
+            if key(e.name) == d.name:
+                return e.name
+        return d.name
+
+    def scan(self) -> tuple[list[StoredModel], list[DamagedEntry]]:
+        """Every directory in the store, by name: the models, and the entries whose manifest cannot be trusted."""
+        self.check()
+        models, damaged = [], []
         if self.models_dir.is_dir():
             for d in self.models_dir.iterdir():
-                try:
-                    out.append(StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text())))
-                except (OSError, ValueError, KeyError, TypeError):
+                if d.name.startswith(".") or not (d.is_dir() or _KEY.fullmatch(d.name)):
                     continue
-        return sorted(out, key=lambda m: m.name)
+                x = self.entry(d)
+                (models if isinstance(x, StoredModel) else damaged).append(x)
+        return sorted(models, key=lambda m: m.name), sorted(damaged, key=lambda m: m.name)
+
+    def models(self) -> list[StoredModel]:
+        """Every stored model with a trustworthy manifest, by name (scan() has the damaged entries too)."""
+        return self.scan()[0]
+
+    def read(self, name: str) -> StoredModel | DamagedEntry | None:
+        """What is stored under exactly `name`: its model, a DamagedEntry, or None."""
+        self.check()
+        d = self.models_dir / key(name)
+        if not os.path.lexists(d):
+            return None
+        x = self.entry(d)
+        if isinstance(x, DamagedEntry) and x.name == d.name:
+            x = dataclasses.replace(x, name=name)  # its directory is name's: that is its name
+        return x
 
     def get(self, name: str) -> StoredModel | None:
-        """The model stored under exactly `name`."""
-        d = self.models_dir / key(name)
-        try:
-            m = StoredModel.from_manifest(d, json.loads((d / "manifest.json").read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return m if m.name == name else None
+        """The model stored under exactly `name` (None when there is none, or it is damaged)."""
+        m = self.read(name)
+        return m if isinstance(m, StoredModel) else None
 
-    def find(self, name: str) -> StoredModel | None:
-        """The model `name` refers to: its store name, catalog alias, hub spelling, source URL or file stem."""
+    def lookup(self, name: str) -> StoredModel | DamagedEntry | None:
+        """What `name` refers to: its store name, catalog alias, hub spelling, source URL or file stem; a damaged
+        entry also by the directory name `localllm list` shows for it."""
         spellings = [name]
         cat = _catalog()
         if cat and (e := cat.get(name)):
@@ -217,16 +237,54 @@ class Store:
         if ref := names.parse_ref(name):
             spellings.append(ref.name)
         for s in spellings:
-            if m := self.get(s):
+            if (m := self.read(s)) is not None:
                 return m
         low = name.strip().lower()
-        for m in self.models():
+        models, damaged = self.scan()
+        for m in models:
             if m.source == name or m.name.lower() == low or names.stem(m.files[0]).lower() == low:
                 return m
+        for x in damaged:
+            if x.name.lower() == low or x.dir.name == name:
+                return x
+        return None
+
+    def find(self, name: str) -> StoredModel | None:
+        """The model `name` refers to (see lookup), or None; DamagedModelError when its manifest is damaged."""
+        m = self.lookup(name)
+        if isinstance(m, DamagedEntry):
+            raise DamagedModelError(damaged_message(m.name, m.problem, m.source))
+        return m
+
+    def verify(self, m: StoredModel, *, locked: bool = False) -> str | None:
+        """None when m's files are the ones pulled, else what is wrong. Costs a stat per file; a file whose
+        identity changed since the pull (replaced, copied back) is hashed against its recorded sha256 and, when it
+        matches, its new identity recorded (under m's lock: locked=True when the caller holds it)."""
+        if why := m.damage():
+            return why
+        changed = m.changed()
+        if m.identity is None or not changed:
+            return None
+        try:
+            now = m.with_identity()  # taken before hashing: the identity of the bytes hashed
+        except OSError as e:
+            return f"cannot read {e.filename}: {e.strerror}"
+        for i in changed:
+            try:
+                digest = sha256_of(m.dir / m.files[i])
+            except OSError as e:
+                return f"cannot read {m.files[i]}: {e.strerror}"
+            if digest != m.sha256[i]:
+                return f"{m.files[i]} is not the file that was pulled (replaced since: its sha256 differs)"
+        hold = contextlib.nullcontext() if locked else self.lock(m.name, wait=False)
+        with contextlib.suppress(OSError, StoreError), hold:  # busy or read-only: checked again next time
+            if self.entry(m.dir) == m and not now.changed():  # nothing was replaced meanwhile
+                self._write_manifest(m.dir, now)
         return None
 
     # -- writing -------------------------------------------------------------------------------------
     def tmp(self, name: str) -> Path:
+        self.check()
         d = self.tmp_dir / key(name)
         d.mkdir(parents=True, exist_ok=True)
         return d
@@ -234,6 +292,7 @@ class Store:
     @contextlib.contextmanager
     def lock(self, name: str, *, wait: bool = True, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Holds `name`'s lock; waits for another holder (calling on_wait(holder) first) or raises ModelBusyError."""
+        self.check()
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.locks_dir / f"{key(name)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -272,7 +331,7 @@ class Store:
             os.replace(src, stage / f)
         model = StoredModel(
             name=name,
-            dir=self.models_dir / key(name),
+            dir=stage,
             files=tuple(files),
             sizes=tuple((stage / f).stat().st_size for f in files),
             sha256=tuple(info["sha256"]),
@@ -282,33 +341,49 @@ class Store:
             parameters=info.get("parameters"),
             quant=info.get("quant"),
             context_length=info.get("context_length"),
-        )
-        with open(stage / "manifest.json", "w") as f:
-            json.dump(model.manifest(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(stage)
+        ).with_identity()  # renames keep inode and mtime: what the stored files are from now on
+        model = dataclasses.replace(model, dir=self.models_dir / key(name))
+        self._write_manifest(stage, model)
         self.models_dir.mkdir(parents=True, exist_ok=True)
         # replacing a model: one atomic swap where the system has it, so a crash leaves the old or the new
         # model in place, never none; elsewhere two renames (a crash between them loses the old model)
-        if not (model.dir.exists() and _exchange(stage, model.dir)):
-            if model.dir.exists():
+        if not (os.path.lexists(model.dir) and _exchange(stage, model.dir)):
+            if os.path.lexists(model.dir):
                 os.replace(model.dir, tmp / f"old-{os.getpid()}")
             os.replace(stage, model.dir)
         _fsync_dir(self.models_dir)
         shutil.rmtree(tmp, ignore_errors=True)
         return model
 
-    def remove(self, name: str) -> StoredModel:
-        """Deletes a stored model (and any partial pull of it); raises ModelNotFoundError or ModelBusyError."""
-        m = self.find(name)
+    def _write_manifest(self, d: Path, m: StoredModel) -> None:
+        """d/manifest.json holding m, replaced atomically and synced."""
+        tmp = d / f".{MANIFEST}.{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(m.manifest(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, d / MANIFEST)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(d)
+
+    def remove(self, name: str) -> StoredModel | DamagedEntry:
+        """Deletes a stored model, damaged or not, with all its files (and any partial pull of it); raises
+        ModelNotFoundError or ModelBusyError."""
+        m = self.lookup(name)
         if m is None:
-            raise ModelNotFoundError(unknown_message(name, [x.name for x in self.models()], with_catalog=False))
+            models, damaged = self.scan()
+            known = [x.name for x in models] + [x.name for x in damaged]
+            raise ModelNotFoundError(unknown_message(name, known, with_catalog=False))
         with self.lock(m.name, wait=False):
-            gone = self.tmp_dir / f"{key(m.name)}.removing-{os.getpid()}"
+            gone = self.tmp_dir / f"{m.dir.name}.removing-{os.getpid()}"
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
             os.replace(m.dir, gone)
-            shutil.rmtree(gone, ignore_errors=True)
+            if gone.is_dir() and not gone.is_symlink():
+                shutil.rmtree(gone, ignore_errors=True)
+            else:
+                gone.unlink(missing_ok=True)
             shutil.rmtree(self.tmp_dir / key(m.name), ignore_errors=True)
         return m
 
@@ -322,3 +397,29 @@ def unknown_message(name: str, stored: list[str], with_catalog: bool = True) -> 
         f"unknown model {name!r}: not in {where}{hint} (`localllm list` shows the store, "
         f"`localllm list --catalog` the catalog)"
     )
+
+
+def repair_command(name: str, source: str | None = None) -> str | None:
+    """The command that pulls the model stored as `name` again (from `source`, its manifest's, when the name
+    alone is not pullable); None when nothing says where it came from."""
+    cat = _catalog()
+    ref = names.parse_ref(name)
+    if (cat and cat.get(name)) or (ref and ref.name == name):
+        return f"localllm pull {shlex.quote(name)}"
+    if source and source.startswith(("https://", "http://", "/")):
+        return f"localllm pull {shlex.quote(source)} --name {shlex.quote(name)}"
+    if source and source.startswith("hf.co/") and "@" in source:
+        return f"localllm pull {shlex.quote(source.rpartition('@')[0])} --name {shlex.quote(name)}"
+    return None
+
+
+def repair_hint(name: str, source: str | None = None) -> str:
+    """What to do about the damaged model `name`: `run `localllm pull ...` to repair it or ...`."""
+    rm = f"localllm rm {shlex.quote(name)}"
+    if cmd := repair_command(name, source):
+        return f"run `{cmd}` to repair it or `{rm}` to remove it"
+    return f"remove it with `{rm}` and pull it again"
+
+
+def damaged_message(name: str, problem: str, source: str | None = None) -> str:
+    return f"stored model {name} is damaged ({problem}): {repair_hint(name, source)}"

@@ -150,6 +150,25 @@ def test_hub_pull_is_up_to_date_without_network(hf, monkeypatch):
     assert "is up to date" in p.stream.getvalue() and len(hf.log) == n
 
 
+def test_pulling_a_damaged_hub_model_keeps_its_file_when_it_matches(hf):
+    """A damaged manifest: the hub's listing gives the file's sha256, the stored copy matches it, nothing is
+    downloaded; a stored copy with other bytes is downloaded again."""
+    m = pull(REPO, net=NET, progress=log())
+    (m.dir / "manifest.json").write_text("[")
+    n, p = len(hf.log), log()
+    assert pull(REPO, net=NET, progress=p).path.read_bytes() == DATA
+    out = p.stream.getvalue()
+    assert f"{NAME} is damaged (manifest.json is not valid JSON: " in out and "repairing it" in out
+    assert f"{FILE}: found in the store's copy of the model" in out and "downloading" not in out
+    assert [path for _, path, _ in hf.log[n:] if "/resolve/" in path or "/cdn/" in path] == []  # only the listing
+    (m.dir / "manifest.json").write_text("[")
+    m.path.write_bytes(bytes(len(DATA)))  # the right size, other bytes
+    p = log()
+    assert pull(REPO, net=NET, progress=p).path.read_bytes() == DATA
+    assert f"not using the store's copy {m.path}: it is damaged (sha256 differs); downloading" in p.stream.getvalue()
+    assert Store().scan()[1] == []
+
+
 def _hf_cache_blob(data: bytes, repo: str = REPO) -> Path:
     """A file as huggingface_hub caches it: blobs/<sha256> in the repo's folder of $HF_HOME/hub."""
     blob = Path(os.environ["HF_HOME"]) / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"

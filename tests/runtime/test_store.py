@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -191,14 +192,24 @@ def test_find_by_every_spelling(home):
     assert store.find("nothing") is None
 
 
-def test_models_skips_directories_without_a_manifest(home):
+def test_models_are_the_sound_manifests_and_scan_has_the_rest(home):
     store = Store()
     put(store, "ok")
     (home / "models" / "junk").mkdir()
     (home / "models" / "bad").mkdir()
     (home / "models" / "bad" / "manifest.json").write_text("{")
+    (home / "models" / "notes.txt").write_text("not a model")  # only directories (and key-named files) are entries
     assert [m.name for m in store.models()] == ["ok"]
     assert store.get("junk") is None
+    models, damaged = store.scan()
+    assert [m.name for m in models] == ["ok"]
+    assert [(d.name, d.problem) for d in damaged] == [
+        (
+            "bad",
+            "manifest.json is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2",
+        ),
+        ("junk", "manifest.json is missing"),
+    ]
 
 
 # -- resolve_model -------------------------------------------------------------------------------------
@@ -243,7 +254,11 @@ def test_resolve_damaged_model(home):
     m = put(Store(), "tiny:1m", file="tiny-1m-q4_k_m.gguf")
     with open(m.path, "r+b") as f:
         f.truncate(100)
-    with pytest.raises(DamagedModelError, match=r"damaged \(tiny-1m-q4_k_m.gguf has 100 bytes, expected .*--force"):
+    with pytest.raises(
+        DamagedModelError,
+        match=rf"^stored model tiny:1m is damaged \(tiny-1m-q4_k_m.gguf has 100 bytes, expected {len(DATA)}\): "
+        r"run `localllm pull tiny:1m` to repair it or `localllm rm tiny:1m` to remove it$",
+    ):
         resolve_model("tiny")
     m.path.unlink()
     with pytest.raises(DamagedModelError, match="is missing"):
@@ -343,3 +358,271 @@ def test_rm_command(home, capsys):
     assert cap.out.splitlines() == ["deleted a (160.5 kB)", "deleted b (160.5 kB)"]
     assert cap.err.startswith("error: unknown model 'nope'")
     assert Store().models() == []
+
+
+# -- damage: nothing lost from sight, nothing opened outside the store -----------------------------------
+def _edit(**fields):
+    """A damage that sets manifest fields."""
+
+    def damage(d: Path) -> None:
+        p = d / "manifest.json"
+        p.write_text(json.dumps({**json.loads(p.read_text()), **fields}))
+
+    return damage
+
+
+def _write(text: str):
+    def damage(d: Path) -> None:
+        (d / "manifest.json").write_text(text)
+
+    return damage
+
+
+def _truncate(d: Path) -> None:
+    p = d / "manifest.json"
+    p.write_bytes(p.read_bytes()[:40])
+
+
+def _directory(d: Path) -> None:
+    (d / "manifest.json").unlink()
+    (d / "manifest.json").mkdir()
+
+
+def _fifo(d: Path) -> None:
+    (d / "manifest.json").unlink()
+    os.mkfifo(d / "manifest.json")  # reading it would block forever
+
+
+def _pulled_at(text: str):
+    def damage(d: Path) -> None:
+        p = d / "manifest.json"
+        p.write_text(re.sub(r'"pulled_at": [^,]*', f'"pulled_at": {text}', p.read_text()))
+
+    return damage
+
+
+DAMAGED_MANIFESTS = {
+    "truncated": (_truncate, "manifest.json is not valid JSON: "),
+    "not JSON": (_write("{'name': 'tiny:1m'}"), "manifest.json is not valid JSON: "),
+    "empty": (_write(""), "manifest.json is empty"),
+    "an array": (_write("[]"), "manifest.json holds an array, not an object"),
+    "a string": (_write('"tiny:1m"'), "manifest.json holds a string, not an object"),
+    "deep nesting": (_write("[" * 100_000), "manifest.json is not valid JSON"),
+    "too long": (_write(" " * (1 << 20) + "{}"), "manifest.json is longer than 1048576 bytes"),
+    "a directory": (_directory, "manifest.json is a directory"),
+    "a FIFO": (_fifo, "manifest.json is not a regular file"),
+    "missing": (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+    "no files": (_edit(files=[], sizes=[], sha256=[]), "manifest.json: 'files' must be a list of file names, not []"),
+    "string files": (_edit(files="tiny-1m-q4_k_m.gguf"), "'files' must be a list of file names"),
+    "string sizes": (_edit(sizes="160512"), "'sizes' must be one size in bytes per file, not \"160512\""),
+    "float sizes": (_edit(sizes=[160512.0]), "'sizes' must be one size in bytes per file"),
+    "huge size": (_edit(sizes=[10**400]), "'sizes' must be one size in bytes per file"),
+    "sizes too short": (_edit(sizes=[]), "'sizes' must be one size in bytes per file, not []"),
+    "bad sha256": (_edit(sha256=["abc"]), "'sha256' must be one sha256 per file"),
+    "string parameters": (_edit(parameters="40K"), "'parameters' must be a count, not \"40K\""),
+    "negative context": (_edit(context_length=-1), "'context_length' must be a count, not -1"),
+    "string pulled_at": (_edit(pulled_at="yesterday"), "'pulled_at' must be a time (seconds since 1970), not"),
+    "pulled_at 1e300": (_pulled_at("1e300"), "'pulled_at' must be a time (seconds since 1970), not 1e+300"),
+    "pulled_at NaN": (_pulled_at("NaN"), "'pulled_at' must be a time (seconds since 1970), not NaN"),
+    "pulled_at huge int": (_pulled_at("9" * 400), "'pulled_at' must be a time (seconds since 1970)"),
+    "pulled_at true": (_edit(pulled_at=True), "'pulled_at' must be a time (seconds since 1970), not true"),
+    "no name": (_edit(name=None), "'name' must be a printable name, not null"),
+    "another model's name": (_edit(name="other"), "manifest.json names another model ('other')"),
+    "absolute path": (_edit(files=["/tmp/other.gguf"]), 'manifest.json names "/tmp/other.gguf", which is not a file'),
+    "parent path": (
+        _edit(files=["../../../../../etc/passwd"]),
+        'manifest.json names "../../../../../etc/passwd", which is not a file in the model\'s directory',
+    ),
+    "the manifest as a file": (_edit(files=["manifest.json"]), 'manifest.json names "manifest.json", which is not'),
+    "bad identity": (_edit(identity=[[1]]), "'identity' must be one [inode, mtime_ns] per file"),
+}
+REPAIR = "run `localllm pull tiny:1m` to repair it or `localllm rm tiny:1m` to remove it"
+
+
+@pytest.fixture(params=DAMAGED_MANIFESTS, ids=list(DAMAGED_MANIFESTS))
+def damaged(request, home):
+    """The catalog model tiny:1m stored with its manifest damaged: (model as stored, what list says is wrong)."""
+    damage, problem = DAMAGED_MANIFESTS[request.param]
+    m = put(Store(), "tiny:1m", file="tiny-1m-q4_k_m.gguf")
+    damage(m.dir)
+    return m, problem
+
+
+def test_a_damaged_manifest_is_listed_as_damaged_with_the_repair_command(damaged, capsys):
+    m, problem = damaged
+    put(Store(), "ok")
+    assert Store().models()[0].name == "ok"
+    (entry,) = Store().scan()[1]
+    assert (entry.name, entry.dir, entry.size) == ("tiny:1m", m.dir, len(DATA))
+    assert entry.problem.startswith(problem) or problem in entry.problem
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] == "NAME" and out[1].split()[0] == "ok" and out[2] == ""
+    assert out[3].startswith("tiny:1m (damaged): ") and problem in out[3] and out[3].endswith(REPAIR)
+    assert len(out) == 4
+    assert cli.main(["list", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    assert [(i["name"], i["damaged"] is not None, i["repair"]) for i in items] == [
+        ("ok", False, None),
+        ("tiny:1m", True, "localllm pull tiny:1m"),
+    ]
+
+
+def test_a_damaged_manifest_says_so_when_run(damaged, capsys):
+    _, problem = damaged
+    for name in ("tiny", "tiny:1m"):
+        with pytest.raises(DamagedModelError, match=rf"^stored model tiny:1m is damaged \(.*\): {re.escape(REPAIR)}$"):
+            resolve_model(name)
+    assert cli.main(["run", "tiny", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: stored model tiny:1m is damaged (") and problem in err and err.count("\n") == 1
+
+
+def test_rm_removes_a_damaged_model_and_its_files(damaged, capsys):
+    m, _ = damaged
+    assert cli.main(["rm", "tiny"]) == 0
+    assert capsys.readouterr().out == "deleted tiny:1m (160.5 kB, damaged)\n"
+    assert not m.dir.exists() and Store().scan() == ([], [])
+
+
+def test_pull_repairs_a_damaged_manifest_without_the_network(damaged, capsys):
+    """The catalog knows the file's sha256: the stored copy is verified and kept (the hub is a closed port)."""
+    m, problem = damaged
+    assert cli.main(["pull", "tiny"]) == 0
+    cap = capsys.readouterr()
+    assert "tiny:1m is damaged (" in cap.err and problem in cap.err and "repairing it" in cap.err
+    assert "found in the store's copy of the model" in cap.err
+    assert cap.out == f"tiny:1m: {m.path}\n"
+    fixed = Store().get("tiny:1m")
+    assert fixed.path.read_bytes() == DATA and fixed.sha256 == (SHA,) and Store().scan()[1] == []
+    assert resolve_model("tiny") == m.path
+
+
+def test_pull_repairs_a_damaged_file(home, monkeypatch, capsys):
+    m = put(Store(), "tiny:1m", file="tiny-1m-q4_k_m.gguf")
+    with open(m.path, "r+b") as f:
+        f.truncate(100)
+    with HubServer() as hf:
+        hf.add("test/tiny-GGUF", "tiny-1m-q4_k_m.gguf", DATA)
+        monkeypatch.setenv("HF_ENDPOINT", hf.url)
+        assert cli.main(["pull", "tiny"]) == 0
+    assert f"tiny:1m is damaged (tiny-1m-q4_k_m.gguf has 100 bytes, expected {len(DATA)}): repairing it" in (
+        capsys.readouterr().err
+    )
+    assert resolve_model("tiny").read_bytes() == DATA
+
+
+def test_a_damaged_model_without_a_readable_name(home, capsys):
+    """Neither the manifest nor the catalog names it: it is listed, and removed, by its directory's name; a
+    name whose directory it is finds it too."""
+    m = put(Store(), "mine")
+    (m.dir / "manifest.json").write_text("{")
+    assert cli.main(["list"]) == 0
+    line = f"{m.dir.name} (damaged): manifest.json is not valid JSON: "
+    out = capsys.readouterr().out
+    assert out.startswith(line) and out.endswith(f": remove it with `localllm rm {m.dir.name}` and pull it again\n")
+    with pytest.raises(DamagedModelError, match=r"^stored model mine is damaged .*`localllm rm mine`"):
+        resolve_model("mine")
+    assert cli.main(["rm", m.dir.name]) == 0 and not m.dir.exists()
+
+
+def test_a_damaged_import_says_where_to_pull_it_from_again(home, tmp_path, capsys):
+    src = tmp_path / "local.gguf"
+    src.write_bytes(DATA)
+    from localllm.hub.pull import pull
+
+    m = pull(str(src), name="mine")
+    _edit(pulled_at="yesterday")(m.dir)
+    hint = f"run `localllm pull {src} --name mine` to repair it or `localllm rm mine` to remove it"
+    with pytest.raises(DamagedModelError, match=re.escape(hint)):
+        resolve_model("mine")
+    assert cli.main(["pull", str(src), "--name", "mine"]) == 0
+    assert resolve_model("mine") == m.path
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative", "etc/passwd"])
+def test_manifest_paths_never_leave_the_model_directory(home, tmp_path, where):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(make_gguf(seed=2))
+    m = put(Store(), "x")
+    path = {"absolute": str(other), "relative": "../../../other.gguf", "etc/passwd": "../../../../../etc/passwd"}[where]
+    assert where == "etc/passwd" or (m.dir / path).resolve() == other  # it would reach another model
+    _edit(files=[path], sizes=[len(other.read_bytes())], sha256=[hashlib.sha256(other.read_bytes()).hexdigest()])(m.dir)
+    with pytest.raises(DamagedModelError, match=re.escape(f'names "{path}", which is not a file in the model')):
+        resolve_model("x")
+
+
+def test_a_symlink_out_of_the_model_directory_is_never_followed(home, tmp_path):
+    m = put(Store(), "x")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(DATA)  # the very same bytes: still not the store's file
+    m.path.unlink()
+    m.path.symlink_to(other)
+    with pytest.raises(DamagedModelError, match=rf"\(m.gguf leads outside the model's directory \(to {other}\)\)"):
+        resolve_model("x")
+    m.path.unlink()
+    m.path.symlink_to(m.path)  # a loop
+    with pytest.raises(DamagedModelError, match="m.gguf"):
+        resolve_model("x")
+    m.path.unlink()
+    os.mkfifo(m.path)
+    with pytest.raises(DamagedModelError, match=r"\(m.gguf is not a regular file\)"):
+        resolve_model("x")
+
+
+def test_a_file_replaced_between_runs_is_damaged(home, monkeypatch):
+    """Same size, other bytes, a new inode: the identity recorded at the pull differs, the sha256 is checked."""
+    import localllm.hub.store as store_mod
+
+    m = put(Store(), "x")
+    other = bytearray(DATA)
+    other[-1] ^= 1
+    tmp = m.dir / "new"
+    tmp.write_bytes(bytes(other))
+    os.replace(tmp, m.path)
+    with pytest.raises(DamagedModelError, match=r"\(m.gguf is not the file that was pulled \(replaced since: its"):
+        resolve_model("x")
+    # the right bytes back in a new file (a restore from a backup): checked once, then known again
+    tmp.write_bytes(DATA)
+    os.replace(tmp, m.path)
+    hashed = []
+    real = store_mod.sha256_of
+    monkeypatch.setattr(store_mod, "sha256_of", lambda p: hashed.append(p) or real(p))
+    assert resolve_model("x") == m.path and hashed == [m.path]
+    assert resolve_model("x") == m.path and hashed == [m.path]  # its new identity is recorded
+    assert Store().get("x").identity == ((m.path.stat().st_ino, m.path.stat().st_mtime_ns),)
+
+
+def test_a_manifest_without_identity_is_checked_by_size(home):
+    """Manifests written before identities were recorded still work."""
+    m = put(Store(), "x")
+    manifest = json.loads((m.dir / "manifest.json").read_text())
+    del manifest["identity"]
+    (m.dir / "manifest.json").write_text(json.dumps(manifest))
+    assert Store().get("x").identity is None and resolve_model("x") == m.path
+
+
+@pytest.mark.parametrize("where", ["file", "below a file", "models is a file", "loop"])
+def test_an_unusable_store_is_one_error_naming_it(tmp_path, monkeypatch, capsys, where):
+    f = tmp_path / "file"
+    f.write_text("x")
+    home, why = {
+        "file": (f, f"{f} is not a directory"),
+        "below a file": (f / "sub", f"{f} is not a directory"),
+        "models is a file": (tmp_path / "h", f"{tmp_path / 'h' / 'models'} is not a directory"),
+        "loop": (tmp_path / "loop", f"{tmp_path / 'loop'}: Too many levels of symbolic links"),
+    }[where]
+    if where == "models is a file":
+        home.mkdir()
+        (home / "models").write_text("x")
+    if where == "loop":
+        home.symlink_to(home)
+    monkeypatch.setenv("LOCALLLM_HOME", str(home))
+    monkeypatch.setattr("sys.argv", list(sys.argv))
+    line = f"error: cannot use the model store {home} (LOCALLLM_HOME): {why}\n"
+    for argv in (["list"], ["list", "--json"], ["rm", "x"], ["pull", str(f)], ["run", "x", "hi"], ["show", "x"]):
+        assert cli.main(argv) == 1, argv
+        cap = capsys.readouterr()
+        assert (cap.out, cap.err) == ("", line), argv
+    with pytest.raises(StoreError, match=re.escape(line[7:-1])):
+        resolve_model("tiny", pull=True)

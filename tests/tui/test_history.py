@@ -100,7 +100,7 @@ def test_app_saves_lists_resumes_and_deletes(tmp_path):
             panel.list_view.focus()
             await wait_for(pilot, lambda: panel.ids == [first, second])
             panel.list_view.index = 0
-            await pilot.press("delete")
+            await pilot.press("delete", "delete")  # asks, then deletes
             await wait_for(pilot, lambda: panel.ids == [second])
             assert app.conversation_id is None and not app.query(UserMessage)
             assert [s.id for s in h.list()] == [second]
@@ -109,6 +109,73 @@ def test_app_saves_lists_resumes_and_deletes(tmp_path):
             assert not panel.display
             await pilot.press("ctrl+b")
             assert panel.display
+
+    asyncio.run(go())
+
+
+def test_one_key_never_deletes_a_conversation(tmp_path):
+    """d asks first: d, Delete or y again deletes; Esc, any other key, a move or leaving the panel keeps it."""
+
+    async def go():
+        h, llm, app = saved_app(tmp_path)
+        async with app.run_test(size=(120, 30)) as pilot:
+            panel = app.query_one(Sidebar)
+            title = panel.query_one("#sidebar-title")
+            await send(pilot, "one")
+            first = app.conversation_id
+            await pilot.press("ctrl+n")
+            await send(pilot, "two")
+            second = app.conversation_id
+            await wait_for(pilot, lambda: panel.ids == [second, first])
+            panel.list_view.focus()
+            panel.list_view.index = 1
+
+            async def asked() -> None:
+                await pilot.press("d")
+                await pilot.pause(0.05)
+                assert [s.id for s in h.list()] == [second, first] and panel.ids == [second, first]
+                assert panel.pending == first
+                assert panel.list_view.highlighted_child.has_class("-delete")
+                assert str(title.render()) == "Delete it? d or y: yes, any other key: no"
+
+            def kept() -> None:
+                assert panel.pending is None and panel.ids == [second, first]
+                assert [s.id for s in h.list()] == [second, first] and len(h.messages(first)) == 2
+                assert not any(i.has_class("-delete") for i in panel.list_view.children)
+                assert str(title.render()) == "conversations"
+
+            for no in (["escape"], ["x"], ["n"], ["up"], ["tab"]):
+                await asked()
+                await pilot.press(*no)
+                await pilot.pause()
+                kept()
+                panel.list_view.focus()
+                panel.list_view.index = 1
+                await pilot.pause()
+            # Esc answers the question only: a reply streaming on goes on
+            llm.endless, llm.gate_after = True, 2
+            app.query_one("#input").focus()
+            await pilot.press("t", "h", "r", "e", "e", "enter")
+            await wait_for(pilot, llm.waiting.is_set)
+            panel.list_view.focus()
+            await wait_for(pilot, lambda: panel.ids == [second, first])
+            panel.list_view.index = 1
+            await asked()
+            await pilot.press("escape")
+            await pilot.pause()
+            kept()
+            assert app.reply is not None  # not stopped
+            await pilot.press("escape")  # now Esc stops the reply, as everywhere
+            await wait_for(pilot, lambda: app.reply is None)
+            llm.gate.set()
+            llm.endless, llm.gate_after = False, None
+            await wait_for(pilot, lambda: len(panel.ids) == 2)
+            panel.list_view.focus()
+            panel.list_view.index = panel.ids.index(first)
+            await asked()
+            await pilot.press("d")
+            await wait_for(pilot, lambda: panel.ids == [second])
+            assert [s.id for s in h.list()] == [second] and h.messages(first) == []
 
     asyncio.run(go())
 
@@ -126,7 +193,7 @@ def test_deleting_the_conversation_while_its_reply_streams(tmp_path):
             await wait_for(pilot, llm.waiting.is_set)  # the reply is streaming, its engine step in progress
             panel.list_view.focus()
             panel.list_view.index = 0
-            await pilot.press("delete")
+            await pilot.press("delete", "y")  # asks, then deletes
             await wait_for(pilot, lambda: panel.ids == [])
             assert app.reply is None and app.conversation_id is None
             assert not app.query(UserMessage) and not app.query(AssistantMessage)
