@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ..gguf import GGUFFile
-from ..hub import Store, resolve_model
+from ..hub import DamagedModelError, Store, resolve_model
 from ..llm import LLM
 from .errors import APIError
 
@@ -107,6 +107,8 @@ class ModelHost:
     async def _load(self, name: str) -> _Loaded:
         try:
             path = Path(resolve_model(name))
+        except DamagedModelError as e:
+            raise APIError(400, str(e), param="model", code="model_damaged") from None
         except (ValueError, OSError) as e:
             raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
         llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
