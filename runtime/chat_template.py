@@ -17,27 +17,24 @@ Every failure is a ChatTemplateError (a ValueError) naming the model: a syntax e
 template is loaded, and at render time a bad message list, `raise_exception` from the template, or
 any error the template hits.
 
-A template is code from a downloaded file, so rendering is bounded: `+`, `*` and `**` may not build a
-value over MAX_RENDER_CHARS items (or an integer over 4096 bits), `range()` loops take at most
-MAX_RANGE_STEPS steps per render in all, and the prompt may not exceed MAX_RENDER_CHARS characters.
-(Jinja's `~` concatenation is not interceptable: doubling a string with it in a bounded loop can still
-allocate a lot before the prompt bound is checked.)
+A template is code from a downloaded file, so it is compiled and rendered in template_sandbox.py's
+bounded sandbox: loops, calls, built values and time are counted per render, and the prompt may not pass
+MAX_RENDER_CHARS characters; going past a bound is a ChatTemplateError like any other. A template source
+over MAX_SOURCE_CHARS is refused at load. A model whose template cannot be loaded or rendered is still
+usable: Tokenizer warns at load and builds ChatTemplate.unusable(), whose render() raises the error.
 """
 
 from __future__ import annotations
 
-import contextvars
-import json
-import operator
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
+
+from .template_sandbox import MAX_VALUE_CHARS, Budget, TemplateBoundsError, bounded_environment, strftime_now
 
 CHATML = (
     "{% for message in messages %}"
@@ -51,9 +48,8 @@ _PROBE_USER = "localllm-probe-question"
 _PROBE_ASSISTANT = "localllm-probe-answer"
 
 
-MAX_RENDER_CHARS = 1 << 24  # a rendered prompt (16 Mi characters: far past any context) or a built value
-MAX_RANGE_STEPS = 1 << 20  # range() iterations per render, all loops together
-_steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("chat_template_range_steps")
+MAX_RENDER_CHARS = MAX_VALUE_CHARS  # a rendered prompt: 4 Mi characters, past any context
+MAX_SOURCE_CHARS = 1 << 20  # a template's source (real ones are a few KB)
 
 
 class ChatTemplateError(ValueError):
@@ -82,62 +78,10 @@ def _raise_exception(message: Any) -> None:
     raise _TemplateRaised(str(message))
 
 
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-class _TemplateTooBig(Exception):
-    """A render that would go past the bounds in the module docstring."""
-
-
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset(["*", "**", "+"])
-
-    def call_binop(self, context, operator_name: str, left: Any, right: Any) -> Any:
-        if operator_name == "+":
-            if (
-                isinstance(left, (str, list, tuple))
-                and isinstance(right, (str, list, tuple))
-                and len(left) + len(right) > MAX_RENDER_CHARS
-            ):
-                raise _TemplateTooBig(f"'+' would build {len(left) + len(right)} items")
-            return operator.add(left, right)
-        if operator_name == "*":
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_RENDER_CHARS:
-                    raise _TemplateTooBig(f"'*' would build {len(seq) * n} items")
-            return operator.mul(left, right)
-        if isinstance(left, int) and isinstance(right, int) and right > 0 and left.bit_length() * right > 4096:
-            raise _TemplateTooBig(f"'**' would build an integer of about {left.bit_length() * right} bits")
-        return operator.pow(left, right)
-
-
-def _range(*args: int):
-    r = safe_range(*args)  # the sandbox's own cap: 100000 per range
-    steps = _steps.get(None)
-    if steps is not None:
-        steps[0] += len(r)
-        if steps[0] > MAX_RANGE_STEPS:
-            raise _TemplateTooBig(f"range() loops went past {MAX_RANGE_STEPS} steps")
-    return r
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _Generation])
-    env.globals["range"] = _range
-    env.filters["tojson"] = _tojson
+def _environment() -> jinja2.Environment:
+    env = bounded_environment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _Generation])
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
@@ -156,15 +100,31 @@ class ChatTemplate:
             source = CHATML
         if not isinstance(source, str):
             raise ChatTemplateError(f"{model}: tokenizer.chat_template must be a string, got {type(source).__name__}")
+        if len(source) > MAX_SOURCE_CHARS:
+            raise ChatTemplateError(
+                f"{model}: tokenizer.chat_template is {len(source)} characters long (at most {MAX_SOURCE_CHARS})"
+            )
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.error: ChatTemplateError | None = None
         try:
-            self._template = _environment().from_string(source)
+            with Budget():
+                self._template = _environment().from_string(source)
         except jinja2.TemplateSyntaxError as e:
             raise ChatTemplateError(
                 f"{model}: tokenizer.chat_template has a syntax error at line {e.lineno}: {e.message}"
             ) from None
+        except Exception as e:  # compiling is bounded too; whatever else goes wrong is the template's
+            raise ChatTemplateError(f"{model}: tokenizer.chat_template cannot be compiled: {e}") from None
+
+    @classmethod
+    def unusable(cls, error: ChatTemplateError, *, model: str) -> ChatTemplate:
+        """A stand-in for a template that failed to load: render() raises error (which names the model)."""
+        self = cls.__new__(cls)
+        self.model, self.is_fallback, self.source, self.error = model, False, None, error
+        self.bos_token = self.eos_token = ""
+        return self
 
     def render(
         self,
@@ -174,6 +134,8 @@ class ChatTemplate:
         **extra: Any,
     ) -> str:
         """The prompt text for messages ([{"role": ..., "content": ...}, ...]); special tokens stay as text."""
+        if self.error is not None:
+            raise ChatTemplateError(str(self.error))
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise ChatTemplateError(
                 f"{self.model}: messages must be a list of "
@@ -195,16 +157,16 @@ class ChatTemplate:
             "tools": None if tools is None else list(tools),
             "add_generation_prompt": bool(add_generation_prompt),
         }
-        token = _steps.set([0])
         try:
-            parts, n = [], 0
-            for part in self._template.generate(**context):
-                n += len(part)
-                if n > MAX_RENDER_CHARS:
-                    raise _TemplateTooBig(f"the prompt would pass {MAX_RENDER_CHARS} characters")
-                parts.append(part)
-            return "".join(parts)
-        except _TemplateTooBig as e:
+            with Budget():
+                parts, n = [], 0
+                for part in self._template.generate(**context):
+                    n += len(part)
+                    if n > MAX_RENDER_CHARS:
+                        raise TemplateBoundsError(f"the prompt would pass {MAX_RENDER_CHARS} characters")
+                    parts.append(part)
+                return "".join(parts)
+        except TemplateBoundsError as e:
             raise ChatTemplateError(f"{self.model}: the chat template went past its bounds: {e}") from None
         except _TemplateRaised as e:
             raise ChatTemplateError(f"{self.model}: the chat template refused these messages: {e}") from None
@@ -212,16 +174,18 @@ class ChatTemplate:
             raise ChatTemplateError(f"{self.model}: chat template error: {e}") from None
         except Exception as e:  # a template is code: any error it hits is reported, never a traceback
             raise ChatTemplateError(f"{self.model}: chat template error: {type(e).__name__}: {e}") from None
-        finally:
-            _steps.reset(token)
 
     def end_of_turn(self) -> str | None:
         """The text the template puts right after an assistant message (e.g. "<|im_end|>\\n"), or None
-        when a probe conversation does not render (the caller matches it against special tokens)."""
+        when a probe conversation does not render, with a warning naming the problem (the caller matches
+        it against special tokens)."""
+        if self.error is not None:
+            return None
         probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
         try:
             text = self.render(probe, add_generation_prompt=False)
-        except ChatTemplateError:
+        except ChatTemplateError as e:
+            warnings.warn(f"{e} (rendering a user / assistant exchange; chat prompts may fail)", stacklevel=2)
             return None
         at = text.rfind(_PROBE_ASSISTANT)
         return None if at < 0 else text[at + len(_PROBE_ASSISTANT) :]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -65,7 +66,8 @@ class Tokenizer:
     bos_id, eos_id, eot_id, eom_id, pad_id, unk_id: ids or None; add_bos, add_eos: what add_special adds;
     add_space_prefix: SPM's leading space; stop_ids: llama.cpp's end-of-generation ids (EOS, EOT, EOM,
     FIM pad / repo / file separator, tokens with an end-of-turn text) plus the control token the chat
-    template ends an assistant turn with; chat_template: ChatTemplate (ChatML when the GGUF has none).
+    template ends an assistant turn with; chat_template: ChatTemplate (ChatML when the GGUF has none; one
+    whose render() raises ChatTemplateError, with a warning at load, when the model's template is broken).
     """
 
     @classmethod
@@ -79,7 +81,7 @@ class Tokenizer:
         Copies what it needs, so the GGUF file can be closed afterwards."""
         try:
             return cls(metadata, name)
-        except (TokenizerError, ChatTemplateError):
+        except TokenizerError:
             raise
         except ValueError as e:  # from BPE / SPM, which name the key but not the file
             raise TokenizerError(f"{name}: {e}") from None
@@ -145,12 +147,16 @@ class Tokenizer:
         self._visible_pieces = _Pieces(lambda i: self._piece(i, False), n)
         self._max_piece: int | None = None
         self._special_splitters: dict[bool, SpecialSplitter] = {}
-        self.chat_template = ChatTemplate(
-            md.get("tokenizer.chat_template"),
-            model=name,
-            bos_token="" if self.bos_id is None else self.tokens[self.bos_id],
-            eos_token="" if self.eos_id is None else self.tokens[self.eos_id],
-        )
+        try:
+            self.chat_template = ChatTemplate(
+                md.get("tokenizer.chat_template"),
+                model=name,
+                bos_token="" if self.bos_id is None else self.tokens[self.bos_id],
+                eos_token="" if self.eos_id is None else self.tokens[self.eos_id],
+            )
+        except ChatTemplateError as e:  # the model still loads: raw prompts work, chat prompts raise e
+            warnings.warn(f"{e}; chat prompts will fail (raw prompts work)", stacklevel=3)
+            self.chat_template = ChatTemplate.unusable(e, model=name)
         turn_end = self._template_end_of_turn()
         self.stop_ids: frozenset[int] = frozenset(eog if turn_end is None else eog | {turn_end})
 

@@ -166,7 +166,8 @@ def test_end_of_turn():
     gemma = tmpl("{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}")
     assert gemma.end_of_turn() == "<end_of_turn>\n"
     strict = tmpl("{{ raise_exception('no') }}")
-    assert strict.end_of_turn() is None
+    with pytest.warns(UserWarning, match=r"test-model\.gguf: the chat template refused these messages: no"):
+        assert strict.end_of_turn() is None
 
 
 def test_messages_are_not_mutated():
@@ -183,7 +184,10 @@ def test_messages_are_not_mutated():
         ("{{ 'x' * 100000000 }}", "'*' would build"),
         ("{{ [1] * 100000000 }}", "'*' would build"),
         ("{{ 9 ** 100000 }}", "'**' would build"),
-        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range() loops"),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "loops and calls went past",
+        ),
         ("{% for i in range(100000) %}{{ messages[0]['content'] }}{% endfor %}", "the prompt would pass"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import gguf
@@ -178,10 +179,34 @@ def test_add_bos_without_bos_token(tmp_path):
         Tokenizer.from_gguf(write_gguf(tmp_path / "bad.gguf", kv))
 
 
-def test_template_syntax_error_names_the_model(tmp_path):
+def test_template_syntax_error_warns_and_fails_at_use(tmp_path):
     path = write_gguf(tmp_path / "tmpl.gguf", bpe_kv(**{"tokenizer.chat_template": "{% for m in messages %}"}))
-    with pytest.raises(ChatTemplateError, match="tmpl.gguf.*syntax error"):
-        Tokenizer.from_gguf(path)
+    with pytest.warns(UserWarning, match=r"tmpl\.gguf.*syntax error.*chat prompts will fail \(raw prompts work\)"):
+        t = Tokenizer.from_gguf(path)
+    assert t.decode(t.encode("hello")) == "hello"
+    with pytest.raises(ChatTemplateError, match=r"tmpl\.gguf.*syntax error"):
+        t.encode_chat([{"role": "user", "content": "hello"}])
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for a in 'x'*100000 %}{% for b in 'x'*100000 %}{% endfor %}{% endfor %}",
+        "{% for m in messages %}{{ m.content.center(1000000000) }}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    ],
+)
+def test_hostile_template_loads_with_a_warning(tmp_path, template):
+    """A hostile template in a model file: loading is bounded (the probe render at load is refused), the
+    tokenizer works, and chat prompts raise ChatTemplateError naming the model."""
+    path = write_gguf(tmp_path / "evil.gguf", bpe_kv(**{"tokenizer.chat_template": template}))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match=r"evil\.gguf: the chat template went past its bounds"):
+        t = Tokenizer.from_gguf(path)
+    assert time.monotonic() - start < 3.0
+    assert t.decode(t.encode("hello")) == "hello"
+    with pytest.raises(ChatTemplateError, match=r"^.*evil\.gguf: the chat template went past its bounds"):
+        t.encode_chat([{"role": "user", "content": "hello"}])
 
 
 def test_unknown_pre_warns(tmp_path):
