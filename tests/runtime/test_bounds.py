@@ -151,3 +151,20 @@ def test_text_that_cannot_fit_is_refused_before_tokenizing(smol):
         range(smol.tokenizer.vocab_size), key=lambda i: len(smol.tokenizer.decode([i], special=True).encode())
     )
     assert len(smol.tokenizer.decode([longest], special=True).encode()) <= smol.tokenizer.max_piece_bytes
+
+
+def test_an_unsupported_tensor_type_names_the_file_and_the_tensor(monkeypatch):
+    import dataclasses
+
+    from localllm import quant_types
+
+    path = model_file(SMOL)
+    real = GGUFFile.tensor
+
+    def iq2(self, name):
+        t = real(self, name)
+        return dataclasses.replace(t, type=quant_types.get("IQ2_XXS")) if name == "blk.0.attn_q.weight" else t
+
+    monkeypatch.setattr(GGUFFile, "tensor", iq2)
+    with pytest.raises(ValueError, match=rf"{path}: blk\.0\.attn_q\.weight: tensor type IQ2_XXS is not supported"):
+        LLM(path, ctx_size=64)
