@@ -18,11 +18,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(model: str, api_key: str | None = None, **llm_kwargs):
-    """Yields (base_url, app) once the server answers; stops it after."""
+def live_server(model: str, api_key: str | None = None, host_kwargs=None, app_kwargs=None, **llm_kwargs):
+    """Yields (base_url, app) once the server answers; stops it after. host_kwargs: ModelHost's (max_queue, ...);
+    app_kwargs: create_app's (max_body_bytes, cors_origins)."""
     kwargs = {"n_threads": 2, "ctx_size": 2048, "parallel": 4, **llm_kwargs}
-    host = ModelHost(model, llm_kwargs=kwargs)
-    app = create_app(host, api_key=api_key)
+    host = ModelHost(model, llm_kwargs=kwargs, **(host_kwargs or {}))
+    app = create_app(host, api_key=api_key, **(app_kwargs or {}))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

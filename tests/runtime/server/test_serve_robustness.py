@@ -180,3 +180,31 @@ def test_many_streaming_clients_some_hanging_up(server):
             break
         time.sleep(0.05)
     assert stats == {**stats, "running": 0, "waiting": 0, "blocks_used": 0}
+
+
+def test_a_full_queue_is_503_with_retry_after_and_a_large_body_413():
+    host, app_kwargs = {"max_queue": 1}, {"max_body_bytes": 4096, "cors_origins": ["http://localhost:3000"]}
+    with (
+        live_server(str(model_file(SMOL)), host_kwargs=host, app_kwargs=app_kwargs, ctx_size=512) as (url, _app),
+        httpx.Client(base_url=url, timeout=60) as h,
+    ):
+        body = {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 400,
+            "stream": True,
+            "ignore_eos": True,
+        }
+        with h.stream("POST", "/v1/chat/completions", json=body) as first:
+            lines = first.iter_lines()  # kept: a dropped iterator closes the response (a disconnect)
+            next(lines)
+            r = h.post("/v1/chat/completions", json={**body, "stream": False})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["type"] == "server_busy"
+        r = h.post("/v1/completions", json={"prompt": "x" * 5000})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        pre = h.options(
+            "/v1/models", headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "GET"}
+        )
+        assert pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = h.get("/v1/models", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
