@@ -6,8 +6,23 @@
 //     w = s_g * (u - offset)          (symmetric types: offset is a per-type constant, a power of two)
 //     w = s_g * u + m_g               (types with a min: offset = 0)
 // Activations are quantized per 32 (Q8_0-style: x ~= dx * xq, xq int8) once per matmul and reused for
-// every weight row. Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes]) so one 512-bit
-// VNNI instruction computes 4-term dot products for 16 rows at once.
+// every weight row, on every path and for every N (per-256 blocks flatten the massive activations some
+// models carry at a few positions: issue 18). Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes])
+// so one 512-bit VNNI instruction computes 4-term dot products for 16 rows at once.
+//
+// The canonical reduction (batch invariance): every kernel of a SIMD table computes each output y[c][r] as
+//     acc = +0
+//     for each group g of the row, in k order (G = 16 or 32 weights, dx_g the scale of its 32-block):
+//       isum_g = sum_{k in g} u_k * xq_k - offset * sum_{k in g} xq_k        exact, int32
+//                (offset-128 types: the signed weights q_k = u_k - 128 times xq_k, the same integer)
+//       acc = fma((float)isum_g, s_g * dx_g, acc)                             s_g * dx_g rounded to float first
+//       acc = fma(m_g, dx_g * (float)sum_{k in g} xq_k, acc)                  types with a min only
+//     y[c][r] = acc
+// so a row's result does not depend on N, on how k is chunked, on the row split or the thread count: the tile
+// kernels (qgemm_chunk) and the small-N kernels (qgemv_chunk, qgemv_fused) of a table agree bit for bit.
+// The scalar table computes the same sequence without fused multiply-adds (acc = acc + (float)isum_g *
+// (s_g * dx_g), then acc = acc + m_g * xm_g): one path, one order, so it is batch-invariant too, but it does
+// not match the SIMD tables bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,16 +58,15 @@ struct XGroups {
   int n_panels;
 };
 
-// Small-N activation tables: lanes run along k (4 weights per int32 lane), already offset to the chunk.
+// Small-N activation tables, already offset to the chunk: the same per-group values the tile path packs
+// (XGroups), unpacked as [n][K/G] rows.
 struct XLanes {
   const int8_t* xq;    // [n][K], leading dimension ldx
   size_t ldx;
-  const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights (null unless lane4_tables)
-  const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq, 0 for types with a min (null unless lane4_tables)
-  size_t ldl;
-  const float* xm;     // [n][K/G] dx * sum(xq over the group) (every type: offset types may use it instead of xce)
-  size_t ldg;
   const float* xd;     // [n][K/G] dx of the 32-block holding each group (leading dimension ldg)
+  const int32_t* xc;   // [n][K/G] -offset * sum(xq over the group) (0 for types with a min)
+  const float* xm;     // [n][K/G] dx * sum(xq over the group) (types with a min)
+  size_t ldg;
 };
 
 // unpacks kc weights (whole blocks) of rows w + r * row_bytes, r < nrows <= 16, into u[r * kc + k],
@@ -62,16 +76,6 @@ using UnpackFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc,
                           int sw);
 // unpacks kc float-type weights of one row into out[kc]
 using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
-
-// Small-N activation tables for activations quantized per 256 (Q8_K-style), already offset to the chunk.
-struct XSuper {
-  const int8_t* xq;     // [n][K], leading dimension ldx
-  size_t ldx;
-  const float* d;       // [n][K/256] dx of each 256
-  size_t ldd;
-  const int16_t* bsum;  // [n][K/16] sum of xq per 16
-  size_t ldb;
-};
 
 struct KernelTable {
   const char* name;
@@ -86,9 +90,9 @@ struct KernelTable {
                       const XGroups& X, float* acc);
   int qgemm_cb;  // activation columns per panel
   // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
-  // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller with this table's
-  // reduce16 (the AVX2 kernels fill lanes 0..7 only, and its reduce16 reads only those). init: the chunk is the
-  // first of its rows, so acc is written without being read (nobody zeroes it); else the chunk adds to it
+  // unpack, no interleave; acc: [n][16 rows], each output's running sum in the canonical order (above), so any
+  // chunking of k gives the same bits. init: the chunk is the first of its rows, so acc is written without
+  // being read (nobody zeroes it); else the chunk adds to it. Rows nr..15 of acc are left undefined.
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
                       int nr, int n, const XLanes& X, bool init, float* acc);
   // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
@@ -96,22 +100,11 @@ struct KernelTable {
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
-  bool lane4_tables;  // its small-N kernels read XLanes.dxe and .xce (built only then)
-  // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
-  // exact in int32); preferred over qgemv_fused where present; same acc contract, always whole rows (kc = K)
-  void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
-                          float* acc);
-  int super_max_n;  // qgemv_super serves products of up to this many activation rows (every small-N kernel: up
-                    // to 4, matmul.cpp's GEMV_MAX_N)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
-  // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][L - 1], in that
-  // order, L the lanes this table's kernels fill (16; 8 on AVX2): results do not depend on the row split or the
-  // thread count; acc: [16 rows][16 lanes]
-  void (*reduce16)(const float* acc, int nr, float* y);
-  // x: [k] float -> xq: [k] int8, dx: [k/block] (block 32 or 256, k a multiple of it), sum16: [k/16] (sum of
-  // xq per 16); x ~= dx * xq with dx = amax / 127 of the block, xq rounded to nearest
-  void (*quantize_row_x)(const float* x, int k, int block, int8_t* xq, float* dx, int32_t* sum16);
+  // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);
+  // x ~= dx * xq with dx = amax / 127 of the 32-block, xq rounded to nearest
+  void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
   // the compute roofline of `bench kernels` (optional, nullptr on the scalar path): `iters` steps of
   // PEAK_CHAINS independent chains, each step one multiply-add instruction of this path's int8 products and
   // its accumulation, int8_peak_macs multiply-adds a step in all; returns a checksum (tests: the chains in

@@ -166,11 +166,11 @@ static void interleave16_avx2(const uint8_t* u_rows, int kc, uint8_t* u_il) {
   }
 }
 
-// ---- small N: lanes along k, one 32-weight activation block a step ---------------------------------
-// acc: [n][16 rows][16 lanes] (kernels.h); lane l < 8 of a row sums int32 lane l of every step (4 weights a
-// lane); lanes 8..15 keep the caller's zeros. Per step and column: maddubs + madd (exact int32 sums of 4
-// products: unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use
-// |w| * sign(x, w)), one float multiply-add by the group scale times dx (gemv_row).
+// ---- small N: lanes along k, 8 rows at a time, one 32-weight step at a time ----------------------------
+// acc: [n][16 rows] (kernels.h). Per step, row and column: maddubs + madd (exact int32 sums of 4 products:
+// unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use |w| * sign(x, w)); the
+// 8 rows' lanes are then summed per group by a transpose-add (gemv_rows8), so each output follows the
+// canonical reduction of kernels.h, as the tile kernel above does.
 static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles (16) | hi nibbles (16)]
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
   return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
@@ -220,7 +220,8 @@ static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
 }
 
 // A weight source yields a row's weights a span of up to 8 steps (256 weights) at a time:
-//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected per span from X.xm;
+//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), the offset folded into
+//   each group's int32 sum from X.xc;
 //   SIGNED: w = s*u with u signed (offset 128 types: no correction); FULL: spans are always 8 steps (K-quants)
 //   offset(): the OFF types' offset (w = s*(u - offset))
 //   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
@@ -357,93 +358,90 @@ struct UnpackedSource {
   }
 };
 
-// row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers). Per step and
-// column: the weight bytes' dot4 with the activations, converted and multiplied by the step's scale (group
-// scale * dx, broadcast from a per-span table on the stack: a load, where a permute from a register costs a
-// shuffle and rebuilding its index another two), into one of two accumulators (even and odd steps: halves the
-// multiply-add dependency chain). The offset of OFF types is applied per span in float, as the min of MIN
-// types is: sum_g s_g * (-offset) * dx_g * sum(xq over g), from X.xm; vector ALU slots are what limits these
-// kernels (two cores reach the read bandwidth only below about 12 vector instructions per 32 weights).
+// rows r0 .. r0 + 7 (those past nr repeat row nr - 1: read and computed, their outputs left in acc unused),
+// columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers). Per step and column:
+// each row's dot4 with the step's activations (8 int32 lanes), then a transpose-add of the 8 rows (a tree of
+// six vphaddd and two 128-bit permutes) into one exact int32 per row and group; then the canonical float steps
+// (kernels.h) with the 8 rows as lanes: per group and column one conversion, one multiply (scale * dx), one
+// multiply-add (and one more for the min). The scales come from the source per span of 8 steps, one vector
+// per row, and are transposed to one vector per group (rows as lanes) on the stack.
 template <class S, int C>
-static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, bool init, float* acc) {
+static inline void gemv_rows8(const S& src, size_t pf, int r0, int nr, int kc, const XLanes& X, int c0, bool init,
+                              float* acc) {
   constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
-  __m256 a0[C], a1[C];  // even and odd steps
-  for (int j = 0; j < C; ++j) {
-    a0[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
-    a1[j] = _mm256_setzero_ps();
-  }
-  const __m256 moff = _mm256_set1_ps(-(float)src.offset());
+  int rows[8];
+  for (int i = 0; i < 8; ++i) rows[i] = std::min(r0 + i, nr - 1);
+  __m256 a[C];
+  for (int j = 0; j < C; ++j)
+    a[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M + r0);
   const int nsteps = kc / 32;
-  // one span of steps s0 .. s0 + ns - 1; whole spans (F: ns = 8 at compile time) need no masks and no per-step
-  // checks (in cache, a third of the instructions of a Q8_0 step were those checks and the span's bookkeeping)
-  // NS: the span's steps at compile time (8: a whole span, 4: half of one, the tail of a row of 896), 0: ns_
+  // one span of steps s0 .. s0 + ns - 1 (NS: the span's steps at compile time, 8 or 4; 0: ns_)
   auto span = [&](int s0, int ns_, auto NSC) {
     constexpr int NS = decltype(NSC)::value;
-    constexpr bool F = NS == 8;
-    const int ns = NS ? NS : ns_, ng = ns * GS;
-    __m256i gmask[GS];  // the span's groups among each 8
-    if (!F)
-      for (int h = 0; h < GS; ++h)
-        gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
-      return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
-    };
-    // group scale * dx of the group's activation block, lane g = group 8h + g: G = 32 broadcasts a step's
-    // lane from a stack copy, G = 16 permutes two lanes out of the register
-    alignas(32) float sx[C][8];
-    __m256 sxv[C][GS];
-    __m256 sv[GS], mv[GS];
-    src.prep(r, s0, ns, pf, sv, mv);
-    for (int j = 0; j < C; ++j) {
-      const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
+    const int ns = NS ? NS : ns_;
+    // st[g] lane i: the scale of the span's group g in row r0 + i (mt: the min)
+    alignas(32) float st[8 * GS][8];
+    alignas(32) float mt[S::MIN ? 8 * GS : 1][8];
+    {
+      __m256 sv[8][GS], mv[8][GS];
+      for (int i = 0; i < 8; ++i) src.prep(rows[i], s0, ns, pf, sv[i], mv[i]);
       for (int h = 0; h < GS; ++h) {
-        sxv[j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
-        if (G == 32) _mm256_store_ps(sx[j], sxv[j][h]);
-        if (S::MIN) a0[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), a0[j]);
-        if (S::OFF) a1[j] = _mm256_fmadd_ps(_mm256_mul_ps(sv[h], moff), xload(X.xm + xo + 8 * h, h), a1[j]);
+        __m256i t[8];
+        for (int i = 0; i < 8; ++i) t[i] = _mm256_castps_si256(sv[i][h]);
+        transpose8_epi32(t);
+        for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)st[8 * h + g], t[g]);
+        if (S::MIN) {
+          for (int i = 0; i < 8; ++i) t[i] = _mm256_castps_si256(mv[i][h]);
+          transpose8_epi32(t);
+          for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)mt[S::MIN ? 8 * h + g : 0], t[g]);
+        }
       }
     }
     const int8_t* xs[C];  // the span's activations, column j
     for (int j = 0; j < C; ++j) xs[j] = X.xq + (size_t)(c0 + j) * X.ldx + 32 * s0;
-    auto step = [&](int q, __m256* a) {
-      const __m256i u = src.weights(r, s0, q);
+    const size_t g0 = (size_t)s0 * GS;  // the span's first group in X's tables
+    // group g of the span (rows as lanes of isum), column j: the canonical float steps
+    auto group = [&](int j, int g, __m256i isum) {
+      const size_t gi = (size_t)(c0 + j) * X.ldg + g0 + g;
+      if (S::OFF) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(X.xc[gi]));
+      const __m256 sd = _mm256_mul_ps(_mm256_load_ps(st[g]), _mm256_set1_ps(X.xd[gi]));
+      a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sd, a[j]);
+      if (S::MIN) a[j] = _mm256_fmadd_ps(_mm256_load_ps(mt[S::MIN ? g : 0]), _mm256_set1_ps(X.xm[gi]), a[j]);
+    };
+    auto step = [&](int q) {
+      __m256i xv[C], h[C][4];
+      for (int j = 0; j < C; ++j) xv[j] = _mm256_loadu_si256((const __m256i*)(xs[j] + 32 * q));
+      for (int p = 0; p < 4; ++p) {  // rows 2p, 2p + 1: [a01 a23 b01 b23 | a45 a67 b45 b67]
+        const __m256i ua = src.weights(rows[2 * p], s0, q), ub = src.weights(rows[2 * p + 1], s0, q);
+        for (int j = 0; j < C; ++j)
+          h[j][p] = _mm256_hadd_epi32(dot4<S::SIGNED>(ua, xv[j]), dot4<S::SIGNED>(ub, xv[j]));
+      }
       for (int j = 0; j < C; ++j) {
-        const __m256i v = dot4<S::SIGNED>(u, _mm256_loadu_si256((const __m256i*)(xs[j] + 32 * q)));
-        // the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
-        const __m256 sc =
-            G == 32 ? _mm256_broadcast_ss(sx[j] + q)
-                    : _mm256_permutevar8x32_ps(sxv[j][(q >> 2) & (GS - 1)],
-                                               _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1,
-                                                                 2 * q + 1, 2 * q + 1));
-        a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, a[j]);
+        // lo: rows 0..3, sums of lanes 0..3 (low 128 bits) and 4..7 (high); hi: rows 4..7
+        const __m256i lo = _mm256_hadd_epi32(h[j][0], h[j][1]), hi = _mm256_hadd_epi32(h[j][2], h[j][3]);
+        const __m256i l03 = _mm256_permute2x128_si256(lo, hi, 0x20), l47 = _mm256_permute2x128_si256(lo, hi, 0x31);
+        if (G == 32) {
+          group(j, q, _mm256_add_epi32(l03, l47));
+        } else {  // lanes 0..3 hold group 2q, lanes 4..7 group 2q + 1
+          group(j, 2 * q, l03);
+          group(j, 2 * q + 1, l47);
+        }
       }
     };
-    if (F) {  // unrolled, each step's field offsets are constants
-#pragma GCC unroll 4
-      for (int q = 0; q < 8; q += 2) {
-        step(q, a0);
-        step(q + 1, a1);
-      }
+    if (NS == 8) {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) step(q);
     } else if (NS == 4) {
-      step(0, a0);
-      step(1, a1);
-      step(2, a0);
-      step(3, a1);
+      for (int q = 0; q < 4; ++q) step(q);
     } else {
-#pragma GCC unroll 4
-      for (int q = 0; q < 8; q += 2) {
-        if (q >= ns) break;
-        step(q, a0);
-        if (q + 1 < ns) step(q + 1, a1);
-      }
+      for (int q = 0; q < ns; ++q) step(q);
     }
   };
   int s0 = 0;
   for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::integral_constant<int, 8>{});
   if (!S::FULL && nsteps - s0 == 4) span(s0, 4, std::integral_constant<int, 4>{});
   else if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::integral_constant<int, 0>{});
-  for (int j = 0; j < C; ++j)
-    _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm256_add_ps(a0[j], a1[j]));
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M + r0, a[j]);
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -477,16 +475,12 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
 
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
-  const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
-  // one row at a time: each thread then streams its rows front to back, which the hardware prefetchers
-  // follow; passes of 2 or 4 rows (four interleaved streams) decoded the 0.5B at 24 tok/s instead of 34-40
-  auto cols = [&](int c0, auto CC) {
-    constexpr int C = decltype(CC)::value;
-    for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, init, acc);
-  };
-  int c = 0;
-  for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
-  if (c < n) cols(c, std::integral_constant<int, 1>{});
+  const size_t pf = 8 * row_bytes;  // prefetch distance: the next 8 rows
+  for (int r0 = 0; r0 < nr; r0 += 8) {
+    int c = 0;
+    for (; c + 2 <= n; c += 2) gemv_rows8<S, 2>(src, pf, r0, nr, kc, X, c, init, acc);
+    if (c < n) gemv_rows8<S, 1>(src, pf, r0, nr, kc, X, c, init, acc);
+  }
 }
 
 template <class S>
@@ -501,145 +495,6 @@ static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s
   gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, init, acc);
 }
 
-// ---- small N over per-256 activations (Q8_K-style: one dx per 256, sums per 16) ------------------------
-// A super-block's integer sums stay exact in int32 and are scaled once per 256 weights: a step costs the weight
-// decode, maddubs, a vpmaddwd that applies the group's integer scale to the int16 pair sums, and an add (the
-// per-32 path pays a conversion, a scale broadcast and a float multiply-add per step besides).
-//   Q4_K (8 groups of 32, w = d*sc_g*u - dmin*m_g, sc and m 6-bit, u <= 15), column c:
-//     sum_k w_k x_k = dx * (d * sum_g sc_g * dot(u_g, xq_g) - dmin * sum_g m_g * sum(xq_g))
-//     |int32 lane| <= 8 * 2 * (2 * 15 * 127) * 63 < 2^22
-//   Q6_K (16 groups of 16, w = d*sc_g*(u - 32), sc int8, u <= 63): a step's two groups take the low and high
-//   128 bits of the vpmaddwd multiplier;
-//     sum_k w_k x_k = dx * d * (sum_g sc_g * dot(u_g, xq_g) - 32 * sum_g sc_g * sum(xq_g))
-//     |int32 lane| <= 8 * 2 * (2 * 63 * 127) * 128 + 32 * 2 * 2 * 2032 * 128 < 2^26
-// The scalar reference of these kernels is the float64 product with x quantized per 256 (tests).
-template <int C>
-static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-  __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
-  const __m256i m4 = _mm256_set1_epi8(15);
-  for (int sb = 0; sb < nsb; ++sb) {
-    const block_q4_K& b = ((const block_q4_K*)row)[sb];
-    prefetch_span(&b, sizeof(b), pf);
-    // bytes 0..7 the scales, 8..15 the mins, in both 128-bit lanes; one byte shuffle each spreads them
-    const __m256i sm = _mm256_broadcastsi128_si256(q4k_scales(b));
-    // dword g = sc_g in both int16 halves (the vpmaddwd multiplier of step g, broadcast from the stack)
-    alignas(32) int32_t scw[8];
-    _mm256_store_si256((__m256i*)scw,
-                       _mm256_shuffle_epi8(sm, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
-                                                                4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1)));
-    // keeps the broadcasts as loads from the stack: without it GCC extracts each dword from the register
-    // (two or three shuffles a step)
-    asm volatile("" ::"r"(scw) : "memory");
-    // int16 m_g twice (once per 16 of the group), against the sums per 16
-    const __m256i mins = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
-                                                                  12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1,
-                                                                  15, -1));
-    // d and dmin (adjacent halves) in one conversion
-    int32_t dd;
-    std::memcpy(&dd, &b.d, 4);
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
-    __m256i ai[C];
-    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
-    for (int h = 0; h < 4; ++h) {  // 32 bytes hold groups 2h (low nibbles) and 2h + 1 (high)
-      const __m256i v = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * h));
-      const __m256i u0 = _mm256_and_si256(v, m4), u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      const __m256i s0 = _mm256_set1_epi32(scw[2 * h]), s1 = _mm256_set1_epi32(scw[2 * h + 1]);
-      for (int j = 0; j < C; ++j) {
-        const int8_t* xq = X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 64 * h;
-        const __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i*)xq));
-        const __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i*)(xq + 32)));
-        ai[j] = _mm256_add_epi32(ai[j], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
-      }
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
-      const __m128 s = _mm_mul_ps(dm, _mm_broadcast_ss(X.d + (size_t)(c0 + j) * X.ldd + sb));  // d*dx, dmin*dx
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]), _mm256_broadcastss_ps(s), af[j]);
-      af[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs)),
-                               _mm256_broadcastss_ps(_mm_movehdup_ps(s)), af[j]);
-    }
-  }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
-}
-
-template <int C>
-static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-  __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
-  const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
-  // step q's multiplier from [sc_8p .. sc_8p+7 | same] (p = q / 4): int16 word 2q mod 8 in the low 128 bits,
-  // 2q + 1 mod 8 in the high
-  auto pick = [](int q) {
-    const int w0 = (2 * q) & 7, w1 = (2 * q + 1) & 7;
-    const char a0 = (char)(2 * w0), a1 = (char)(2 * w0 + 1), b0 = (char)(2 * w1), b1 = (char)(2 * w1 + 1);
-    return _mm256_setr_epi8(a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, b0, b1, b0, b1, b0, b1,
-                            b0, b1, b0, b1, b0, b1, b0, b1, b0, b1);
-  };
-  for (int sb = 0; sb < nsb; ++sb) {
-    const block_q6_K& b = ((const block_q6_K*)row)[sb];
-    prefetch_span(&b, sizeof(b), pf);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));
-    const __m256i half[2] = {_mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xEE)};
-    const float d = fp16(b.d);
-    __m256i ai[C];
-    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
-    for (int n = 0; n < 2; ++n) {  // 128 weights: ql[64n .. 64n + 63], qh[32n .. 32n + 31]
-      const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n));
-      const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n + 32));
-      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * n));
-      // weights 128n + 32l + i: low 4 bits from ql[64n + 32(l&1) + i] (high nibble for l >= 2), bits 4..5
-      // from bits 2l..2l+1 of qh[32n + i]
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
-      for (int l = 0; l < 4; ++l) {
-        const int q = 4 * n + l;
-        const __m256i mult = _mm256_shuffle_epi8(half[n], pick(q));
-        for (int j = 0; j < C; ++j) {
-          const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 32 * q));
-          ai[j] = _mm256_add_epi32(ai[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u[l], xv), mult));
-        }
-      }
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
-      const __m256i t = _mm256_sub_epi32(ai[j], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(d * X.d[(size_t)(c0 + j) * X.ldd + sb]), af[j]);
-    }
-  }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
-}
-
-// rows r < nr one at a time (streamed front to back), columns in pairs
-template <template <int> class Row>
-static void qgemv_super_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
-                             float* acc) {
-  const size_t pf = 8 * row_bytes;
-  const int nsb = kc / 256;
-  for (int r = 0; r < nr; ++r) {
-    const uint8_t* row = w + (size_t)r * row_bytes;
-    int c = 0;
-    for (; c + 2 <= n; c += 2) Row<2>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
-    if (c < n) Row<1>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
-  }
-}
-template <int C>
-struct Q4KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-    q4k_super_row<C>(row, pf, nsb, X, c0, init, acc);
-  }
-};
-template <int C>
-struct Q6KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-    q6k_super_row<C>(row, pf, nsb, X, c0, init, acc);
-  }
-};
-
 static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
                              int kc, int nr, int n, const XLanes& X, bool init, float* acc) {
   if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
@@ -647,27 +502,6 @@ static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const 
   else if (L.group == 32) gemv_unpacked<false, true, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
   else if (L.has_min) gemv_unpacked<true, false, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
   else gemv_unpacked<false, true, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
-}
-
-// 8 rows at a time: transpose the 8 x 8 block of the lanes this path's kernels fill (0..7; a row's lanes 8..15
-// are never written here, kernels.h), then add the 8 lane vectors in lane order from zero: each row's
-// sequential sum exactly (adding the other contract's eight zeros after them would change no bit: the running
-// sum, started from +0, is never -0)
-static void reduce16_avx2(const float* acc, int nr, float* y) {
-  int r0 = 0;
-  for (; r0 + 8 <= nr; r0 += 8) {
-    __m256 t = _mm256_setzero_ps();
-    __m256i v[8];
-    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256((const __m256i*)(acc + (r0 + i) * 16));
-    transpose8_epi32(v);  // v[l] lane i = acc[r0 + i][l]
-    for (int l = 0; l < 8; ++l) t = _mm256_add_ps(t, _mm256_castsi256_ps(v[l]));
-    _mm256_storeu_ps(y + r0, t);
-  }
-  for (int r = r0; r < nr; ++r) {
-    float t = 0.f;
-    for (int l = 0; l < 8; ++l) t += acc[r * 16 + l];
-    y[r] = t;
-  }
 }
 
 // the int8 peak loop (kernels.h): vpmaddubsw and vpaddw, 32 multiply-adds a chain and step
@@ -705,7 +539,6 @@ const KernelTable* kernels_avx2() {
     k.qgemm_cb = avx2::CB;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
     k.interleave16 = avx2::interleave16_avx2;
-    k.reduce16 = avx2::reduce16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack
       using S = decltype(src);
@@ -720,11 +553,6 @@ const KernelTable* kernels_avx2() {
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
     source(QType::Q4_K, Q4KSource{});
     source(QType::Q6_K, Q6KSource{});
-    k.qgemv_super[(int)QType::Q4_K] = qgemv_super_avx2<Q4KSuper>;
-    k.qgemv_super[(int)QType::Q6_K] = qgemv_super_avx2<Q6KSuper>;
-    // up to 8 rows: at N = 6 and 8 the per-256 kernels beat the tile path by 20-40% on Q6_K (four passes over
-    // rows that stay in L1, against the tile path's unpack and interleave for few columns) and match it on Q4_K
-    k.super_max_n = 8;
     k.int8_peak = avx2::int8_peak_avx2;
     k.int8_peak_macs = PEAK_CHAINS * 32;
     return k;
