@@ -80,7 +80,9 @@ def test_products_sharing_an_input_do_not_depend_on_n(path):
 
 # ---- real models --------------------------------------------------------------------------------------
 
-TEXT = "The quick brown fox jumps over the lazy dog because it was very tired of running around the old farm all day long."
+TEXT = (
+    "The quick brown fox jumps over the lazy dog because it was very tired of running around the old farm all day long."
+)
 
 
 @pytest.mark.model
