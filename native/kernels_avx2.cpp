@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <type_traits>
+#include <vector>
 
 namespace lll {
 namespace avx2 {
@@ -358,74 +359,37 @@ struct UnpackedSource {
   }
 };
 
-// rows r0 .. r0 + 7 (those past nr repeat row nr - 1: read and computed, their outputs left in acc unused),
-// columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers). Per step and column:
-// each row's dot4 with the step's activations (8 int32 lanes), then a transpose-add of the 8 rows (a tree of
-// six vphaddd and two 128-bit permutes) into one exact int32 per row and group; then the canonical float steps
-// (kernels.h) with the 8 rows as lanes: per group and column one conversion, one multiply (scale * dx), one
-// multiply-add (and one more for the min). The scales come from the source per span of 8 steps, one vector
-// per row, and are transposed to one vector per group (rows as lanes) on the stack.
-template <class S, int C>
-static inline void gemv_rows8(const S& src, size_t pf, int r0, int nr, int kc, const XLanes& X, int c0, bool init,
-                              float* acc) {
-  constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
-  int rows[8];
-  for (int i = 0; i < 8; ++i) rows[i] = std::min(r0 + i, nr - 1);
-  __m256 a[C];
-  for (int j = 0; j < C; ++j)
-    a[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M + r0);
+// Scratch of one 8-row block (gemv_block): per column, step and row the 8 int32 lanes of the step's dot4 sums
+// (v: [n][nsteps][8 rows], 32 bytes each), and per row the scales and mins of its groups (s, m: [8 rows][ng]).
+struct RowSums {
+  __m256i* v;
+  float* s;
+  float* m;
+  int nsteps, ng;
+};
+
+// pass 1 of gemv_block, one row streamed front to back (the hardware prefetchers follow one row at a time;
+// eight rows read side by side ran the 0.5B's Q8_0 output product at half the bandwidth): per step and column
+// the dot4 lanes (maddubs + madd, exact) into B.v; per span the row's group scales into B.s and B.m.
+template <class S>
+static inline void row_sums(const S& src, size_t pf, int r, int slot, int kc, int n, const XLanes& X,
+                            const RowSums& B) {
+  constexpr int GS = 32 / S::G;
   const int nsteps = kc / 32;
-  // one span of steps s0 .. s0 + ns - 1 (NS: the span's steps at compile time, 8 or 4; 0: ns_)
   auto span = [&](int s0, int ns_, auto NSC) {
     constexpr int NS = decltype(NSC)::value;
     const int ns = NS ? NS : ns_;
-    // st[g] lane i: the scale of the span's group g in row r0 + i (mt: the min)
-    alignas(32) float st[8 * GS][8];
-    alignas(32) float mt[S::MIN ? 8 * GS : 1][8];
-    {
-      __m256 sv[8][GS], mv[8][GS];
-      for (int i = 0; i < 8; ++i) src.prep(rows[i], s0, ns, pf, sv[i], mv[i]);
-      for (int h = 0; h < GS; ++h) {
-        __m256i t[8];
-        for (int i = 0; i < 8; ++i) t[i] = _mm256_castps_si256(sv[i][h]);
-        transpose8_epi32(t);
-        for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)st[8 * h + g], t[g]);
-        if (S::MIN) {
-          for (int i = 0; i < 8; ++i) t[i] = _mm256_castps_si256(mv[i][h]);
-          transpose8_epi32(t);
-          for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)mt[S::MIN ? 8 * h + g : 0], t[g]);
-        }
-      }
+    __m256 sv[GS], mv[GS];
+    src.prep(r, s0, ns, pf, sv, mv);
+    for (int h = 0; h < GS; ++h) {  // whole vectors: B.s rows hold the groups rounded up to 8, plus 8
+      _mm256_storeu_ps(B.s + (size_t)slot * B.ng + s0 * GS + 8 * h, sv[h]);
+      if (S::MIN) _mm256_storeu_ps(B.m + (size_t)slot * B.ng + s0 * GS + 8 * h, mv[h]);
     }
-    const int8_t* xs[C];  // the span's activations, column j
-    for (int j = 0; j < C; ++j) xs[j] = X.xq + (size_t)(c0 + j) * X.ldx + 32 * s0;
-    const size_t g0 = (size_t)s0 * GS;  // the span's first group in X's tables
-    // group g of the span (rows as lanes of isum), column j: the canonical float steps
-    auto group = [&](int j, int g, __m256i isum) {
-      const size_t gi = (size_t)(c0 + j) * X.ldg + g0 + g;
-      if (S::OFF) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(X.xc[gi]));
-      const __m256 sd = _mm256_mul_ps(_mm256_load_ps(st[g]), _mm256_set1_ps(X.xd[gi]));
-      a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sd, a[j]);
-      if (S::MIN) a[j] = _mm256_fmadd_ps(_mm256_load_ps(mt[S::MIN ? g : 0]), _mm256_set1_ps(X.xm[gi]), a[j]);
-    };
     auto step = [&](int q) {
-      __m256i xv[C], h[C][4];
-      for (int j = 0; j < C; ++j) xv[j] = _mm256_loadu_si256((const __m256i*)(xs[j] + 32 * q));
-      for (int p = 0; p < 4; ++p) {  // rows 2p, 2p + 1: [a01 a23 b01 b23 | a45 a67 b45 b67]
-        const __m256i ua = src.weights(rows[2 * p], s0, q), ub = src.weights(rows[2 * p + 1], s0, q);
-        for (int j = 0; j < C; ++j)
-          h[j][p] = _mm256_hadd_epi32(dot4<S::SIGNED>(ua, xv[j]), dot4<S::SIGNED>(ub, xv[j]));
-      }
-      for (int j = 0; j < C; ++j) {
-        // lo: rows 0..3, sums of lanes 0..3 (low 128 bits) and 4..7 (high); hi: rows 4..7
-        const __m256i lo = _mm256_hadd_epi32(h[j][0], h[j][1]), hi = _mm256_hadd_epi32(h[j][2], h[j][3]);
-        const __m256i l03 = _mm256_permute2x128_si256(lo, hi, 0x20), l47 = _mm256_permute2x128_si256(lo, hi, 0x31);
-        if (G == 32) {
-          group(j, q, _mm256_add_epi32(l03, l47));
-        } else {  // lanes 0..3 hold group 2q, lanes 4..7 group 2q + 1
-          group(j, 2 * q, l03);
-          group(j, 2 * q + 1, l47);
-        }
+      const __m256i u = src.weights(r, s0, q);
+      for (int j = 0; j < n; ++j) {
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)j * X.ldx + 32 * (s0 + q)));
+        _mm256_storeu_si256(B.v + ((size_t)j * B.nsteps + s0 + q) * 8 + slot, dot4<S::SIGNED>(u, x));
       }
     };
     if (NS == 8) {
@@ -441,7 +405,57 @@ static inline void gemv_rows8(const S& src, size_t pf, int r0, int nr, int kc, c
   for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::integral_constant<int, 8>{});
   if (!S::FULL && nsteps - s0 == 4) span(s0, 4, std::integral_constant<int, 4>{});
   else if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::integral_constant<int, 0>{});
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M + r0, a[j]);
+}
+
+// pass 2 of gemv_block, column j of rows r0 .. r0 + 7: per step a transpose-add of the 8 rows' lanes (six
+// vphaddd, two 128-bit permutes) into one exact int32 per row and group, then the canonical float steps
+// (kernels.h) with the rows as lanes: per group one conversion, one multiply (scale * dx), one multiply-add
+// (and one more for the min). The scales are transposed per 8 groups (rows as lanes).
+template <class S>
+static inline void block_sums(const RowSums& B, int kc, const XLanes& X, int j, bool init, float* acc) {
+  constexpr int G = S::G, GS = 32 / G;
+  __m256 a = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc);
+  const int nsteps = kc / 32, ng = nsteps * GS;
+  for (int g0 = 0; g0 < ng; g0 += 8) {
+    alignas(32) float st[8][8];  // st[g] lane i: the scale of group g0 + g in row i
+    alignas(32) float mt[S::MIN ? 8 : 1][8];
+    {
+      __m256i t[8];
+      for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_si256((const __m256i*)(B.s + (size_t)i * B.ng + g0));
+      transpose8_epi32(t);
+      for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)st[g], t[g]);
+      if (S::MIN) {
+        for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_si256((const __m256i*)(B.m + (size_t)i * B.ng + g0));
+        transpose8_epi32(t);
+        for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)mt[S::MIN ? g : 0], t[g]);
+      }
+    }
+    auto group = [&](int g, __m256i isum) {  // group g0 + g
+      const size_t gi = (size_t)j * X.ldg + g0 + g;
+      if (S::OFF) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(X.xc[gi]));
+      const __m256 sd = _mm256_mul_ps(_mm256_load_ps(st[g]), _mm256_set1_ps(X.xd[gi]));
+      a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sd, a);
+      if (S::MIN) a = _mm256_fmadd_ps(_mm256_load_ps(mt[S::MIN ? g : 0]), _mm256_set1_ps(X.xm[gi]), a);
+    };
+    const int q1 = std::min(nsteps, (g0 + 8) / GS);
+    for (int q = g0 / GS; q < q1; ++q) {
+      const __m256i* v = B.v + ((size_t)j * B.nsteps + q) * 8;
+      // [r0 r1 r2 r3 | r0 r1 r2 r3]: sums of lanes 0..3 (low 128 bits) and 4..7 (high) of rows 0..3; hi: rows 4..7
+      __m256i w[8];
+      for (int i = 0; i < 8; ++i) w[i] = _mm256_loadu_si256(v + i);
+      const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(w[0], w[1]), _mm256_hadd_epi32(w[2], w[3]));
+      const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(w[4], w[5]), _mm256_hadd_epi32(w[6], w[7]));
+      const __m256i l03 = _mm256_permute2x128_si256(lo, hi, 0x20), l47 = _mm256_permute2x128_si256(lo, hi, 0x31);
+      const int g = q * GS - g0;
+      if (G == 32) {
+        group(g, _mm256_add_epi32(l03, l47));
+      } else {  // lanes 0..3 hold group 2q, lanes 4..7 group 2q + 1
+        group(g, l03);
+        group(g + 1, l47);
+      }
+    }
+  }
+  _mm256_storeu_ps(acc, a);
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -473,13 +487,21 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
   }
 }
 
+// rows in blocks of 8 (those past nr repeat row nr - 1: read and computed, their outputs left in acc unused)
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
-  const size_t pf = 8 * row_bytes;  // prefetch distance: the next 8 rows
+  const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
+  const int nsteps = kc / 32, ng = nsteps * (32 / S::G), sw = (ng + 7) / 8 * 8 + 8;
+  thread_local std::vector<int32_t> tls_v;
+  thread_local std::vector<float> tls_s;
+  std::vector<int32_t>& vbuf = tls_v;
+  std::vector<float>& sbuf = tls_s;
+  if (vbuf.size() < (size_t)n * nsteps * 64) vbuf.resize((size_t)n * nsteps * 64);
+  if (sbuf.size() < (size_t)16 * sw) sbuf.resize((size_t)16 * sw);
+  const RowSums B{(__m256i*)vbuf.data(), sbuf.data(), sbuf.data() + (size_t)8 * sw, nsteps, sw};
   for (int r0 = 0; r0 < nr; r0 += 8) {
-    int c = 0;
-    for (; c + 2 <= n; c += 2) gemv_rows8<S, 2>(src, pf, r0, nr, kc, X, c, init, acc);
-    if (c < n) gemv_rows8<S, 1>(src, pf, r0, nr, kc, X, c, init, acc);
+    for (int i = 0; i < 8; ++i) row_sums(src, pf, std::min(r0 + i, nr - 1), i, kc, n, X, B);
+    for (int j = 0; j < n; ++j) block_sums<S>(B, kc, X, j, init, acc + (size_t)j * TILE_M + r0);
   }
 }
 
