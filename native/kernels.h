@@ -10,19 +10,28 @@
 // models carry at a few positions: issue 18). Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes])
 // so one 512-bit VNNI instruction computes 4-term dot products for 16 rows at once.
 //
-// The canonical reduction (batch invariance): every kernel of a SIMD table computes each output y[c][r] as
-//     acc = +0
-//     for each group g of the row, in k order (G = 16 or 32 weights, dx_g the scale of its 32-block):
+// The canonical reduction (batch invariance): every kernel of a table computes each output y[c][r] from the
+// same per-group terms, for every N, chunking of k, row split and thread count:
+//     for each group g of the row (G = 16 or 32 weights, g counted from the row's start; dx_g the scale of its
+//     32-block):
 //       isum_g = sum_{k in g} u_k * xq_k - offset * sum_{k in g} xq_k        exact, int32
 //                (offset-128 types: the signed weights q_k = u_k - 128 times xq_k, the same integer)
-//       acc = fma((float)isum_g, s_g * dx_g, acc)                             s_g * dx_g rounded to float first
-//       acc = fma(m_g, dx_g * (float)sum_{k in g} xq_k, acc)                  types with a min only
-//     y[c][r] = acc
-// so a row's result does not depend on N, on how k is chunked, on the row split or the thread count: the tile
-// kernels (qgemm_chunk) and the small-N kernels (qgemv_chunk, qgemv_fused) of a table agree bit for bit.
-// The scalar table computes the same sequence without fused multiply-adds (acc = acc + (float)isum_g *
-// (s_g * dx_g), then acc = acc + m_g * xm_g): one path, one order, so it is batch-invariant too, but it does
-// not match the SIMD tables bit for bit.
+//       sd_g = s_g * dx_g                                                      one float product
+//       xm_g = dx_g * (float)sum_{k in g} xq_k                                 types with a min only
+// and sums them in an order fixed per table (S = acc_sets accumulators per output, each starting at +0):
+//   avx2 (S = 8): group g goes to set g % 8, the groups of a set in k order,
+//       acc[g % 8] = fma((float)isum_g, sd_g, acc[g % 8]);  then acc[g % 8] = fma(m_g, xm_g, acc[g % 8]) (min)
+//     y = ((((((acc[0] + acc[1]) + acc[2]) + acc[3]) + acc[4]) + acc[5]) + acc[6]) + acc[7]
+//     The tile kernel (qgemm_chunk) takes set g % 8 for group g of a chunk (chunks start at multiples of 256
+//     weights); the small-N kernels (qgemv_chunk, qgemv_fused) stream a row and reduce 8 consecutive groups at
+//     once into one vector whose lane j is set j. Eight independent sets let the small-N kernels convert and
+//     scale 8 groups with one instruction each.
+//   avx512 (S = 1): the groups in k order, acc = fma((float)isum_g, sd_g, acc), then acc = fma(m_g, xm_g, acc);
+//     y = acc. One kernel for every N (the tile kernel).
+//   scalar (S = 1): the same sequence without fused multiply-adds (acc = acc + (float)isum_g * sd_g, then
+//     acc = acc + m_g * xm_g). One kernel for every N.
+// The kernels leave the S sets in acc; the caller (matmul.cpp, reduce_sets) adds them in the order above. Each
+// path is batch-invariant; the paths do not match each other bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -84,14 +93,16 @@ struct KernelTable {
   // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
   // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
-  // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16 and every (padded) column c
-  // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][16]
+  // adds the chunk's groups to acc in the canonical order (above), for r < 16 and every (padded) column c
+  // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][acc_sets][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
                       const XGroups& X, float* acc);
   int qgemm_cb;  // activation columns per panel
+  int acc_sets;  // S: accumulator sets per output of the canonical order (1, or 8 on AVX2); the kernels' acc
+                 // holds S floats per output, reduced by the caller (reduce_sets)
   // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
-  // unpack, no interleave; acc: [n][16 rows], each output's running sum in the canonical order (above), so any
-  // chunking of k gives the same bits. init: the chunk is the first of its rows, so acc is written without
+  // unpack, no interleave; acc: [n][16 rows][acc_sets], each output's running sets in the canonical order
+  // (above), so any chunking of k (at multiples of 256 weights) gives the same bits. init: the chunk is the first of its rows, so acc is written without
   // being read (nobody zeroes it); else the chunk adds to it. Rows nr..15 of acc are left undefined.
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
                       int nr, int n, const XLanes& X, bool init, float* acc);

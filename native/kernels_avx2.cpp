@@ -19,14 +19,13 @@ namespace avx2 {
 // the sign trick |w| * sign(x, w) and skip the offset correction, which is exactly that shift. Unsigned
 // types sum NSUM int16 products before widening (bounded by the largest u of the type).
 constexpr int CB = 3;
+// accumulator sets per output (kernels.h, the canonical order on this path): group g goes to set g % 8
+constexpr int ACC_SETS = 8;
 
 template <int G, bool MIN, bool SIGNED, int NSUM>
 static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
                         float* acc) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-  __m256 af[CB][2];
-  for (int j = 0; j < CB; ++j)
-    for (int h = 0; h < 2; ++h) af[j][h] = _mm256_loadu_ps(acc + (p * CB + j) * TILE_M + 8 * h);
   for (int g = 0; g < ng; ++g) {
     const size_t gi = (size_t)p * X.ng + X.g0 + g;
     const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
@@ -92,20 +91,20 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
             ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16, ones));
           }
     }
+    // the group's set: (X.g0 + g) % 8 (chunks start at multiples of 256 weights)
+    float* as = acc + ((size_t)p * CB * ACC_SETS + ((X.g0 + g) & (ACC_SETS - 1))) * TILE_M;
     for (int h = 0; h < 2; ++h) {
       const __m256 sv = _mm256_loadu_ps(s + g * TILE_M + 8 * h);
+      const __m256 mv = MIN ? _mm256_loadu_ps(m + g * TILE_M + 8 * h) : _mm256_setzero_ps();
       for (int j = 0; j < CB; ++j) {
+        float* aj = as + (size_t)j * ACC_SETS * TILE_M + 8 * h;
         const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(X.xd[gi * CB + j]));
-        af[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, af[j][h]);
-      }
-      if (MIN) {
-        const __m256 mv = _mm256_loadu_ps(m + g * TILE_M + 8 * h);
-        for (int j = 0; j < CB; ++j) af[j][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(X.xm[gi * CB + j]), af[j][h]);
+        __m256 af = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, _mm256_loadu_ps(aj));
+        if (MIN) af = _mm256_fmadd_ps(mv, _mm256_set1_ps(X.xm[gi * CB + j]), af);
+        _mm256_storeu_ps(aj, af);
       }
     }
   }
-  for (int j = 0; j < CB; ++j)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(acc + (p * CB + j) * TILE_M + 8 * h, af[j][h]);
 }
 
 template <int G, bool MIN, bool SIGNED, int NSUM = 4>
@@ -167,11 +166,11 @@ static void interleave16_avx2(const uint8_t* u_rows, int kc, uint8_t* u_il) {
   }
 }
 
-// ---- small N: lanes along k, 8 rows at a time, one 32-weight step at a time ----------------------------
-// acc: [n][16 rows] (kernels.h). Per step, row and column: maddubs + madd (exact int32 sums of 4 products:
-// unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use |w| * sign(x, w)); the
-// 8 rows' lanes are then summed per group by a transpose-add (gemv_rows8), so each output follows the
-// canonical reduction of kernels.h, as the tile kernel above does.
+// ---- small N: lanes along k, one row at a time, one 32-weight step at a time -----------------------------
+// acc: [n][16 rows][8 sets] (kernels.h). Per step, row and column: maddubs + madd (exact int32 sums of 4
+// products: unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use
+// |w| * sign(x, w)); per 8 groups the lanes are summed into one exact int32 per group by a transpose-add
+// (gemv_row), lane j holding set j of the canonical reduction of kernels.h, as the tile kernel above sums.
 static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles (16) | hi nibbles (16)]
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
   return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
@@ -359,103 +358,97 @@ struct UnpackedSource {
   }
 };
 
-// Scratch of one 8-row block (gemv_block): per column, step and row the 8 int32 lanes of the step's dot4 sums
-// (v: [n][nsteps][8 rows], 32 bytes each), and per row the scales and mins of its groups (s, m: [8 rows][ng]).
-struct RowSums {
-  __m256i* v;
-  float* s;
-  float* m;
-  int nsteps, ng;
-};
+// The 8 x 8 int32 lanes of v[0..7] -> lane j: the sum of v[j]'s lanes (exact): t[i] = hadd(v[2i], v[2i+1]) is
+// the first level (taken as the steps come, so few vectors stay live), then two hadds and the 128-bit halves added.
+static inline __m256i lane_sums8(const __m256i t[4]) {
+  // lo: [v0 v1 v2 v3 | v0 v1 v2 v3], sums of lanes 0..3 (low 128 bits) and 4..7 (high); hi: v4 .. v7
+  const __m256i lo = _mm256_hadd_epi32(t[0], t[1]), hi = _mm256_hadd_epi32(t[2], t[3]);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+// G = 16: v[0..3] hold groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7) -> lane j: the sum of group j
+static inline __m256i group_sums16(__m256i t0, __m256i t1) {
+  // hadd(t0, t1): [g0 g2 g4 g6 | g1 g3 g5 g7]
+  return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(t0, t1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
 
-// pass 1 of gemv_block, one row streamed front to back (the hardware prefetchers follow one row at a time;
-// eight rows read side by side ran the 0.5B's Q8_0 output product at half the bandwidth): per step and column
-// the dot4 lanes (maddubs + madd, exact) into B.v; per span the row's group scales into B.s and B.m.
-template <class S>
-static inline void row_sums(const S& src, size_t pf, int r, int slot, int kc, int n, const XLanes& X,
-                            const RowSums& B) {
-  constexpr int GS = 32 / S::G;
+// Row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers), streamed front to
+// back (the hardware prefetchers follow one row at a time; eight rows read side by side ran the 0.5B's Q8_0
+// output product at half the bandwidth). Per step and column one dot4 (maddubs + madd: exact int32 sums of 4
+// products); per 8 groups and column a transpose-add (lane_sums8, group_sums16) gives one exact int32 sum per
+// group, lane j holding group g0 + j, which is set j of the canonical order (kernels.h, AVX2): one conversion,
+// one multiply (scale * dx, 8 groups at once) and one multiply-add (one more for the min) into the row's acc8,
+// whose lane j is set j. A span shorter than 8 groups (a row of 896: 28 groups) leaves the other sets as they
+// were (a blend: the padded lanes add zeros, which would turn a set's -0 into +0).
+template <class S, int C>
+static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, bool init, float* acc) {
+  constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
+  __m256 a[C];
+  for (int j = 0; j < C; ++j)
+    a[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS);
   const int nsteps = kc / 32;
+  const int8_t* xr[C];  // the row's activations, column j
+  for (int j = 0; j < C; ++j) xr[j] = X.xq + (size_t)(c0 + j) * X.ldx;
+  // one span of steps s0 .. s0 + ns - 1; NS: ns at compile time (8: whole, 4: the tail of a row of 896), 0: ns_
   auto span = [&](int s0, int ns_, auto NSC) {
     constexpr int NS = decltype(NSC)::value;
-    const int ns = NS ? NS : ns_;
+    constexpr bool F = NS == 8;
+    const int ns = NS ? NS : ns_, ng = ns * GS;
+    const __m256i gmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    auto xload = [&](const float* p) { return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask); };
     __m256 sv[GS], mv[GS];
     src.prep(r, s0, ns, pf, sv, mv);
-    for (int h = 0; h < GS; ++h) {  // whole vectors: B.s rows hold the groups rounded up to 8, plus 8
-      _mm256_storeu_ps(B.s + (size_t)slot * B.ng + s0 * GS + 8 * h, sv[h]);
-      if (S::MIN) _mm256_storeu_ps(B.m + (size_t)slot * B.ng + s0 * GS + 8 * h, mv[h]);
-    }
-    auto step = [&](int q) {
-      const __m256i u = src.weights(r, s0, q);
-      for (int j = 0; j < n; ++j) {
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)j * X.ldx + 32 * (s0 + q)));
-        _mm256_storeu_si256(B.v + ((size_t)j * B.nsteps + s0 + q) * 8 + slot, dot4<S::SIGNED>(u, x));
+    __m256i t[C][4];  // t[j][i]: hadd of the dot4 lanes of steps 2i and 2i + 1, column j
+    auto pair = [&](int i) {
+      const int q = 2 * i;
+      const __m256i u0 = src.weights(r, s0, q);
+      const bool two = NS ? q + 1 < NS : q + 1 < ns;
+      const __m256i u1 = two ? src.weights(r, s0, q + 1) : _mm256_setzero_si256();
+      for (int j = 0; j < C; ++j) {
+        const int8_t* x = xr[j] + 32 * (s0 + q);
+        const __m256i d0 = dot4<S::SIGNED>(u0, _mm256_loadu_si256((const __m256i*)x));
+        const __m256i d1 = two ? dot4<S::SIGNED>(u1, _mm256_loadu_si256((const __m256i*)(x + 32))) : _mm256_setzero_si256();
+        t[j][i] = _mm256_hadd_epi32(d0, d1);
       }
     };
-    if (NS == 8) {
-#pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) step(q);
+    if (F) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) pair(i);
     } else if (NS == 4) {
-      for (int q = 0; q < 4; ++q) step(q);
+      pair(0);
+      pair(1);
+      for (int j = 0; j < C; ++j) t[j][2] = t[j][3] = _mm256_setzero_si256();
     } else {
-      for (int q = 0; q < ns; ++q) step(q);
+      for (int i = 0; i < 4; ++i) {
+        if (2 * i < ns) pair(i);
+        else
+          for (int j = 0; j < C; ++j) t[j][i] = _mm256_setzero_si256();
+      }
+    }
+    for (int j = 0; j < C; ++j) {
+      __m256i isum[GS];
+      if constexpr (G == 32) {
+        isum[0] = lane_sums8(t[j]);
+      } else {
+        isum[0] = group_sums16(t[j][0], t[j][1]);
+        isum[GS - 1] = group_sums16(t[j][2], t[j][3]);
+      }
+      const __m256 a0 = a[j];
+      for (int h = 0; h < GS; ++h) {  // groups g0 .. g0 + 7, g0 = s0 * GS + 8h: sets 0 .. 7
+        const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS + 8 * h;
+        if (S::OFF)
+          isum[h] = _mm256_add_epi32(isum[h], F ? _mm256_loadu_si256((const __m256i*)(X.xc + xo))
+                                                : _mm256_maskload_epi32(X.xc + xo, gmask));
+        a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_mul_ps(sv[h], xload(X.xd + xo)), a[j]);
+        if (S::MIN) a[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo), a[j]);
+      }
+      if (!F) a[j] = _mm256_blendv_ps(a0, a[j], _mm256_castsi256_ps(gmask));
     }
   };
   int s0 = 0;
   for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::integral_constant<int, 8>{});
   if (!S::FULL && nsteps - s0 == 4) span(s0, 4, std::integral_constant<int, 4>{});
   else if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::integral_constant<int, 0>{});
-}
-
-// pass 2 of gemv_block, column j of rows r0 .. r0 + 7: per step a transpose-add of the 8 rows' lanes (six
-// vphaddd, two 128-bit permutes) into one exact int32 per row and group, then the canonical float steps
-// (kernels.h) with the rows as lanes: per group one conversion, one multiply (scale * dx), one multiply-add
-// (and one more for the min). The scales are transposed per 8 groups (rows as lanes).
-template <class S>
-static inline void block_sums(const RowSums& B, int kc, const XLanes& X, int j, bool init, float* acc) {
-  constexpr int G = S::G, GS = 32 / G;
-  __m256 a = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc);
-  const int nsteps = kc / 32, ng = nsteps * GS;
-  for (int g0 = 0; g0 < ng; g0 += 8) {
-    alignas(32) float st[8][8];  // st[g] lane i: the scale of group g0 + g in row i
-    alignas(32) float mt[S::MIN ? 8 : 1][8];
-    {
-      __m256i t[8];
-      for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_si256((const __m256i*)(B.s + (size_t)i * B.ng + g0));
-      transpose8_epi32(t);
-      for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)st[g], t[g]);
-      if (S::MIN) {
-        for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_si256((const __m256i*)(B.m + (size_t)i * B.ng + g0));
-        transpose8_epi32(t);
-        for (int g = 0; g < 8; ++g) _mm256_store_si256((__m256i*)mt[S::MIN ? g : 0], t[g]);
-      }
-    }
-    auto group = [&](int g, __m256i isum) {  // group g0 + g
-      const size_t gi = (size_t)j * X.ldg + g0 + g;
-      if (S::OFF) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(X.xc[gi]));
-      const __m256 sd = _mm256_mul_ps(_mm256_load_ps(st[g]), _mm256_set1_ps(X.xd[gi]));
-      a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sd, a);
-      if (S::MIN) a = _mm256_fmadd_ps(_mm256_load_ps(mt[S::MIN ? g : 0]), _mm256_set1_ps(X.xm[gi]), a);
-    };
-    const int q1 = std::min(nsteps, (g0 + 8) / GS);
-    for (int q = g0 / GS; q < q1; ++q) {
-      const __m256i* v = B.v + ((size_t)j * B.nsteps + q) * 8;
-      // [r0 r1 r2 r3 | r0 r1 r2 r3]: sums of lanes 0..3 (low 128 bits) and 4..7 (high) of rows 0..3; hi: rows 4..7
-      __m256i w[8];
-      for (int i = 0; i < 8; ++i) w[i] = _mm256_loadu_si256(v + i);
-      const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(w[0], w[1]), _mm256_hadd_epi32(w[2], w[3]));
-      const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(w[4], w[5]), _mm256_hadd_epi32(w[6], w[7]));
-      const __m256i l03 = _mm256_permute2x128_si256(lo, hi, 0x20), l47 = _mm256_permute2x128_si256(lo, hi, 0x31);
-      const int g = q * GS - g0;
-      if (G == 32) {
-        group(g, _mm256_add_epi32(l03, l47));
-      } else {  // lanes 0..3 hold group 2q, lanes 4..7 group 2q + 1
-        group(g, l03);
-        group(g + 1, l47);
-      }
-    }
-  }
-  _mm256_storeu_ps(acc, a);
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS, a[j]);
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -487,22 +480,17 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
   }
 }
 
-// rows in blocks of 8 (those past nr repeat row nr - 1: read and computed, their outputs left in acc unused)
+// rows one at a time (each streamed front to back), columns in pairs
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
   const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
-  const int nsteps = kc / 32, ng = nsteps * (32 / S::G), sw = (ng + 7) / 8 * 8 + 8;
-  thread_local std::vector<int32_t> tls_v;
-  thread_local std::vector<float> tls_s;
-  std::vector<int32_t>& vbuf = tls_v;
-  std::vector<float>& sbuf = tls_s;
-  if (vbuf.size() < (size_t)n * nsteps * 64) vbuf.resize((size_t)n * nsteps * 64);
-  if (sbuf.size() < (size_t)16 * sw) sbuf.resize((size_t)16 * sw);
-  const RowSums B{(__m256i*)vbuf.data(), sbuf.data(), sbuf.data() + (size_t)8 * sw, nsteps, sw};
-  for (int r0 = 0; r0 < nr; r0 += 8) {
-    for (int i = 0; i < 8; ++i) row_sums(src, pf, std::min(r0 + i, nr - 1), i, kc, n, X, B);
-    for (int j = 0; j < n; ++j) block_sums<S>(B, kc, X, j, init, acc + (size_t)j * TILE_M + r0);
-  }
+  auto cols = [&](int c0, auto CC) {
+    constexpr int C = decltype(CC)::value;
+    for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, init, acc);
+  };
+  int c = 0;
+  for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
+  if (c < n) cols(c, std::integral_constant<int, 1>{});
 }
 
 template <class S>
@@ -559,6 +547,7 @@ const KernelTable* kernels_avx2() {
     k.name = "avx2";
     k.qgemm_chunk = avx2::qgemm_chunk_avx2;
     k.qgemm_cb = avx2::CB;
+    k.acc_sets = avx2::ACC_SETS;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
     k.interleave16 = avx2::interleave16_avx2;
     using namespace avx2;

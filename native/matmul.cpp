@@ -154,6 +154,13 @@ struct LaneTables {
   }
 };
 
+// an output from its S accumulator sets a[0], a[stride], ..., in the canonical order (kernels.h): from set 0 up
+static inline float reduce_sets(const float* a, int S, int stride) {
+  float y = a[0];
+  for (int i = 1; i < S; ++i) y += a[(size_t)i * stride];
+  return y;
+}
+
 // whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels
 static bool small_n(const KernelTable& kt, int type_id, int n) {
   return n <= GEMV_MAX_N && kt.qgemv_chunk && kt.unpack[type_id];
@@ -213,7 +220,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     P.L = quant_layout(P.ti->type);
     P.fused = kt.qgemv_fused[jobs[j].type_id];
   }
-  const size_t acc_n = (size_t)TILE_M * n;  // [n][16 rows]
+  const int S = kt.acc_sets;
+  const size_t acc_n = (size_t)TILE_M * n * S;  // [n][16 rows][S sets]
   // one part: tiles t0 .. t1 - 1 of one product, set up once (a tile of a small matrix runs for a microsecond or two)
   auto part_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int t0, int t1) {
     const TypeInfo& ti = *P.ti;
@@ -255,7 +263,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
         kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
         kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, init, acc);
       }
-      for (int c = 0; c < n; ++c) std::memcpy(J.y + (size_t)c * J.m + r0, acc + (size_t)c * TILE_M, sizeof(float) * nr);
+      for (int c = 0; c < n; ++c)
+        for (int r = 0; r < nr; ++r) J.y[(size_t)c * J.m + r0 + r] = reduce_sets(acc + ((size_t)c * TILE_M + r) * S, S, 1);
     }
   };
   pool.run((int)parts.size(), [&](int p, int) {
@@ -320,7 +329,8 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
   const int nt = pool.size();
   const int ck = CHUNK_K;
   const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);  // floats per row in the scale tables
-  const size_t acc_n = (size_t)TILE_M * n_pad;
+  const int S = kt.acc_sets;
+  const size_t acc_n = (size_t)TILE_M * n_pad * S;  // [n_pad][S sets][16 rows]
   // Column blocks: a tile multiplies its 16 rows by every column, chunk by chunk, so all of xp (n_pad * k bytes)
   // passes through the core once per tile. Past L2 (2.5 MB at k = 4864, n = 512) every tile streamed it from L3
   // (such products ran 10-40% below the GFLOP/s of short rows). Then the tile's rows are decoded once into
@@ -372,7 +382,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
       const XGroups Xg{xp.data() + po * G, xd.data() + po, xc.data() + po, L.has_min ? xm.data() + po : nullptr,
                        ng, k0 / G, np};
       kt.qgemm_chunk(L, u_il + slot * il_stride, s + slot * s_stride, mm + slot * s_stride, kc, Xg,
-                     acc + (size_t)p0 * CB * TILE_M);
+                     acc + (size_t)p0 * CB * S * TILE_M);
     };
     if (!blocked) {
       for (int c = 0; c < n_chunks; ++c) {
@@ -384,8 +394,9 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
       for (int p0 = 0; p0 < n_panels; p0 += block_panels)
         for (int c = 0; c < n_chunks; ++c) multiply(c, c, p0, std::min(block_panels, n_panels - p0));
     }
-    // one block copy per column: a row of y per column is a different page for large m
-    for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, acc + (size_t)c * TILE_M, sizeof(float) * nr);
+    // column by column: a row of y per column is a different page for large m
+    for (int c = 0; c < n; ++c)
+      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = reduce_sets(acc + (size_t)c * S * TILE_M + r, S, TILE_M);
   };
   // contiguous tile ranges, 16 per thread: a thread the OS or a busy sibling slows leaves less for the others to
   // wait on at the end (1.5B pp512, alternated runs: mean 58 tok/s with 4 per thread, 62 with 16 or 64)
