@@ -26,13 +26,20 @@ template <int G, bool MIN, bool SIGNED, int NSUM>
 static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
                         float* acc) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+  // X's fields in locals: the stores to acc below would otherwise have them reloaded after each
+  const int8_t* const xq = X.xq;
+  const float *const xd = X.xd, *const xm = X.xm;
+  const int32_t* const xc = X.xc;
+  const int g0 = X.g0;
+  const size_t gp = (size_t)p * X.ng + g0;
+  float* const ap = acc + (size_t)p * CB * ACC_SETS * TILE_M;  // [CB][ACC_SETS][16]
   for (int g = 0; g < ng; ++g) {
-    const size_t gi = (size_t)p * X.ng + X.g0 + g;
-    const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
+    const size_t gi = gp + g;
+    const int8_t* xg = xq + gi * CB * G;  // [CB][G]
     __m256i ai[CB][2];
     // xc is 0 for types with a min: starting from zero lets the compiler drop the first add
     for (int j = 0; j < CB; ++j)
-      ai[j][0] = ai[j][1] = SIGNED || MIN ? _mm256_setzero_si256() : _mm256_set1_epi32(X.xc[gi * CB + j]);
+      ai[j][0] = ai[j][1] = SIGNED || MIN ? _mm256_setzero_si256() : _mm256_set1_epi32(xc[gi * CB + j]);
     if (SIGNED) {
       for (int q = 0; q < G / 4; ++q) {
         const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
@@ -92,15 +99,15 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
           }
     }
     // the group's set: (X.g0 + g) % 8 (chunks start at multiples of 256 weights)
-    float* as = acc + ((size_t)p * CB * ACC_SETS + ((X.g0 + g) & (ACC_SETS - 1))) * TILE_M;
+    float* as = ap + ((g0 + g) & (ACC_SETS - 1)) * TILE_M;
     for (int h = 0; h < 2; ++h) {
       const __m256 sv = _mm256_loadu_ps(s + g * TILE_M + 8 * h);
       const __m256 mv = MIN ? _mm256_loadu_ps(m + g * TILE_M + 8 * h) : _mm256_setzero_ps();
       for (int j = 0; j < CB; ++j) {
         float* aj = as + (size_t)j * ACC_SETS * TILE_M + 8 * h;
-        const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(X.xd[gi * CB + j]));
+        const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(xd[gi * CB + j]));
         __m256 af = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, _mm256_loadu_ps(aj));
-        if (MIN) af = _mm256_fmadd_ps(mv, _mm256_set1_ps(X.xm[gi * CB + j]), af);
+        if (MIN) af = _mm256_fmadd_ps(mv, _mm256_set1_ps(xm[gi * CB + j]), af);
         _mm256_storeu_ps(aj, af);
       }
     }
@@ -214,7 +221,9 @@ static inline __m256 halves8(const uint8_t* p, int bs, int nb, int off) {
   }
   return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
 }
-static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
+// always inlined: GCC otherwise finds the function free of side effects (a prefetch has none it models) and drops
+// its calls, as it did from every small-N kernel here
+__attribute__((always_inline)) static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
   if (!ahead) return;
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + ahead + o, _MM_HINT_T1);
 }
@@ -358,17 +367,26 @@ struct UnpackedSource {
   }
 };
 
-// The 8 x 8 int32 lanes of v[0..7] -> lane j: the sum of v[j]'s lanes (exact): t[i] = hadd(v[2i], v[2i+1]) is
-// the first level (taken as the steps come, so few vectors stay live), then two hadds and the 128-bit halves added.
-static inline __m256i lane_sums8(const __m256i t[4]) {
-  // lo: [v0 v1 v2 v3 | v0 v1 v2 v3], sums of lanes 0..3 (low 128 bits) and 4..7 (high); hi: v4 .. v7
-  const __m256i lo = _mm256_hadd_epi32(t[0], t[1]), hi = _mm256_hadd_epi32(t[2], t[3]);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+// Transpose-adds of int32 lane vectors v[0..7] (exact), built from unpacks and adds: on Zen 3 vphaddd issues one
+// per two cycles, an unpack two per cycle (loops of each, measured); at N = 1 the unpacks gained 1-6% over hadds.
+// pair_sums(v0, v1): [v0 02, v1 02, v0 13, v1 13 | v0 46, v1 46, v0 57, v1 57] (v0 02: lanes 0 + 2)
+static inline __m256i pair_sums(__m256i v0, __m256i v1) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
 }
-// G = 16: v[0..3] hold groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7) -> lane j: the sum of group j
+// quad_sums(pair_sums(v0, v1), pair_sums(v2, v3)): [v0 0123, v1 0123, v2 0123, v3 0123 | the same of lanes 4..7]
+static inline __m256i quad_sums(__m256i t01, __m256i t23) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+}
+// t[i] = pair_sums(v[2i], v[2i + 1]) -> lane j: the sum of v[j]'s lanes
+static inline __m256i lane_sums8(const __m256i t[4]) {
+  const __m256i lo = quad_sums(t[0], t[1]), hi = quad_sums(t[2], t[3]);  // v0..v3 and v4..v7, halves apart
+  return _mm256_add_epi32(_mm256_blend_epi32(lo, hi, 0xF0), _mm256_permute2x128_si256(lo, hi, 0x21));
+}
+// G = 16: v[0..3] hold groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7); t0, t1 their pair_sums -> lane j: the
+// sum of group j
 static inline __m256i group_sums16(__m256i t0, __m256i t1) {
-  // hadd(t0, t1): [g0 g2 g4 g6 | g1 g3 g5 g7]
-  return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(t0, t1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // quad_sums: [g0 g2 g4 g6 | g1 g3 g5 g7]
+  return _mm256_permutevar8x32_epi32(quad_sums(t0, t1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 // Row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers), streamed front to
@@ -397,7 +415,7 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
     auto xload = [&](const float* p) { return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask); };
     __m256 sv[GS], mv[GS];
     src.prep(r, s0, ns, pf, sv, mv);
-    __m256i t[C][4];  // t[j][i]: hadd of the dot4 lanes of steps 2i and 2i + 1, column j
+    __m256i t[C][4];  // t[j][i]: pair_sums of the dot4 lanes of steps 2i and 2i + 1, column j
     auto pair = [&](int i) {
       const int q = 2 * i;
       const __m256i u0 = src.weights(r, s0, q);
@@ -407,7 +425,7 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
         const int8_t* x = xr[j] + 32 * (s0 + q);
         const __m256i d0 = dot4<S::SIGNED>(u0, _mm256_loadu_si256((const __m256i*)x));
         const __m256i d1 = two ? dot4<S::SIGNED>(u1, _mm256_loadu_si256((const __m256i*)(x + 32))) : _mm256_setzero_si256();
-        t[j][i] = _mm256_hadd_epi32(d0, d1);
+        t[j][i] = pair_sums(d0, d1);
       }
     };
     if (F) {

@@ -154,11 +154,20 @@ struct LaneTables {
   }
 };
 
-// an output from its S accumulator sets a[0], a[stride], ..., in the canonical order (kernels.h): from set 0 up
-static inline float reduce_sets(const float* a, int S, int stride) {
+// Outputs from their S accumulator sets in the canonical order (kernels.h): y = ((a[0] + a[1]) + a[2]) + ...
+// one output, its sets a[0 .. S-1] adjacent (the small-N kernels' acc)
+static inline float reduce_sets(const float* a, int S) {
   float y = a[0];
-  for (int i = 1; i < S; ++i) y += a[(size_t)i * stride];
+  for (int i = 1; i < S; ++i) y += a[i];
   return y;
+}
+// 16 rows' outputs, a: [S][16] (the tile kernels' acc), into y[0 .. nr-1]; the same sums, 16 rows as lanes
+static inline void reduce_sets16(const float* a, int S, int nr, float* y) {
+  float t[TILE_M];
+  for (int r = 0; r < TILE_M; ++r) t[r] = a[r];
+  for (int i = 1; i < S; ++i)
+    for (int r = 0; r < TILE_M; ++r) t[r] += a[(size_t)i * TILE_M + r];
+  std::memcpy(y, t, sizeof(float) * nr);
 }
 
 // whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels
@@ -264,7 +273,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
         kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, init, acc);
       }
       for (int c = 0; c < n; ++c)
-        for (int r = 0; r < nr; ++r) J.y[(size_t)c * J.m + r0 + r] = reduce_sets(acc + ((size_t)c * TILE_M + r) * S, S, 1);
+        for (int r = 0; r < nr; ++r) J.y[(size_t)c * J.m + r0 + r] = reduce_sets(acc + ((size_t)c * TILE_M + r) * S, S);
     }
   };
   pool.run((int)parts.size(), [&](int p, int) {
@@ -395,8 +404,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
         for (int c = 0; c < n_chunks; ++c) multiply(c, c, p0, std::min(block_panels, n_panels - p0));
     }
     // column by column: a row of y per column is a different page for large m
-    for (int c = 0; c < n; ++c)
-      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = reduce_sets(acc + (size_t)c * S * TILE_M + r, S, TILE_M);
+    for (int c = 0; c < n; ++c) reduce_sets16(acc + (size_t)c * S * TILE_M, S, nr, y + (size_t)c * m + r0);
   };
   // contiguous tile ranges, 16 per thread: a thread the OS or a busy sibling slows leaves less for the others to
   // wait on at the end (1.5B pp512, alternated runs: mean 58 tok/s with 4 per thread, 62 with 16 or 64)
