@@ -373,6 +373,10 @@ struct UnpackedSource {
 static inline __m256i pair_sums(__m256i v0, __m256i v1) {
   return _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
 }
+// the int16 pairs of v0 and v1 (dwords) as pair_sums arranges int32 lanes, added as int16 (wrapping)
+static inline __m256i pair_sums16(__m256i v0, __m256i v1) {
+  return _mm256_add_epi16(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+}
 // quad_sums(pair_sums(v0, v1), pair_sums(v2, v3)): [v0 0123, v1 0123, v2 0123, v3 0123 | the same of lanes 4..7]
 static inline __m256i quad_sums(__m256i t01, __m256i t23) {
   return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
@@ -423,9 +427,20 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
       const __m256i u1 = two ? src.weights(r, s0, q + 1) : _mm256_setzero_si256();
       for (int j = 0; j < C; ++j) {
         const int8_t* x = xr[j] + 32 * (s0 + q);
-        const __m256i d0 = dot4<S::SIGNED>(u0, _mm256_loadu_si256((const __m256i*)x));
-        const __m256i d1 = two ? dot4<S::SIGNED>(u1, _mm256_loadu_si256((const __m256i*)(x + 32))) : _mm256_setzero_si256();
-        t[j][i] = pair_sums(d0, d1);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i*)x);
+        if (S::SIGNED) {
+          const __m256i d0 = dot4<true>(u0, x0);
+          const __m256i d1 = two ? dot4<true>(u1, _mm256_loadu_si256((const __m256i*)(x + 32))) : _mm256_setzero_si256();
+          t[j][i] = pair_sums(d0, d1);
+        } else {
+          // unsigned weights u <= 63: maddubs gives int16 pair sums of at most 2 * 63 * 127 = 16002, so two of them
+          // add up in int16; pair_sums in int16 then one madd: the same int32 lanes as pair_sums of two dot4s, one
+          // multiply fewer
+          const __m256i p0 = _mm256_maddubs_epi16(u0, x0);
+          const __m256i p1 = two ? _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i*)(x + 32)))
+                                 : _mm256_setzero_si256();
+          t[j][i] = _mm256_madd_epi16(pair_sums16(p0, p1), _mm256_set1_epi16(1));
+        }
       }
     };
     if (F) {
