@@ -106,7 +106,9 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
       for (int j = 0; j < CB; ++j) {
         float* aj = as + (size_t)j * ACC_SETS * TILE_M + 8 * h;
         const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(xd[gi * CB + j]));
-        __m256 af = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, _mm256_loadu_ps(aj));
+        // a row's first 8 groups start their sets: +0 (acc is not zeroed beforehand)
+        const __m256 a0 = g0 + g < ACC_SETS ? _mm256_setzero_ps() : _mm256_loadu_ps(aj);
+        __m256 af = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, a0);
         if (MIN) af = _mm256_fmadd_ps(mv, _mm256_set1_ps(xm[gi * CB + j]), af);
         _mm256_storeu_ps(aj, af);
       }
@@ -116,7 +118,13 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
 
 template <int G, bool MIN, bool SIGNED, int NSUM = 4>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
-  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN, SIGNED, NSUM>(w, s, m, kc / G, X, p, acc);
+  const int ng = kc / G;
+  for (int p = 0; p < X.n_panels; ++p) {
+    qgemm_panel<G, MIN, SIGNED, NSUM>(w, s, m, ng, X, p, acc);
+    if (X.g0 == 0 && ng < ACC_SETS)  // a row shorter than 8 groups: the sets it leaves empty
+      for (int j = 0; j < CB; ++j)
+        std::memset(acc + (((size_t)p * CB + j) * ACC_SETS + ng) * TILE_M, 0, sizeof(float) * (ACC_SETS - ng) * TILE_M);
+  }
 }
 
 static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,

@@ -364,7 +364,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
     float* mm = carve<float>(cur, il_chunks * s_stride);
     float* acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(acc, 0, sizeof(float) * acc_n);
+    if (S == 1) std::memset(acc, 0, sizeof(float) * acc_n);  // kernels with sets write them on a row's first chunk
     // chunk c unpacked and interleaved into slot c (blocked) or slot 0
     auto decode = [&](int c) {
       const int k0 = c * ck, kc = std::min(ck, k - k0);
