@@ -81,20 +81,19 @@ py::array_t<float> silu_mul_py(const py::array_t<float, py::array::c_style | py:
   return out;
 }
 
-// activations as a product quantizes them: (xq int8 [n, k], dx [n, k/block], sum16 [n, k/16])
-py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int block) {
-  if (block != 32 && block != 256) throw std::invalid_argument("block must be 32 or 256, got " + std::to_string(block));
-  if (x.ndim() != 2 || x.shape(1) % block || x.shape(1) == 0)
-    throw std::invalid_argument("x must be [n, k] with k a multiple of " + std::to_string(block));
+// activations as a product quantizes them: (xq int8 [n, k], dx [n, k/32], sum16 [n, k/16])
+py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
+  if (x.ndim() != 2 || x.shape(1) % 32 || x.shape(1) == 0)
+    throw std::invalid_argument("x must be [n, k] with k a multiple of 32");
   KernelContext ctx = kernel_context();
   QuantizedX q;
   {
     py::gil_scoped_release nogil;
-    quantize_x(*ctx.kernels, x.data(), (int)x.shape(0), (int)x.shape(1), (size_t)x.shape(1), q, ctx.pool, block);
+    quantize_x(*ctx.kernels, x.data(), (int)x.shape(0), (int)x.shape(1), (size_t)x.shape(1), q, ctx.pool);
   }
   const py::ssize_t n = x.shape(0), k = x.shape(1);
   py::array_t<int8_t> xq({n, k});
-  py::array_t<float> dx({n, k / block});
+  py::array_t<float> dx({n, k / 32});
   py::array_t<int32_t> s16({n, k / 16});
   std::copy(q.xq.begin(), q.xq.end(), xq.mutable_data());
   std::copy(q.dx.begin(), q.dx.end(), dx.mutable_data());
@@ -142,10 +141,8 @@ void bind_testing(py::module_& m) {
         "KV rows uint8 [n, row bytes] -> float32 [n, k]");
   m.def("hadamard", &hadamard_py, py::arg("x"), "float32 [n, dim] -> H x / sqrt(m) per group of m dims");
   m.def("silu_mul", &silu_mul_py, py::arg("g"), py::arg("u"), "g * sigmoid(g) * u, as the FFN computes it");
-  m.def("quantize_x", &quantize_x_py, py::arg("x"), py::arg("block") = 32,
-        "activations -> (xq int8 [n,k], dx [n,k/block], sum16 [n,k/16]), as a product quantizes them");
-  m.def("activation_block", [](int type_id, int n) { return activation_block(*kernel_context().kernels, type_id, n); },
-        py::arg("type_id"), py::arg("n"), "values per activation scale a product uses on the current path (32 or 256)");
+  m.def("quantize_x", &quantize_x_py, py::arg("x"),
+        "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16]), as every product quantizes them");
   m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
         "[x @ W_j^T] for [(type_id, W_j)] sharing x, as the forward step runs q/k/v and gate/up");
   m.def("type_table", &type_table_py, "[(id, name, block_size, type_size)] of the types the kernels compute");

@@ -6,8 +6,32 @@
 //     w = s_g * (u - offset)          (symmetric types: offset is a per-type constant, a power of two)
 //     w = s_g * u + m_g               (types with a min: offset = 0)
 // Activations are quantized per 32 (Q8_0-style: x ~= dx * xq, xq int8) once per matmul and reused for
-// every weight row. Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes]) so one 512-bit
-// VNNI instruction computes 4-term dot products for 16 rows at once.
+// every weight row, on every path and for every N (per-256 blocks flatten the massive activations some
+// models carry at a few positions: issue 18). Sixteen unpacked rows are interleaved ([kc/4][16 rows][4 bytes])
+// so one 512-bit VNNI instruction computes 4-term dot products for 16 rows at once.
+//
+// The canonical reduction (batch invariance): every kernel of a table computes each output y[c][r] from the
+// same per-group terms, for every N, chunking of k, row split and thread count:
+//     for each group g of the row (G = 16 or 32 weights, g counted from the row's start; dx_g the scale of its
+//     32-block):
+//       isum_g = sum_{k in g} u_k * xq_k - offset * sum_{k in g} xq_k        exact, int32
+//                (offset-128 types: the signed weights q_k = u_k - 128 times xq_k, the same integer)
+//       sd_g = s_g * dx_g                                                      one float product
+//       xm_g = dx_g * (float)sum_{k in g} xq_k                                 types with a min only
+// and sums them in an order fixed per table (S = acc_sets accumulators per output, each starting at +0):
+//   avx2 (S = 8): group g goes to set g % 8, the groups of a set in k order,
+//       acc[g % 8] = fma((float)isum_g, sd_g, acc[g % 8]);  then acc[g % 8] = fma(m_g, xm_g, acc[g % 8]) (min)
+//     y = ((((((acc[0] + acc[1]) + acc[2]) + acc[3]) + acc[4]) + acc[5]) + acc[6]) + acc[7]
+//     The tile kernel (qgemm_chunk) takes set g % 8 for group g of a chunk (chunks start at multiples of 256
+//     weights); the small-N kernels (qgemv_chunk, qgemv_fused) stream a row and reduce 8 consecutive groups at
+//     once into one vector whose lane j is set j. Eight independent sets let the small-N kernels convert and
+//     scale 8 groups with one instruction each.
+//   avx512 (S = 1): the groups in k order, acc = fma((float)isum_g, sd_g, acc), then acc = fma(m_g, xm_g, acc);
+//     y = acc. One kernel for every N (the tile kernel).
+//   scalar (S = 1): the same sequence without fused multiply-adds (acc = acc + (float)isum_g * sd_g, then
+//     acc = acc + m_g * xm_g). One kernel for every N.
+// The kernels leave the S sets in acc; the caller (matmul.cpp, reduce_sets) adds them in the order above. Each
+// path is batch-invariant; the paths do not match each other bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,16 +67,15 @@ struct XGroups {
   int n_panels;
 };
 
-// Small-N activation tables: lanes run along k (4 weights per int32 lane), already offset to the chunk.
+// Small-N activation tables, already offset to the chunk: the same per-group values the tile path packs
+// (XGroups), unpacked as [n][K/G] rows.
 struct XLanes {
   const int8_t* xq;    // [n][K], leading dimension ldx
   size_t ldx;
-  const float* dxe;    // [n][K/4] dx of the 32-block holding each 4 weights (null unless lane4_tables)
-  const int32_t* xce;  // [n][K/4] -offset * sum of the 4 xq, 0 for types with a min (null unless lane4_tables)
-  size_t ldl;
-  const float* xm;     // [n][K/G] dx * sum(xq over the group) (every type: offset types may use it instead of xce)
-  size_t ldg;
   const float* xd;     // [n][K/G] dx of the 32-block holding each group (leading dimension ldg)
+  const int32_t* xc;   // [n][K/G] -offset * sum(xq over the group) (0 for types with a min)
+  const float* xm;     // [n][K/G] dx * sum(xq over the group) (types with a min)
+  size_t ldg;
 };
 
 // unpacks kc weights (whole blocks) of rows w + r * row_bytes, r < nrows <= 16, into u[r * kc + k],
@@ -63,16 +86,6 @@ using UnpackFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc,
 // unpacks kc float-type weights of one row into out[kc]
 using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
 
-// Small-N activation tables for activations quantized per 256 (Q8_K-style), already offset to the chunk.
-struct XSuper {
-  const int8_t* xq;     // [n][K], leading dimension ldx
-  size_t ldx;
-  const float* d;       // [n][K/256] dx of each 256
-  size_t ldd;
-  const int16_t* bsum;  // [n][K/16] sum of xq per 16
-  size_t ldb;
-};
-
 struct KernelTable {
   const char* name;
   UnpackFn unpack[40];        // by QType id; nullptr for float types and unsupported ids
@@ -80,15 +93,17 @@ struct KernelTable {
   // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
   // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
-  // acc[c][r] += sum over the chunk of w[r][k] * x[c][k], for r < 16 and every (padded) column c
-  // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][16]
+  // adds the chunk's groups to acc in the canonical order (above), for r < 16 and every (padded) column c
+  // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][acc_sets][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
                       const XGroups& X, float* acc);
   int qgemm_cb;  // activation columns per panel
+  int acc_sets;  // S: accumulator sets per output of the canonical order (1, or 8 on AVX2); the kernels' acc
+                 // holds S floats per output, reduced by the caller (reduce_sets)
   // small N (optional, nullptr where absent): u_rows [16][kc], s/m [16][sw] (sw >= 16) straight from
-  // unpack, no interleave; acc: [n][16 rows][16 lanes] partial sums, reduced by the caller with this table's
-  // reduce16 (the AVX2 kernels fill lanes 0..7 only, and its reduce16 reads only those). init: the chunk is the
-  // first of its rows, so acc is written without being read (nobody zeroes it); else the chunk adds to it
+  // unpack, no interleave; acc: [n][16 rows][acc_sets], each output's running sets in the canonical order
+  // (above), so any chunking of k (at multiples of 256 weights) gives the same bits. init: the chunk is the first of its rows, so acc is written without
+  // being read (nobody zeroes it); else the chunk adds to it. Rows nr..15 of acc are left undefined.
   void (*qgemv_chunk)(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw, int kc,
                       int nr, int n, const XLanes& X, bool init, float* acc);
   // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
@@ -96,22 +111,11 @@ struct KernelTable {
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
-  bool lane4_tables;  // its small-N kernels read XLanes.dxe and .xce (built only then)
-  // small N over activations quantized per 256 (optional per type: K-quants whose super-block sums stay
-  // exact in int32); preferred over qgemv_fused where present; same acc contract, always whole rows (kc = K)
-  void (*qgemv_super[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
-                          float* acc);
-  int super_max_n;  // qgemv_super serves products of up to this many activation rows (every small-N kernel: up
-                    // to 4, matmul.cpp's GEMV_MAX_N)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
-  // the small-N partial sums of nr <= 16 rows: y[r] = ((0 + acc[r][0]) + acc[r][1]) + ... + acc[r][L - 1], in that
-  // order, L the lanes this table's kernels fill (16; 8 on AVX2): results do not depend on the row split or the
-  // thread count; acc: [16 rows][16 lanes]
-  void (*reduce16)(const float* acc, int nr, float* y);
-  // x: [k] float -> xq: [k] int8, dx: [k/block] (block 32 or 256, k a multiple of it), sum16: [k/16] (sum of
-  // xq per 16); x ~= dx * xq with dx = amax / 127 of the block, xq rounded to nearest
-  void (*quantize_row_x)(const float* x, int k, int block, int8_t* xq, float* dx, int32_t* sum16);
+  // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);
+  // x ~= dx * xq with dx = amax / 127 of the 32-block, xq rounded to nearest
+  void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
   // the compute roofline of `bench kernels` (optional, nullptr on the scalar path): `iters` steps of
   // PEAK_CHAINS independent chains, each step one multiply-add instruction of this path's int8 products and
   // its accumulation, int8_peak_macs multiply-adds a step in all; returns a checksum (tests: the chains in

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <type_traits>
+#include <vector>
 
 namespace lll {
 namespace avx2 {
@@ -18,21 +19,27 @@ namespace avx2 {
 // the sign trick |w| * sign(x, w) and skip the offset correction, which is exactly that shift. Unsigned
 // types sum NSUM int16 products before widening (bounded by the largest u of the type).
 constexpr int CB = 3;
+// accumulator sets per output (kernels.h, the canonical order on this path): group g goes to set g % 8
+constexpr int ACC_SETS = 8;
 
 template <int G, bool MIN, bool SIGNED, int NSUM>
 static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
                         float* acc) {
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-  __m256 af[CB][2];
-  for (int j = 0; j < CB; ++j)
-    for (int h = 0; h < 2; ++h) af[j][h] = _mm256_loadu_ps(acc + (p * CB + j) * TILE_M + 8 * h);
+  // X's fields in locals: the stores to acc below would otherwise have them reloaded after each
+  const int8_t* const xq = X.xq;
+  const float *const xd = X.xd, *const xm = X.xm;
+  const int32_t* const xc = X.xc;
+  const int g0 = X.g0;
+  const size_t gp = (size_t)p * X.ng + g0;
+  float* const ap = acc + (size_t)p * CB * ACC_SETS * TILE_M;  // [CB][ACC_SETS][16]
   for (int g = 0; g < ng; ++g) {
-    const size_t gi = (size_t)p * X.ng + X.g0 + g;
-    const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
+    const size_t gi = gp + g;
+    const int8_t* xg = xq + gi * CB * G;  // [CB][G]
     __m256i ai[CB][2];
     // xc is 0 for types with a min: starting from zero lets the compiler drop the first add
     for (int j = 0; j < CB; ++j)
-      ai[j][0] = ai[j][1] = SIGNED || MIN ? _mm256_setzero_si256() : _mm256_set1_epi32(X.xc[gi * CB + j]);
+      ai[j][0] = ai[j][1] = SIGNED || MIN ? _mm256_setzero_si256() : _mm256_set1_epi32(xc[gi * CB + j]);
     if (SIGNED) {
       for (int q = 0; q < G / 4; ++q) {
         const uint8_t* wq = w + (size_t)(g * (G / 4) + q) * 64;
@@ -91,25 +98,33 @@ static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng
             ai[j][h] = _mm256_add_epi32(ai[j][h], _mm256_madd_epi16(p16, ones));
           }
     }
+    // the group's set: (X.g0 + g) % 8 (chunks start at multiples of 256 weights)
+    float* as = ap + ((g0 + g) & (ACC_SETS - 1)) * TILE_M;
     for (int h = 0; h < 2; ++h) {
       const __m256 sv = _mm256_loadu_ps(s + g * TILE_M + 8 * h);
+      const __m256 mv = MIN ? _mm256_loadu_ps(m + g * TILE_M + 8 * h) : _mm256_setzero_ps();
       for (int j = 0; j < CB; ++j) {
-        const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(X.xd[gi * CB + j]));
-        af[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, af[j][h]);
-      }
-      if (MIN) {
-        const __m256 mv = _mm256_loadu_ps(m + g * TILE_M + 8 * h);
-        for (int j = 0; j < CB; ++j) af[j][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(X.xm[gi * CB + j]), af[j][h]);
+        float* aj = as + (size_t)j * ACC_SETS * TILE_M + 8 * h;
+        const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(xd[gi * CB + j]));
+        // a row's first 8 groups start their sets: +0 (acc is not zeroed beforehand)
+        const __m256 a0 = g0 + g < ACC_SETS ? _mm256_setzero_ps() : _mm256_loadu_ps(aj);
+        __m256 af = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j][h]), sd, a0);
+        if (MIN) af = _mm256_fmadd_ps(mv, _mm256_set1_ps(xm[gi * CB + j]), af);
+        _mm256_storeu_ps(aj, af);
       }
     }
   }
-  for (int j = 0; j < CB; ++j)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(acc + (p * CB + j) * TILE_M + 8 * h, af[j][h]);
 }
 
 template <int G, bool MIN, bool SIGNED, int NSUM = 4>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
-  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN, SIGNED, NSUM>(w, s, m, kc / G, X, p, acc);
+  const int ng = kc / G;
+  for (int p = 0; p < X.n_panels; ++p) {
+    qgemm_panel<G, MIN, SIGNED, NSUM>(w, s, m, ng, X, p, acc);
+    if (X.g0 == 0 && ng < ACC_SETS)  // a row shorter than 8 groups: the sets it leaves empty
+      for (int j = 0; j < CB; ++j)
+        std::memset(acc + (((size_t)p * CB + j) * ACC_SETS + ng) * TILE_M, 0, sizeof(float) * (ACC_SETS - ng) * TILE_M);
+  }
 }
 
 static void qgemm_chunk_avx2(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
@@ -166,11 +181,11 @@ static void interleave16_avx2(const uint8_t* u_rows, int kc, uint8_t* u_il) {
   }
 }
 
-// ---- small N: lanes along k, one 32-weight activation block a step ---------------------------------
-// acc: [n][16 rows][16 lanes] (kernels.h); lane l < 8 of a row sums int32 lane l of every step (4 weights a
-// lane); lanes 8..15 keep the caller's zeros. Per step and column: maddubs + madd (exact int32 sums of 4
+// ---- small N: lanes along k, one row at a time, one 32-weight step at a time -----------------------------
+// acc: [n][16 rows][8 sets] (kernels.h). Per step, row and column: maddubs + madd (exact int32 sums of 4
 // products: unsigned weights are <= 63 here, so int16 pairs never saturate; signed weights use
-// |w| * sign(x, w)), one float multiply-add by the group scale times dx (gemv_row).
+// |w| * sign(x, w)); per 8 groups the lanes are summed into one exact int32 per group by a transpose-add
+// (gemv_row), lane j holding set j of the canonical reduction of kernels.h, as the tile kernel above sums.
 static inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> [lo nibbles (16) | hi nibbles (16)]
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
   return _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0), _mm256_set1_epi8(15));
@@ -214,13 +229,16 @@ static inline __m256 halves8(const uint8_t* p, int bs, int nb, int off) {
   }
   return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
 }
-static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
+// always inlined: GCC otherwise finds the function free of side effects (a prefetch has none it models) and drops
+// its calls, as it did from every small-N kernel here
+__attribute__((always_inline)) static inline void prefetch_span(const void* p, size_t bytes, size_t ahead) {
   if (!ahead) return;
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + ahead + o, _MM_HINT_T1);
 }
 
 // A weight source yields a row's weights a span of up to 8 steps (256 weights) at a time:
-//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), corrected per span from X.xm;
+//   G: weights per scale group (32 or 16); MIN: w = s*u + m; OFF: w = s*(u - offset), the offset folded into
+//   each group's int32 sum from X.xc;
 //   SIGNED: w = s*u with u signed (offset 128 types: no correction); FULL: spans are always 8 steps (K-quants)
 //   offset(): the OFF types' offset (w = s*(u - offset))
 //   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
@@ -357,93 +375,121 @@ struct UnpackedSource {
   }
 };
 
-// row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers). Per step and
-// column: the weight bytes' dot4 with the activations, converted and multiplied by the step's scale (group
-// scale * dx, broadcast from a per-span table on the stack: a load, where a permute from a register costs a
-// shuffle and rebuilding its index another two), into one of two accumulators (even and odd steps: halves the
-// multiply-add dependency chain). The offset of OFF types is applied per span in float, as the min of MIN
-// types is: sum_g s_g * (-offset) * dx_g * sum(xq over g), from X.xm; vector ALU slots are what limits these
-// kernels (two cores reach the read bandwidth only below about 12 vector instructions per 32 weights).
+// Transpose-adds of int32 lane vectors v[0..7] (exact), built from unpacks and adds: on Zen 3 vphaddd issues one
+// per two cycles, an unpack two per cycle (loops of each, measured); at N = 1 the unpacks gained 1-6% over hadds.
+// pair_sums(v0, v1): [v0 02, v1 02, v0 13, v1 13 | v0 46, v1 46, v0 57, v1 57] (v0 02: lanes 0 + 2)
+static inline __m256i pair_sums(__m256i v0, __m256i v1) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+}
+// the int16 pairs of v0 and v1 (dwords) as pair_sums arranges int32 lanes, added as int16 (wrapping)
+static inline __m256i pair_sums16(__m256i v0, __m256i v1) {
+  return _mm256_add_epi16(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+}
+// quad_sums(pair_sums(v0, v1), pair_sums(v2, v3)): [v0 0123, v1 0123, v2 0123, v3 0123 | the same of lanes 4..7]
+static inline __m256i quad_sums(__m256i t01, __m256i t23) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+}
+// t[i] = pair_sums(v[2i], v[2i + 1]) -> lane j: the sum of v[j]'s lanes
+static inline __m256i lane_sums8(const __m256i t[4]) {
+  const __m256i lo = quad_sums(t[0], t[1]), hi = quad_sums(t[2], t[3]);  // v0..v3 and v4..v7, halves apart
+  return _mm256_add_epi32(_mm256_blend_epi32(lo, hi, 0xF0), _mm256_permute2x128_si256(lo, hi, 0x21));
+}
+// G = 16: v[0..3] hold groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7); t0, t1 their pair_sums -> lane j: the
+// sum of group j
+static inline __m256i group_sums16(__m256i t0, __m256i t1) {
+  // quad_sums: [g0 g2 g4 g6 | g1 g3 g5 g7]
+  return _mm256_permutevar8x32_epi32(quad_sums(t0, t1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Row r, columns c0 .. c0 + C - 1 (a compile-time count: the accumulators stay in registers), streamed front to
+// back (the hardware prefetchers follow one row at a time; eight rows read side by side ran the 0.5B's Q8_0
+// output product at half the bandwidth). Per step and column one dot4 (maddubs + madd: exact int32 sums of 4
+// products); per 8 groups and column a transpose-add (lane_sums8, group_sums16) gives one exact int32 sum per
+// group, lane j holding group g0 + j, which is set j of the canonical order (kernels.h, AVX2): one conversion,
+// one multiply (scale * dx, 8 groups at once) and one multiply-add (one more for the min) into the row's acc8,
+// whose lane j is set j. A span shorter than 8 groups (a row of 896: 28 groups) leaves the other sets as they
+// were (a blend: the padded lanes add zeros, which would turn a set's -0 into +0).
 template <class S, int C>
 static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes& X, int c0, bool init, float* acc) {
   constexpr int G = S::G, GS = 32 / G;  // groups per step (and scale vectors per span)
-  __m256 a0[C], a1[C];  // even and odd steps
-  for (int j = 0; j < C; ++j) {
-    a0[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16);
-    a1[j] = _mm256_setzero_ps();
-  }
-  const __m256 moff = _mm256_set1_ps(-(float)src.offset());
+  __m256 a[C];
+  for (int j = 0; j < C; ++j)
+    a[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS);
   const int nsteps = kc / 32;
-  // one span of steps s0 .. s0 + ns - 1; whole spans (F: ns = 8 at compile time) need no masks and no per-step
-  // checks (in cache, a third of the instructions of a Q8_0 step were those checks and the span's bookkeeping)
-  // NS: the span's steps at compile time (8: a whole span, 4: half of one, the tail of a row of 896), 0: ns_
+  const int8_t* xr[C];  // the row's activations, column j
+  for (int j = 0; j < C; ++j) xr[j] = X.xq + (size_t)(c0 + j) * X.ldx;
+  // one span of steps s0 .. s0 + ns - 1; NS: ns at compile time (8: whole, 4: the tail of a row of 896), 0: ns_
   auto span = [&](int s0, int ns_, auto NSC) {
     constexpr int NS = decltype(NSC)::value;
     constexpr bool F = NS == 8;
     const int ns = NS ? NS : ns_, ng = ns * GS;
-    __m256i gmask[GS];  // the span's groups among each 8
-    if (!F)
-      for (int h = 0; h < GS; ++h)
-        gmask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    auto xload = [&](const float* p, int h) {  // 8 group values, the span's only
-      return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask[h]);
-    };
-    // group scale * dx of the group's activation block, lane g = group 8h + g: G = 32 broadcasts a step's
-    // lane from a stack copy, G = 16 permutes two lanes out of the register
-    alignas(32) float sx[C][8];
-    __m256 sxv[C][GS];
+    const __m256i gmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    auto xload = [&](const float* p) { return F ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, gmask); };
     __m256 sv[GS], mv[GS];
     src.prep(r, s0, ns, pf, sv, mv);
-    for (int j = 0; j < C; ++j) {
-      const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS;
-      for (int h = 0; h < GS; ++h) {
-        sxv[j][h] = _mm256_mul_ps(sv[h], xload(X.xd + xo + 8 * h, h));
-        if (G == 32) _mm256_store_ps(sx[j], sxv[j][h]);
-        if (S::MIN) a0[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo + 8 * h, h), a0[j]);
-        if (S::OFF) a1[j] = _mm256_fmadd_ps(_mm256_mul_ps(sv[h], moff), xload(X.xm + xo + 8 * h, h), a1[j]);
-      }
-    }
-    const int8_t* xs[C];  // the span's activations, column j
-    for (int j = 0; j < C; ++j) xs[j] = X.xq + (size_t)(c0 + j) * X.ldx + 32 * s0;
-    auto step = [&](int q, __m256* a) {
-      const __m256i u = src.weights(r, s0, q);
+    __m256i t[C][4];  // t[j][i]: pair_sums of the dot4 lanes of steps 2i and 2i + 1, column j
+    auto pair = [&](int i) {
+      const int q = 2 * i;
+      const __m256i u0 = src.weights(r, s0, q);
+      const bool two = NS ? q + 1 < NS : q + 1 < ns;
+      const __m256i u1 = two ? src.weights(r, s0, q + 1) : _mm256_setzero_si256();
       for (int j = 0; j < C; ++j) {
-        const __m256i v = dot4<S::SIGNED>(u, _mm256_loadu_si256((const __m256i*)(xs[j] + 32 * q)));
-        // the step's scale: group q (G = 32), or groups 2q (lanes 0..3) and 2q + 1 (lanes 4..7)
-        const __m256 sc =
-            G == 32 ? _mm256_broadcast_ss(sx[j] + q)
-                    : _mm256_permutevar8x32_ps(sxv[j][(q >> 2) & (GS - 1)],
-                                               _mm256_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q + 1, 2 * q + 1,
-                                                                 2 * q + 1, 2 * q + 1));
-        a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, a[j]);
+        const int8_t* x = xr[j] + 32 * (s0 + q);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i*)x);
+        if (S::SIGNED) {
+          const __m256i d0 = dot4<true>(u0, x0);
+          const __m256i d1 = two ? dot4<true>(u1, _mm256_loadu_si256((const __m256i*)(x + 32))) : _mm256_setzero_si256();
+          t[j][i] = pair_sums(d0, d1);
+        } else {
+          // unsigned weights u <= 63: maddubs gives int16 pair sums of at most 2 * 63 * 127 = 16002, so two of them
+          // add up in int16; pair_sums in int16 then one madd: the same int32 lanes as pair_sums of two dot4s, one
+          // multiply fewer
+          const __m256i p0 = _mm256_maddubs_epi16(u0, x0);
+          const __m256i p1 = two ? _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i*)(x + 32)))
+                                 : _mm256_setzero_si256();
+          t[j][i] = _mm256_madd_epi16(pair_sums16(p0, p1), _mm256_set1_epi16(1));
+        }
       }
     };
-    if (F) {  // unrolled, each step's field offsets are constants
+    if (F) {
 #pragma GCC unroll 4
-      for (int q = 0; q < 8; q += 2) {
-        step(q, a0);
-        step(q + 1, a1);
-      }
+      for (int i = 0; i < 4; ++i) pair(i);
     } else if (NS == 4) {
-      step(0, a0);
-      step(1, a1);
-      step(2, a0);
-      step(3, a1);
+      pair(0);
+      pair(1);
+      for (int j = 0; j < C; ++j) t[j][2] = t[j][3] = _mm256_setzero_si256();
     } else {
-#pragma GCC unroll 4
-      for (int q = 0; q < 8; q += 2) {
-        if (q >= ns) break;
-        step(q, a0);
-        if (q + 1 < ns) step(q + 1, a1);
+      for (int i = 0; i < 4; ++i) {
+        if (2 * i < ns) pair(i);
+        else
+          for (int j = 0; j < C; ++j) t[j][i] = _mm256_setzero_si256();
       }
+    }
+    for (int j = 0; j < C; ++j) {
+      __m256i isum[GS];
+      if constexpr (G == 32) {
+        isum[0] = lane_sums8(t[j]);
+      } else {
+        isum[0] = group_sums16(t[j][0], t[j][1]);
+        isum[GS - 1] = group_sums16(t[j][2], t[j][3]);
+      }
+      const __m256 a0 = a[j];
+      for (int h = 0; h < GS; ++h) {  // groups g0 .. g0 + 7, g0 = s0 * GS + 8h: sets 0 .. 7
+        const size_t xo = (size_t)(c0 + j) * X.ldg + (size_t)s0 * GS + 8 * h;
+        if (S::OFF)
+          isum[h] = _mm256_add_epi32(isum[h], F ? _mm256_loadu_si256((const __m256i*)(X.xc + xo))
+                                                : _mm256_maskload_epi32(X.xc + xo, gmask));
+        a[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_mul_ps(sv[h], xload(X.xd + xo)), a[j]);
+        if (S::MIN) a[j] = _mm256_fmadd_ps(mv[h], xload(X.xm + xo), a[j]);
+      }
+      if (!F) a[j] = _mm256_blendv_ps(a0, a[j], _mm256_castsi256_ps(gmask));
     }
   };
   int s0 = 0;
   for (; s0 + 8 <= nsteps; s0 += 8) span(s0, 8, std::integral_constant<int, 8>{});
   if (!S::FULL && nsteps - s0 == 4) span(s0, 4, std::integral_constant<int, 4>{});
   else if (!S::FULL && s0 < nsteps) span(s0, nsteps - s0, std::integral_constant<int, 0>{});
-  for (int j = 0; j < C; ++j)
-    _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * 16, _mm256_add_ps(a0[j], a1[j]));
+  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS, a[j]);
 }
 
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
@@ -475,11 +521,10 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
   }
 }
 
+// rows one at a time (each streamed front to back), columns in pairs
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
   const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
-  // one row at a time: each thread then streams its rows front to back, which the hardware prefetchers
-  // follow; passes of 2 or 4 rows (four interleaved streams) decoded the 0.5B at 24 tok/s instead of 34-40
   auto cols = [&](int c0, auto CC) {
     constexpr int C = decltype(CC)::value;
     for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, init, acc);
@@ -501,145 +546,6 @@ static void gemv_unpacked(const QuantLayout& L, const uint8_t* u, const float* s
   gemv_source(UnpackedSource<Min, Off, Signed, Group>{u, s, m, sw, kc, L.offset}, 0, nr, kc, n, X, init, acc);
 }
 
-// ---- small N over per-256 activations (Q8_K-style: one dx per 256, sums per 16) ------------------------
-// A super-block's integer sums stay exact in int32 and are scaled once per 256 weights: a step costs the weight
-// decode, maddubs, a vpmaddwd that applies the group's integer scale to the int16 pair sums, and an add (the
-// per-32 path pays a conversion, a scale broadcast and a float multiply-add per step besides).
-//   Q4_K (8 groups of 32, w = d*sc_g*u - dmin*m_g, sc and m 6-bit, u <= 15), column c:
-//     sum_k w_k x_k = dx * (d * sum_g sc_g * dot(u_g, xq_g) - dmin * sum_g m_g * sum(xq_g))
-//     |int32 lane| <= 8 * 2 * (2 * 15 * 127) * 63 < 2^22
-//   Q6_K (16 groups of 16, w = d*sc_g*(u - 32), sc int8, u <= 63): a step's two groups take the low and high
-//   128 bits of the vpmaddwd multiplier;
-//     sum_k w_k x_k = dx * d * (sum_g sc_g * dot(u_g, xq_g) - 32 * sum_g sc_g * sum(xq_g))
-//     |int32 lane| <= 8 * 2 * (2 * 63 * 127) * 128 + 32 * 2 * 2 * 2032 * 128 < 2^26
-// The scalar reference of these kernels is the float64 product with x quantized per 256 (tests).
-template <int C>
-static inline void q4k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-  __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
-  const __m256i m4 = _mm256_set1_epi8(15);
-  for (int sb = 0; sb < nsb; ++sb) {
-    const block_q4_K& b = ((const block_q4_K*)row)[sb];
-    prefetch_span(&b, sizeof(b), pf);
-    // bytes 0..7 the scales, 8..15 the mins, in both 128-bit lanes; one byte shuffle each spreads them
-    const __m256i sm = _mm256_broadcastsi128_si256(q4k_scales(b));
-    // dword g = sc_g in both int16 halves (the vpmaddwd multiplier of step g, broadcast from the stack)
-    alignas(32) int32_t scw[8];
-    _mm256_store_si256((__m256i*)scw,
-                       _mm256_shuffle_epi8(sm, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
-                                                                4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1)));
-    // keeps the broadcasts as loads from the stack: without it GCC extracts each dword from the register
-    // (two or three shuffles a step)
-    asm volatile("" ::"r"(scw) : "memory");
-    // int16 m_g twice (once per 16 of the group), against the sums per 16
-    const __m256i mins = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
-                                                                  12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1,
-                                                                  15, -1));
-    // d and dmin (adjacent halves) in one conversion
-    int32_t dd;
-    std::memcpy(&dd, &b.d, 4);
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
-    __m256i ai[C];
-    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
-    for (int h = 0; h < 4; ++h) {  // 32 bytes hold groups 2h (low nibbles) and 2h + 1 (high)
-      const __m256i v = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * h));
-      const __m256i u0 = _mm256_and_si256(v, m4), u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      const __m256i s0 = _mm256_set1_epi32(scw[2 * h]), s1 = _mm256_set1_epi32(scw[2 * h + 1]);
-      for (int j = 0; j < C; ++j) {
-        const int8_t* xq = X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 64 * h;
-        const __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i*)xq));
-        const __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i*)(xq + 32)));
-        ai[j] = _mm256_add_epi32(ai[j], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
-      }
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
-      const __m128 s = _mm_mul_ps(dm, _mm_broadcast_ss(X.d + (size_t)(c0 + j) * X.ldd + sb));  // d*dx, dmin*dx
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]), _mm256_broadcastss_ps(s), af[j]);
-      af[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs)),
-                               _mm256_broadcastss_ps(_mm_movehdup_ps(s)), af[j]);
-    }
-  }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
-}
-
-template <int C>
-static inline void q6k_super_row(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-  __m256 af[C];
-  for (int j = 0; j < C; ++j) af[j] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (size_t)(c0 + j) * TILE_M * 16);
-  const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
-  // step q's multiplier from [sc_8p .. sc_8p+7 | same] (p = q / 4): int16 word 2q mod 8 in the low 128 bits,
-  // 2q + 1 mod 8 in the high
-  auto pick = [](int q) {
-    const int w0 = (2 * q) & 7, w1 = (2 * q + 1) & 7;
-    const char a0 = (char)(2 * w0), a1 = (char)(2 * w0 + 1), b0 = (char)(2 * w1), b1 = (char)(2 * w1 + 1);
-    return _mm256_setr_epi8(a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, b0, b1, b0, b1, b0, b1,
-                            b0, b1, b0, b1, b0, b1, b0, b1, b0, b1);
-  };
-  for (int sb = 0; sb < nsb; ++sb) {
-    const block_q6_K& b = ((const block_q6_K*)row)[sb];
-    prefetch_span(&b, sizeof(b), pf);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));
-    const __m256i half[2] = {_mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xEE)};
-    const float d = fp16(b.d);
-    __m256i ai[C];
-    for (int j = 0; j < C; ++j) ai[j] = _mm256_setzero_si256();
-    for (int n = 0; n < 2; ++n) {  // 128 weights: ql[64n .. 64n + 63], qh[32n .. 32n + 31]
-      const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n));
-      const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n + 32));
-      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * n));
-      // weights 128n + 32l + i: low 4 bits from ql[64n + 32(l&1) + i] (high nibble for l >= 2), bits 4..5
-      // from bits 2l..2l+1 of qh[32n + i]
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
-      for (int l = 0; l < 4; ++l) {
-        const int q = 4 * n + l;
-        const __m256i mult = _mm256_shuffle_epi8(half[n], pick(q));
-        for (int j = 0; j < C; ++j) {
-          const __m256i xv = _mm256_loadu_si256((const __m256i*)(X.xq + (size_t)(c0 + j) * X.ldx + 256 * sb + 32 * q));
-          ai[j] = _mm256_add_epi32(ai[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u[l], xv), mult));
-        }
-      }
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(c0 + j) * X.ldb + 16 * sb));
-      const __m256i t = _mm256_sub_epi32(ai[j], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
-      af[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(d * X.d[(size_t)(c0 + j) * X.ldd + sb]), af[j]);
-    }
-  }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + (size_t)(c0 + j) * TILE_M * 16, af[j]);
-}
-
-// rows r < nr one at a time (streamed front to back), columns in pairs
-template <template <int> class Row>
-static void qgemv_super_avx2(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XSuper& X, bool init,
-                             float* acc) {
-  const size_t pf = 8 * row_bytes;
-  const int nsb = kc / 256;
-  for (int r = 0; r < nr; ++r) {
-    const uint8_t* row = w + (size_t)r * row_bytes;
-    int c = 0;
-    for (; c + 2 <= n; c += 2) Row<2>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
-    if (c < n) Row<1>::run(row, pf, nsb, X, c, init, acc + (size_t)r * 16);
-  }
-}
-template <int C>
-struct Q4KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-    q4k_super_row<C>(row, pf, nsb, X, c0, init, acc);
-  }
-};
-template <int C>
-struct Q6KSuper {
-  static void run(const uint8_t* row, size_t pf, int nsb, const XSuper& X, int c0, bool init, float* acc) {
-    q6k_super_row<C>(row, pf, nsb, X, c0, init, acc);
-  }
-};
-
 static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const float* s, const float* m, int sw,
                              int kc, int nr, int n, const XLanes& X, bool init, float* acc) {
   if (L.offset == 128) gemv_unpacked<false, false, true, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
@@ -647,27 +553,6 @@ static void qgemv_chunk_avx2(const QuantLayout& L, const uint8_t* u_rows, const 
   else if (L.group == 32) gemv_unpacked<false, true, false, 32>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
   else if (L.has_min) gemv_unpacked<true, false, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
   else gemv_unpacked<false, true, false, 16>(L, u_rows, s, m, sw, kc, nr, n, X, init, acc);
-}
-
-// 8 rows at a time: transpose the 8 x 8 block of the lanes this path's kernels fill (0..7; a row's lanes 8..15
-// are never written here, kernels.h), then add the 8 lane vectors in lane order from zero: each row's
-// sequential sum exactly (adding the other contract's eight zeros after them would change no bit: the running
-// sum, started from +0, is never -0)
-static void reduce16_avx2(const float* acc, int nr, float* y) {
-  int r0 = 0;
-  for (; r0 + 8 <= nr; r0 += 8) {
-    __m256 t = _mm256_setzero_ps();
-    __m256i v[8];
-    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_si256((const __m256i*)(acc + (r0 + i) * 16));
-    transpose8_epi32(v);  // v[l] lane i = acc[r0 + i][l]
-    for (int l = 0; l < 8; ++l) t = _mm256_add_ps(t, _mm256_castsi256_ps(v[l]));
-    _mm256_storeu_ps(y + r0, t);
-  }
-  for (int r = r0; r < nr; ++r) {
-    float t = 0.f;
-    for (int l = 0; l < 8; ++l) t += acc[r * 16 + l];
-    y[r] = t;
-  }
 }
 
 // the int8 peak loop (kernels.h): vpmaddubsw and vpaddw, 32 multiply-adds a chain and step
@@ -703,9 +588,9 @@ const KernelTable* kernels_avx2() {
     k.name = "avx2";
     k.qgemm_chunk = avx2::qgemm_chunk_avx2;
     k.qgemm_cb = avx2::CB;
+    k.acc_sets = avx2::ACC_SETS;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
     k.interleave16 = avx2::interleave16_avx2;
-    k.reduce16 = avx2::reduce16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack
       using S = decltype(src);
@@ -720,11 +605,6 @@ const KernelTable* kernels_avx2() {
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
     source(QType::Q4_K, Q4KSource{});
     source(QType::Q6_K, Q6KSource{});
-    k.qgemv_super[(int)QType::Q4_K] = qgemv_super_avx2<Q4KSuper>;
-    k.qgemv_super[(int)QType::Q6_K] = qgemv_super_avx2<Q6KSuper>;
-    // up to 8 rows: at N = 6 and 8 the per-256 kernels beat the tile path by 20-40% on Q6_K (four passes over
-    // rows that stay in L1, against the tile path's unpack and interleave for few columns) and match it on Q4_K
-    k.super_max_n = 8;
     k.int8_peak = avx2::int8_peak_avx2;
     k.int8_peak_macs = PEAK_CHAINS * 32;
     return k;

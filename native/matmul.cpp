@@ -108,17 +108,15 @@ QuantLayout quant_layout(QType t) {
   }
 }
 
-void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool,
-                int block) {
+void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool) {
   out.n = n;
   out.k = k;
-  out.block = block;
   out.xq.resize((size_t)n * k);
-  out.dx.resize((size_t)n * (k / block));
+  out.dx.resize((size_t)n * (k / 32));
   out.sum16.resize((size_t)n * (k / 16));
   auto row = [&](int c, int) {
-    kt.quantize_row_x(x + (size_t)c * ldx, k, block, out.xq.data() + (size_t)c * k,
-                      out.dx.data() + (size_t)c * (k / block), out.sum16.data() + (size_t)c * (k / 16));
+    kt.quantize_row_x(x + (size_t)c * ldx, k, out.xq.data() + (size_t)c * k, out.dx.data() + (size_t)c * (k / 32),
+                      out.sum16.data() + (size_t)c * (k / 16));
   };
   if ((size_t)n * k >= (1u << 16)) pool.run(n, row);
   else for (int c = 0; c < n; ++c) row(c, 0);
@@ -132,87 +130,77 @@ static inline float group_sum(const QuantizedX& X, int c, int g, int G, int32_t&
   return X.dx[(size_t)c * (k / 32) + k0 / 32];
 }
 
-// the small-N activation tables of one weight layout (XLanes): per group [c][k/G] (dx, dx * sum(xq)) and, for
-// kernel tables that read them (lane4), per 4-weight lane [c][k/4] (dx, -offset * sum of the 4 xq)
+// the small-N activation tables of one weight layout (XLanes): per group [c][k/G] the values the tile path packs
+// (dx, -offset * sum(xq), dx * sum(xq)), computed by the same expressions
 struct LaneTables {
   QuantLayout L{};
-  std::vector<float> xd, xm, dxe;
-  std::vector<int32_t> xce;
-  void build(const QuantLayout& layout, const QuantizedX& X, bool lane4) {
+  std::vector<float> xd, xm;
+  std::vector<int32_t> xc;
+  void build(const QuantLayout& layout, const QuantizedX& X) {
     L = layout;
     const int n = X.n, k = X.k, G = L.group, ng = k / G;
     xd.resize((size_t)n * ng);
     xm.resize((size_t)n * ng);
+    xc.resize((size_t)n * ng);
     for (int c = 0; c < n; ++c)
       for (int g = 0; g < ng; ++g) {
         int32_t sum;
         const float d = group_sum(X, c, g, G, sum);
-        xd[(size_t)c * ng + g] = d;
-        xm[(size_t)c * ng + g] = d * (float)sum;  // the min of MIN types; offset types may fold their offset in
-      }
-    if (!lane4) {  // XLanes then holds null pointers, which no kernel of this table reads
-      dxe.clear();
-      xce.clear();
-      return;
-    }
-    dxe.resize((size_t)n * (k / 4));
-    xce.resize((size_t)n * (k / 4));
-    for (int c = 0; c < n; ++c)
-      for (int l = 0; l < k / 4; ++l) {
-        const int8_t* q = X.xq.data() + (size_t)c * k + 4 * l;
-        dxe[(size_t)c * (k / 4) + l] = X.dx[(size_t)c * (k / 32) + l / 8];
-        xce[(size_t)c * (k / 4) + l] = -L.offset * (q[0] + q[1] + q[2] + q[3]);
+        const size_t i = (size_t)c * ng + g;
+        xd[i] = d;
+        xc[i] = -L.offset * sum;
+        xm[i] = d * (float)sum;
       }
   }
 };
 
-// whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels:
-// every type up to GEMV_MAX_N rows, types with a per-256 kernel up to the table's super_max_n
+// Outputs from their S accumulator sets in the canonical order (kernels.h): y = ((a[0] + a[1]) + a[2]) + ...
+// one output, its sets a[0 .. S-1] adjacent (the small-N kernels' acc)
+static inline float reduce_sets(const float* a, int S) {
+  float y = a[0];
+  for (int i = 1; i < S; ++i) y += a[i];
+  return y;
+}
+// 16 rows' outputs, a: [S][16] (the tile kernels' acc), into y[0 .. nr-1]; the same sums, 16 rows as lanes
+static inline void reduce_sets16(const float* a, int S, int nr, float* y) {
+  float t[TILE_M];
+  for (int r = 0; r < TILE_M; ++r) t[r] = a[r];
+  for (int i = 1; i < S; ++i)
+    for (int r = 0; r < TILE_M; ++r) t[r] += a[(size_t)i * TILE_M + r];
+  std::memcpy(y, t, sizeof(float) * nr);
+}
+
+// whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels
 static bool small_n(const KernelTable& kt, int type_id, int n) {
-  if (!kt.qgemv_chunk || !kt.unpack[type_id]) return false;
-  return n <= GEMV_MAX_N || (kt.qgemv_super[type_id] && n <= kt.super_max_n);
+  return n <= GEMV_MAX_N && kt.qgemv_chunk && kt.unpack[type_id];
 }
 
-int activation_block(const KernelTable& kt, int type_id, int n) {
-  return type_id >= 0 && type_id < 40 && kt.qgemv_super[type_id] && small_n(kt, type_id, n) ? 256 : 32;
-}
-
-// small N (small_n: up to GEMV_MAX_N activation rows, more for per-256 kernels): lanes along k, no interleave.
-// Several products sharing x (q/k/v, gate/up) go out as one pool dispatch after one activation quantization:
-// decode issues them back to back, and each dispatch costs a wake-up and a wait for the slowest thread.
+// small N (small_n: up to GEMV_MAX_N activation rows): lanes along k, no interleave. Several products sharing x
+// (q/k/v, gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to
+// back, and each dispatch costs a wake-up and a wait for the slowest thread. Every output is computed whole by
+// one kernel call sequence in the canonical order (kernels.h), the same bits the tile path gives.
 static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
                       ThreadPool& pool) {
   // thread_local storage is named through references: a lambda body naming a thread_local would
   // reach the worker thread's own (empty) instance
-  thread_local QuantizedX tls_x, tls_xs;
+  thread_local QuantizedX tls_x;
   thread_local std::vector<LaneTables> tls_tables;
-  thread_local std::vector<int16_t> tls_bsum;
-  QuantizedX& X = tls_x;    // per 32
-  QuantizedX& XS = tls_xs;  // per 256, for the products with a per-256 kernel
+  QuantizedX& X = tls_x;
   std::vector<LaneTables>& tables = tls_tables;
-  std::vector<int16_t>& bsum = tls_bsum;
-  bool any32 = false, any256 = false;
-  for (int j = 0; j < n_jobs; ++j) (activation_block(kt, jobs[j].type_id, n) == 256 ? any256 : any32) = true;
-  if (any32) quantize_x(kt, x, n, k, k, X, pool);
-  if (any256) {
-    quantize_x(kt, x, n, k, k, XS, pool, 256);
-    bsum.assign(XS.sum16.begin(), XS.sum16.end());  // |sum of 16 int8| <= 2032
-  }
+  quantize_x(kt, x, n, k, k, X, pool);
   if ((int)tables.size() < n_jobs) tables.resize(n_jobs);
   std::vector<int> table_of(n_jobs);
   for (int j = 0; j < n_jobs; ++j) {  // one table set per distinct layout
     const QuantLayout L = quant_layout((QType)jobs[j].type_id);
     table_of[j] = j;
-    if (activation_block(kt, jobs[j].type_id, n) == 256) continue;  // reads XS and bsum only
     for (int i = 0; i < j; ++i) {
       const QuantLayout& M = tables[table_of[i]].L;
-      if (table_of[i] == i && activation_block(kt, jobs[i].type_id, n) == 32 && M.group == L.group &&
-          M.offset == L.offset && M.has_min == L.has_min) {
+      if (table_of[i] == i && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
         table_of[j] = i;
         break;
       }
     }
-    if (table_of[j] == j) tables[j].build(L, X, kt.lane4_tables);
+    if (table_of[j] == j) tables[j].build(L, X);
   }
 
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), 8 per
@@ -232,7 +220,6 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   struct Plan {  // per product, looked up once per call (a tile runs for a few microseconds)
     const TypeInfo* ti;
     QuantLayout L;
-    std::decay_t<decltype(kt.qgemv_super[0])> super;
     std::decay_t<decltype(kt.qgemv_fused[0])> fused;
   };
   std::vector<Plan> plans(n_jobs);
@@ -240,22 +227,20 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     Plan& P = plans[j];
     P.ti = type_info(jobs[j].type_id);
     P.L = quant_layout(P.ti->type);
-    P.super = activation_block(kt, jobs[j].type_id, n) == 256 ? kt.qgemv_super[jobs[j].type_id] : nullptr;
-    P.fused = P.super ? nullptr : kt.qgemv_fused[jobs[j].type_id];
+    P.fused = kt.qgemv_fused[jobs[j].type_id];
   }
-  const size_t acc_n = (size_t)TILE_M * n * 16;  // [n][16 rows][16 lanes]
+  const int S = kt.acc_sets;
+  const size_t acc_n = (size_t)TILE_M * n * S;  // [n][16 rows][S sets]
   // one part: tiles t0 .. t1 - 1 of one product, set up once (a tile of a small matrix runs for a microsecond or two)
   auto part_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int t0, int t1) {
     const TypeInfo& ti = *P.ti;
     const QuantLayout& L = P.L;
     const int G = L.group, ng = k / G;
-    const auto super = P.super;
     const auto fused = P.fused;
     // weights per chunk: the fused kernels take what their table asks (AVX2: whole rows, each row streamed
-    // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy; the
-    // per-256 kernels always whole rows (on the Xeon, chunks of 1024 ran Q4_K's N = 1 about 10% slower)
-    const int ck = super ? k : fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
-    const int cu = fused || super ? 0 : ck;
+    // front to back; chunks of 1024 decoded the 0.5B at 25 tok/s instead of 34) and keep no unpacked copy
+    const int ck = fused ? (kt.fused_chunk_k ? std::min(k, kt.fused_chunk_k) : k) : GEMV_CHUNK_K;
+    const int cu = fused ? 0 : ck;
     const int sw = std::max(16, ((cu / G) + 15) / 16 * 16);  // floats per row in the scale tables
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(padded(TILE_M * cu) + 2 * padded(sizeof(float) * TILE_M * sw) +
@@ -271,16 +256,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
         const bool init = k0 == 0;
         const int kc = std::min(ck, k - k0);
         const uint8_t* w = J.w + (size_t)r0 * J.row_bytes + (size_t)(k0 / ti.block_size) * ti.type_size;
-        if (super) {
-          const XSuper Xs{XS.xq.data() + k0, (size_t)k, XS.dx.data() + k0 / 256, (size_t)k / 256,
-                          bsum.data() + k0 / 16, (size_t)k / 16};
-          super(w, J.row_bytes, nr, kc, n, Xs, init, acc);
-          continue;
-        }
-        const bool l4 = !T.dxe.empty();
-        const XLanes Xl{X.xq.data() + k0, (size_t)k, l4 ? T.dxe.data() + k0 / 4 : nullptr,
-                        l4 ? T.xce.data() + k0 / 4 : nullptr, (size_t)k / 4,
-                        T.xm.data() + k0 / G, (size_t)ng, T.xd.data() + k0 / G};
+        const size_t go = (size_t)(k0 / G);
+        const XLanes Xl{X.xq.data() + k0, (size_t)k, T.xd.data() + go, T.xc.data() + go, T.xm.data() + go, (size_t)ng};
         if (fused) {
           fused(w, J.row_bytes, nr, kc, n, Xl, init, acc);
           continue;
@@ -295,7 +272,8 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
         kt.unpack[J.type_id](w, J.row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
         kt.qgemv_chunk(L, u_rows, s_rows, m_rows, sw, kc, nr, n, Xl, init, acc);
       }
-      for (int c = 0; c < n; ++c) kt.reduce16(acc + (size_t)c * TILE_M * 16, nr, J.y + (size_t)c * J.m + r0);
+      for (int c = 0; c < n; ++c)
+        for (int r = 0; r < nr; ++r) J.y[(size_t)c * J.m + r0 + r] = reduce_sets(acc + ((size_t)c * TILE_M + r) * S, S);
     }
   };
   pool.run((int)parts.size(), [&](int p, int) {
@@ -360,7 +338,8 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
   const int nt = pool.size();
   const int ck = CHUNK_K;
   const int sw = std::max(16, ((ck / G) + 15) / 16 * 16);  // floats per row in the scale tables
-  const size_t acc_n = (size_t)TILE_M * n_pad;
+  const int S = kt.acc_sets;
+  const size_t acc_n = (size_t)TILE_M * n_pad * S;  // [n_pad][S sets][16 rows]
   // Column blocks: a tile multiplies its 16 rows by every column, chunk by chunk, so all of xp (n_pad * k bytes)
   // passes through the core once per tile. Past L2 (2.5 MB at k = 4864, n = 512) every tile streamed it from L3
   // (such products ran 10-40% below the GFLOP/s of short rows). Then the tile's rows are decoded once into
@@ -385,7 +364,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
     float* mm = carve<float>(cur, il_chunks * s_stride);
     float* acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(acc, 0, sizeof(float) * acc_n);
+    if (S == 1) std::memset(acc, 0, sizeof(float) * acc_n);  // kernels with sets write them on a row's first chunk
     // chunk c unpacked and interleaved into slot c (blocked) or slot 0
     auto decode = [&](int c) {
       const int k0 = c * ck, kc = std::min(ck, k - k0);
@@ -412,7 +391,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
       const XGroups Xg{xp.data() + po * G, xd.data() + po, xc.data() + po, L.has_min ? xm.data() + po : nullptr,
                        ng, k0 / G, np};
       kt.qgemm_chunk(L, u_il + slot * il_stride, s + slot * s_stride, mm + slot * s_stride, kc, Xg,
-                     acc + (size_t)p0 * CB * TILE_M);
+                     acc + (size_t)p0 * CB * S * TILE_M);
     };
     if (!blocked) {
       for (int c = 0; c < n_chunks; ++c) {
@@ -424,8 +403,8 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
       for (int p0 = 0; p0 < n_panels; p0 += block_panels)
         for (int c = 0; c < n_chunks; ++c) multiply(c, c, p0, std::min(block_panels, n_panels - p0));
     }
-    // one block copy per column: a row of y per column is a different page for large m
-    for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, acc + (size_t)c * TILE_M, sizeof(float) * nr);
+    // column by column: a row of y per column is a different page for large m
+    for (int c = 0; c < n; ++c) reduce_sets16(acc + (size_t)c * S * TILE_M, S, nr, y + (size_t)c * m + r0);
   };
   // contiguous tile ranges, 16 per thread: a thread the OS or a busy sibling slows leaves less for the others to
   // wait on at the end (1.5B pp512, alternated runs: mean 58 tok/s with 4 per thread, 62 with 16 or 64)

@@ -10,12 +10,11 @@
 
 namespace lll {
 
-// Activations quantized once per product (Q8_0-style, per 32, or Q8_K-style, per 256), reused by every
-// weight row.
+// Activations quantized once per product (Q8_0-style, per 32: kernels.h), reused by every weight row.
 struct QuantizedX {
-  int n = 0, k = 0, block = 32;
+  int n = 0, k = 0;
   std::vector<int8_t> xq;      // [n][k]
-  std::vector<float> dx;       // [n][k/block]
+  std::vector<float> dx;       // [n][k/32]
   std::vector<int32_t> sum16;  // [n][k/16]
 };
 
@@ -25,9 +24,8 @@ const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const st
 // bytes of a row of k weights of type ti (k whole blocks)
 inline size_t row_bytes_of(const TypeInfo& ti, int k) { return (size_t)(k / ti.block_size) * ti.type_size; }
 
-// x: [n][ldx] float, k a multiple of block (32 or 256)
-void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool,
-                int block = 32);
+// x: [n][ldx] float, k a multiple of 32
+void quantize_x(const KernelTable& kt, const float* x, int n, int k, size_t ldx, QuantizedX& out, ThreadPool& pool);
 
 // W: m rows of k weights of type t, row r at w + r * row_bytes; x: [n][k] float (contiguous);
 // y: [n][m] float. Throws std::invalid_argument for an unsupported type or a k that is not whole blocks.
@@ -46,10 +44,6 @@ struct MatmulJob {
 // once and runs the products as one pool dispatch. Throws as matmul does, before computing anything.
 void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
                   ThreadPool& pool);
-
-// values per activation scale (32, or 256 where the table has a per-256 kernel) that a product of n
-// activation rows with weights of type_id uses
-int activation_block(const KernelTable& kt, int type_id, int n);
 
 // out: [rows][k] float
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out);

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .gguf import TensorInfo
 
 # entry points the product never calls (the tests check the forward step's pieces with them): kv_quantize,
-# kv_dequantize, hadamard, silu_mul, quantize_x, activation_block, matmul_multi, type_table
+# kv_dequantize, hadamard, silu_mul, quantize_x, matmul_multi, type_table
 # (native/bind_testing.cpp)
 testing = _native.testing
 

@@ -2,9 +2,8 @@
 
 Error bounds (why the thresholds are what they are):
 - Dequantization is exact: the same float32 operations as the reference, so results must be equal.
-- Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2; per 256 where
-  kernels.testing.activation_block says the path uses a super-block kernel, as llama.cpp's Q8_K does), integer
-  dot products are exact, and each group of G weights adds one scaled float32 term. Against the float64
+- Quantized types: activations are rounded to int8 per 32 (x ~= dx * xq, |x - dx*xq| <= dx/2) on every path
+  and for every N (native/kernels.h), integer dot products are exact, and each group of G weights adds one scaled float32 term. Against the float64
   product with the *quantized* activations x^ the only error is float32 rounding: at most
   (K/G + 4) * u * sum|w * x^| with u = 2^-23 (one rounding per group term plus the final scaling).
   Against the float64 product with the original x, activation rounding adds at most
@@ -59,9 +58,8 @@ def check_product(qt: T, y: np.ndarray, w64: np.ndarray, x: np.ndarray) -> None:
         err = np.abs(y - x64 @ w64.T)
         assert np.all(err <= bound + 1e-30), f"{qt.name}: max excess {np.max(err - bound)}"
         return
-    # per 32, or per 256 where the path has a super-block kernel for this type and n (Q8_K-style)
-    blk = kernels.testing.activation_block(int(qt), x.shape[0])
-    xq, dx, _ = kernels.testing.quantize_x(x, blk)
+    blk = 32
+    xq, dx, _ = kernels.testing.quantize_x(x)
     xhat = (xq.reshape(x.shape[0], -1, blk).astype(np.float64) * dx[:, :, None]).reshape(x.shape)
     # round to nearest of x * (127 / amax): within dx/2, plus a few ulps of x for the rounded reciprocal
     act_err = np.repeat(dx, blk, axis=1).astype(np.float64) / 2 + 8 * U * np.abs(x64)
@@ -194,8 +192,7 @@ def test_quant_table_matches_gguf_constants():
 def test_matmul_multi_equals_separate_products(path, n):
     """q/k/v and gate/up go through one call: mixed types (shared and distinct activation layouts, a float
     type between quantized ones; for large n the tile path quantizes x once and packs it again only when the
-    layout changes: Q4_1 after Q4_K reuses the packing; at n = 6 on AVX2 the K-quants take the small-N
-    per-256 kernels between tile products) must give exactly what separate products give."""
+    layout changes: Q4_1 after Q4_K reuses the packing) must give exactly what separate products give."""
     kernels.configure(path=path, threads=2)
     rng = np.random.default_rng(11)
     k = 512
@@ -218,28 +215,25 @@ def test_matmul_multi_rejects_a_product_of_another_row_length():
         kernels.testing.matmul_multi([good, bad], 256, x)
 
 
-@pytest.mark.parametrize("block", [32, 256])
-def test_quantize_activations_per_block(path, block):
-    """x ~= dx * xq per block of 32 (Q8_0-style) or 256 (Q8_K-style): dx = amax / 127, xq rounded to nearest,
-    sums of xq per 16 exact; an all-zero block gets dx = 0."""
+def test_quantize_activations_per_32(path):
+    """x ~= dx * xq per block of 32 (Q8_0-style): dx = amax / 127, xq rounded to nearest, sums of xq per 16
+    exact; an all-zero block gets dx = 0."""
     kernels.configure(path=path, threads=2)
-    rng = np.random.default_rng(block)
+    rng = np.random.default_rng(32)
     x = rng.standard_normal((3, 4 * 256), dtype=np.float32)
-    x[1, :block] = 0.0
+    x[1, :32] = 0.0
     x[2, 5] = 300.0  # an outlier: its block's scale only
-    xq, dx, s16 = kernels.testing.quantize_x(x, block)
-    assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // block) and s16.shape == (3, x.shape[1] // 16)
-    amax = np.abs(x.reshape(3, -1, block)).max(axis=-1)
+    xq, dx, s16 = kernels.testing.quantize_x(x)
+    assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // 32) and s16.shape == (3, x.shape[1] // 16)
+    amax = np.abs(x.reshape(3, -1, 32)).max(axis=-1)
     np.testing.assert_array_equal(dx, amax / np.float32(127.0))
-    assert dx[1, 0] == 0 and np.all(xq[1, :block] == 0)
+    assert dx[1, 0] == 0 and np.all(xq[1, :32] == 0)
     assert np.abs(xq).max() <= 127
-    err = np.abs(x - np.repeat(dx, block, axis=1) * xq.astype(np.float32))
-    assert np.all(err <= np.repeat(dx, block, axis=1) * (0.5 + 1e-5) + 1e-30)
+    err = np.abs(x - np.repeat(dx, 32, axis=1) * xq.astype(np.float32))
+    assert np.all(err <= np.repeat(dx, 32, axis=1) * (0.5 + 1e-5) + 1e-30)
     np.testing.assert_array_equal(s16, xq.reshape(3, -1, 16).astype(np.int64).sum(axis=-1))
-    with pytest.raises(ValueError, match="block must be 32 or 256"):
-        kernels.testing.quantize_x(x, 64)
-    with pytest.raises(ValueError, match=str(block)):
-        kernels.testing.quantize_x(x[:, : block + 32] if block == 256 else x[:, :48], block)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kernels.testing.quantize_x(x[:, :48])
 
 
 def test_silu_mul_matches_float64():
