@@ -29,8 +29,9 @@ TEXTS = [
 # per step: smollm2 max 0.96, mean <= 0.28 (the 8-bit rounding of the activations of its 576-wide Q4_1
 # products; the float reference with act_quant moves as much); the 0.5B max 0.43, mean <= 0.07. The bounds
 # leave about 1.5x.
-# qwen2.5-coder-1.5b is left out (issue 18): at position 0, in AVX2 steps of N <= 8 tokens, its top-1 is 15,
-# which float64 puts 4.4-5.5 below its top-1 16; and its float64 forward takes about a minute here.
+# qwen2.5-coder-1.5b is left out for time (its float64 forward takes about a minute here); its massive-activation
+# position (token 474 at position 0), which per-256 activation blocks used to flip to 15, keeps float64's top-1
+# 16 at every N now (tests/native/test_batch_invariance.py).
 MODELS = {
     "smollm2-135m-instruct-q4_1": (1.4, 0.4),
     "qwen2.5-coder-0.5b-instruct-q4_k_m": (0.65, 0.1),
