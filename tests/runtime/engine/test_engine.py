@@ -63,10 +63,8 @@ def pool_is_free(llm: LLM) -> bool:
 
 @pytest.fixture(scope="module")
 def smol():
-    # a small step budget so that prompts are prefilled in several chunks beside decoding streams. No drafts:
-    # they change how many rows a sequence has in a step, and the AVX2 products are not yet bit-identical for
-    # every row count (test_speculation.py checks drafting on the scalar path, where they are)
-    with LLM(model_file(SMOL), n_threads=2, ctx_size=1024, parallel=4, max_batch_tokens=16, speculative="off") as llm:
+    # a small step budget so that prompts are prefilled in several chunks beside decoding streams
+    with LLM(model_file(SMOL), n_threads=2, ctx_size=1024, parallel=4, max_batch_tokens=16) as llm:
         yield llm
 
 
