@@ -230,23 +230,18 @@ class Scheduler:
             raise ValueError(
                 f"{len(sampled_tokens)} sampled tokens for {len(output.sampled_seqs)} logits rows of the step"
             )
-        runs: dict[int, list[int]] = {}
+        rows: dict[int, list[int | None]] = {}
         for s, tok in zip(output.sampled_seqs, sampled_tokens):
-            run = runs.setdefault(s, [])
-            if tok is None:
-                if not run:
-                    raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its first sampled row has no token")
-                run.append(-1)
-            elif run and run[-1] == -1:
-                raise ValueError(f"sequence {output.seqs[s].seq_id!r}: a token after a row with none")
-            else:
-                run.append(int(tok))
-        t0 = np.cumsum((0,) + output.num_scheduled)
-        for s, run in runs.items():
-            run[:] = [t for t in run if t != -1]
+            rows.setdefault(s, []).append(tok)
+        runs: dict[int, list[int]] = {}
+        ends = np.cumsum(output.num_scheduled)
+        for s, toks in rows.items():
+            m = next((i for i, t in enumerate(toks) if t is None), len(toks))
+            if m == 0 or any(t is not None for t in toks[m:]):
+                raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its rows' tokens {toks} are not a run then None")
+            run = runs[s] = [int(t) for t in toks[:m]]
             k = output.num_drafts[s]
-            draft = output.token_ids[t0[s + 1] - k : t0[s + 1]].tolist()
-            if run[:-1] != draft[: len(run) - 1]:
+            if run[:-1] != output.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
                 raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
         self._pending = None
         advanced = []

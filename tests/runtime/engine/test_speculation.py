@@ -134,6 +134,9 @@ def test_a_partial_run_keeps_the_verified_kv_and_returns_blocks_past_it():
     used = bm.num_used_blocks
     with pytest.raises(ValueError, match="does not follow its drafts"):
         sched.update(out, [9, 9, None, None, None, None])
+    for bad in ([None] * 6, [8, None, 9, None, None, None]):
+        with pytest.raises(ValueError, match="not a run then None"):
+            sched.update(out, bad)
     sched.update(out, [8, 5, None, None, None, None])  # draft 8 kept, 5 drawn where 9 was drafted
     assert seq.token_ids == [1, 2, 3, 4, 5, 6, 7, 8, 5]
     assert seq.num_computed_tokens == 8  # 7 and the draft 8 have KV; the 5 has none yet
