@@ -10,6 +10,8 @@
     for chunk in llm.generate("def fib(n):", temperature=0.2, max_tokens=64): ...   # see generate.py
     for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
     stream = llm.submit(ids, SamplingParams(max_tokens=8))   # a RequestStream: iterate, `async for`, close()
+    LLM("model.gguf", speculative="off")             # no n-gram drafts ("ngram", the default, never changes a
+    llm.generate(ids, speculative="off", ...)        # token: engine/ngram.py); per request too
     llm.exclusive(lambda seq: seq.step(...))         # the one-sequence path, alone on the engine thread
 
 Requests from any number of threads share the model through the engine (engine/engine.py): one engine
@@ -62,6 +64,7 @@ class LLM:
         kv_budget_mib: float | None = None,
         parallel: int = DEFAULT_PARALLEL,
         max_batch_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        speculative: str = "ngram",
     ):
         """kv_type: the KV cache's K and V type, "f16", "q8_0" or "q4_0"; k_type / v_type override it for one
         of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
@@ -70,7 +73,9 @@ class LLM:
         native/kv_transforms.h (KvConfig). kv_budget_mib: the most MiB the KV pool may take (ValueError when that is
         less than one block). parallel: the most sequences decoded together (more wait their turn);
         max_batch_tokens: the most tokens one engine step computes (a long prompt is prefilled in chunks of it, so
-        streams decoding beside it keep their pace)."""
+        streams decoding beside it keep their pace). speculative: "ngram" (drafts from each sequence's own tokens,
+        verified in its step: the same tokens, fewer steps when text repeats) or "off"; a request may override it.
+        """
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
         if kv_budget_mib is not None and (
@@ -122,6 +127,7 @@ class LLM:
                 max_num_seqs=parallel,
                 max_num_batched_tokens=max(max_batch_tokens, parallel),
                 ctx_origin=origin,
+                speculative=speculative,
             )
         except Exception:
             self._file.close()
@@ -199,17 +205,27 @@ class LLM:
         sequences, free but holding a cached prefix)."""
         return self._engine_open().inspect(lambda sched: sched.pool_stats())
 
-    def submit(self, ids, params: SamplingParams | None = None, logprobs: int | None = None) -> RequestStream:
+    def submit(
+        self,
+        ids,
+        params: SamplingParams | None = None,
+        logprobs: int | None = None,
+        speculative: str | None = None,
+    ) -> RequestStream:
         """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
         iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit (a
-        ContextLengthError when the context is too small). logprobs: see Engine.submit."""
-        return self._engine_open().submit(ids, params if params is not None else SamplingParams(), logprobs=logprobs)
+        ContextLengthError when the context is too small). logprobs: see Engine.submit. speculative: "ngram" or
+        "off" for this request (None: the LLM's)."""
+        params = params if params is not None else SamplingParams()
+        return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative)
 
-    def generate(self, prompt_or_ids, params: SamplingParams | None = None, **kwargs) -> Iterator[Chunk]:
+    def generate(
+        self, prompt_or_ids, params: SamplingParams | None = None, speculative: str | None = None, **kwargs
+    ) -> Iterator[Chunk]:
         """Streams a completion of a raw prompt (str, encoded with BOS as the model asks) or of token ids.
         kwargs are SamplingParams fields (temperature, top_k, ..., max_tokens, stop, seed, ignore_eos);
         a bad value raises ValueError naming it. Chunks: .text, .token_ids; the last also .finish_reason and
-        .stats."""
+        .stats. speculative: see submit."""
         if params is None:
             params = SamplingParams(**kwargs)
         elif kwargs:
@@ -219,9 +235,11 @@ class LLM:
             ids = self.tokenize(prompt_or_ids)
         else:
             ids = prompt_or_ids
-        return _chunks(self.submit(ids, params))
+        return _chunks(self.submit(ids, params, speculative=speculative))
 
-    def chat(self, messages, params: SamplingParams | None = None, tools=None, **kwargs) -> Iterator[Chunk]:
+    def chat(
+        self, messages, params: SamplingParams | None = None, tools=None, speculative: str | None = None, **kwargs
+    ) -> Iterator[Chunk]:
         """Like generate, for a conversation rendered with the model's chat template."""
         if params is None:
             params = SamplingParams(**kwargs)
@@ -231,7 +249,7 @@ class LLM:
             self.check_text_fits(
                 sum(len(str(m.get("content") or "").encode()) for m in messages if isinstance(m, dict))
             )
-        return _chunks(self.submit(self.tokenizer.encode_chat(messages, tools=tools), params))
+        return _chunks(self.submit(self.tokenizer.encode_chat(messages, tools=tools), params, speculative=speculative))
 
     def close(self) -> None:
         """Cancels live requests, stops the engine, releases the native model and the file map."""

@@ -2,13 +2,15 @@
 
   bar = StatusBar(model="smollm2:135m", ctx_size=4096, kv_type="f16")
   bar.set_stats(stats)      # a finished reply's Stats: prompt_tps, decode_tps, prompt_tokens + completion_tokens,
-                            # cached_tokens (the prompt's prefix reused from the last turn, shown when there is one)
+                            # cached_tokens (the prompt's prefix reused from the last turn, shown when there is one),
+                            # draft acceptance (draft_accepted / draft_proposed, shown when drafts were verified)
   bar.set_busy(True)        # "Esc stops" shown until set_busy(False)
   bar.reset()               # a new conversation: context back to 0
   bar.set_model("qwen2.5-coder:0.5b", 4096, "f16")   # another model: its name, context and KV type; reset()
 
 smollm2:135m │ pp 205 tg 17.0 t/s │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
 smollm2:135m │ pp 205 tg 17.0 t/s, 32 cached │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
+smollm2:135m │ pp 205 tg 41.0 t/s, drafts 72% │ ctx ▰▰▱▱▱▱▱▱ 41/4096 │ KV f16 │ F1 help
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class StatusBar(Static):
         self.prompt_tps: float | None = None
         self.decode_tps: float | None = None
         self.cached_tokens = 0
+        self.draft_acceptance: float | None = None
         self.ctx_used = 0
         self.busy = False
 
@@ -43,6 +46,8 @@ class StatusBar(Static):
         self.prompt_tps = stats.prompt_tps
         self.decode_tps = stats.decode_tps
         self.cached_tokens = int(getattr(stats, "cached_tokens", 0) or 0)
+        proposed = int(getattr(stats, "draft_proposed", 0) or 0)
+        self.draft_acceptance = int(getattr(stats, "draft_accepted", 0) or 0) / proposed if proposed else None
         self.ctx_used = int(stats.prompt_tokens) + int(stats.completion_tokens)
         if getattr(stats, "ctx_size", 0):
             self.ctx_size = int(stats.ctx_size)
@@ -59,6 +64,7 @@ class StatusBar(Static):
     def reset(self) -> None:
         self.prompt_tps = self.decode_tps = None
         self.cached_tokens = 0
+        self.draft_acceptance = None
         self.ctx_used = 0
         self._show()
 
@@ -73,6 +79,8 @@ class StatusBar(Static):
         speeds = f"pp {_rate(self.prompt_tps)} tg {_rate(self.decode_tps)} t/s"
         if self.cached_tokens:
             speeds += f", {self.cached_tokens} cached"
+        if self.draft_acceptance is not None:
+            speeds += f", drafts {100 * self.draft_acceptance:.0f}%"
         ctx, kv = f"ctx {meter} {self.ctx_used}/{self.ctx_size}", f"KV {self.kv_type}"
         hint = "Esc stops" if self.busy else "F1 help"
         # the fullest layout that leaves the model name 8 cells: the key hint goes first

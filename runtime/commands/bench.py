@@ -7,6 +7,9 @@ same model, threads, KV type and prompt tokens in the same run, repetitions alte
 llama.cpp's in its own process, and again; best of each), plus the time from process start to the first token of
 a short prompt for `localllm run` and for a llama-cpp-python script; printed as ratios.
 
+`localllm bench MODEL --speculative`: tokens/s of chat requests at temperature 0 (whole-file code edits, a
+reformat, prose) with n-gram drafting off and on, alternated; draft acceptance and tokens per step.
+
 `localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
 machine's streaming read bandwidth (the decode roofline).
 
@@ -115,6 +118,11 @@ def register(sub) -> None:
         metavar="N",
         help="bench serve MODEL: concurrent HTTP clients per level (default 1 4 8); --compare adds "
         "llama-cpp-python's server",
+    )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="bench MODEL: code edits, a reformat and prose at temperature 0, n-gram drafting off vs on (tok/s)",
     )
     p.add_argument("--level-seconds", type=float, default=30.0, help="bench serve: seconds per level (default 30)")
     p.set_defaults(func=run)
@@ -243,6 +251,31 @@ def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
     return 0
 
 
+def run_speculation(args: argparse.Namespace, path: Path, threads: int) -> int:
+    """bench MODEL --speculative: editor tasks with n-gram drafting off and on."""
+    from localllm import kernels
+    from localllm.bench.speculation import speculation_tasks
+
+    rows = speculation_tasks(path, threads, reps=args.repetitions, **kv_kwargs(args))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(
+        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}; chat requests at temperature 0, "
+        f"best of {args.repetitions} runs each way, alternated; tok/s end to end (decode only in brackets)"
+    )
+    print(
+        f"  {'task':<15}{'tokens':>7}{'off tok/s':>17}{'ngram tok/s':>19}{'speedup':>9}{'accepted':>10}{'tok/step':>9}"
+    )
+    for r in rows:
+        print(
+            f"  {r['task']:<15}{r['tokens']:>7}{r['off_tps']:>8.1f} ({r['off_decode_tps']:>5.1f}){r['ngram_tps']:>10.1f} "
+            f"({r['ngram_decode_tps']:>5.1f}){r['speedup']:>8.2f}x{100 * r['acceptance']:>9.0f}%{r['tokens_per_step']:>9.2f}"
+            + ("" if r["same"] else "  (replies differ: products not batch-invariant on this path)")
+        )
+    return 0
+
+
 def run_model(args: argparse.Namespace) -> int:
     from localllm import kernels
     from localllm.bench.compare import compare_first_token, llama_cpp_rounds, llama_python
@@ -255,6 +288,10 @@ def run_model(args: argparse.Namespace) -> int:
             raise ValueError(f"{name} must be positive")
     path = _resolve(args.what, args.pull)
     threads = (args.threads or [kernels.physical_cores()])[0]
+    if args.speculative:
+        if args.compare or args.parallel or args.multi_turn:
+            raise ValueError("--speculative runs on its own: not with --compare, --parallel or --multi-turn")
+        return run_speculation(args, path, threads)
     if args.parallel or args.multi_turn:
         if args.compare:
             raise ValueError("--compare measures pp and tg; run it apart from --parallel and --multi-turn")

@@ -27,6 +27,13 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
     add_kv_arguments(p)
+    p.add_argument(
+        "--speculative",
+        choices=["ngram", "off"],
+        default="ngram",
+        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
+        "faster when text repeats); off: one token per step",
+    )
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("--no-save", action="store_true", help="do not save conversations (no side panel)")
     p.set_defaults(func=run)
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from localllm.llm import LLM
 
     def open_llm(p: Path) -> LLM:
-        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))
+        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, speculative=args.speculative, **kv_kwargs(args))
 
     print(f"loading {model} ...", file=sys.stderr)
     engine = ChatEngine(open_llm(path), display_name(model, path), sampling=fixed)

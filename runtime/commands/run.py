@@ -24,6 +24,13 @@ def register(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument(
+        "--speculative",
+        choices=["ngram", "off"],
+        default="ngram",
+        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
+        "faster when text repeats); off: one token per step",
+    )
     add_kv_arguments(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("-v", "--verbose", action="store_true", help="print prompt and decode tokens/s to stderr")
@@ -38,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model, pull=args.pull)
     if args.prompt is not None and not args.prompt:
         raise ValueError("empty prompt: give one as an argument or on stdin")
-    with LLM(path, n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args)) as llm:
+    llm_kwargs = {"n_threads": args.threads, "ctx_size": args.ctx_size, "speculative": args.speculative}
+    with LLM(path, **llm_kwargs, **kv_kwargs(args)) as llm:
         prompt = args.prompt if args.prompt is not None else read_stdin(llm.max_prompt_bytes)
         if not prompt:
             raise ValueError("empty prompt: give one as an argument or on stdin")
@@ -72,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "
                 f"generated: {s.completion_tokens} tokens, {s.decode_tps:.1f} tok/s; "
+                f"drafts: {s.draft_accepted}/{s.draft_proposed} accepted; "
                 f"finish: {last.finish_reason}",
                 file=sys.stderr,
             )

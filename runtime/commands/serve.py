@@ -30,6 +30,13 @@ def register(sub) -> None:
         help="allow a browser front end at ORIGIN (repeatable; default: CORS off)",
     )
     p.add_argument("--pull", action="store_true", help="pull the model first if it is a catalog model not stored")
+    p.add_argument(
+        "--speculative",
+        choices=["ngram", "off"],
+        default="ngram",
+        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
+        "faster when text repeats); off: one token per step",
+    )
     add_kv_arguments(p)
     p.set_defaults(func=run)
 
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not _loopback(args.host) and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who can reach it can use it", file=sys.stderr)
     llm_kwargs = {"n_threads": args.threads, "ctx_size": args.ctx_size, "parallel": args.parallel, **kv_kwargs(args)}
+    llm_kwargs["speculative"] = args.speculative
     host = ModelHost(model, llm_kwargs=llm_kwargs, max_models=args.max_models, max_queue=args.max_queue)
     app = create_app(host, api_key=args.api_key, cors_origins=args.cors_origin)
     print(f"localllm serving {model} on http://{args.host}:{args.port} (OpenAI: /v1, Ollama: /api)", file=sys.stderr)

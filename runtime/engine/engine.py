@@ -7,10 +7,11 @@ queues.
     result = engine.call(lambda model: ...)          # runs on the engine thread once no request is live
     engine.close()                                   # cancels what is left, stops the thread
 
-Each step: the inbox is drained (new requests, cancellations, calls), the scheduler picks the step (running
-sequences first, then waiting ones under the token budget, prompts in chunks: scheduler.py), the model runs it
-(logits only for the rows that are sampled), each request samples its row with its own sampler, and the tokens
-go back to the scheduler and out to the streams. A cancelled request's blocks are freed before the next step.
+Each step: the inbox is drained (new requests, cancellations, calls), each decoding request's drafter proposes
+tokens (speculation, ngram.py), the scheduler picks the step (running sequences first with their drafts, then
+waiting ones under the token budget, prompts in chunks: scheduler.py), the model runs it (logits only for the
+rows that are sampled), each request samples its rows with its own sampler and keeps the verified run of its
+drafts (request.py), and the tokens go back to the scheduler (which rolls back the rest) and out to the streams. A cancelled request's blocks are freed before the next step.
 A call (LLM.logits, perplexity, benchmarks: the one-sequence path over the whole pool) waits until no request
 is live, holds new ones back meanwhile, and drops the prefix cache after (it overwrote the pool).
 
@@ -36,12 +37,14 @@ from ..sampling import SamplingParams
 from ..token_ids import token_ids
 from ..tokenizer import Tokenizer
 from .block_manager import BlockManager
+from .ngram import NgramDrafter
 from .request import Request
 from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
-from .sequence import Sequence
+from .sequence import Sequence, SequenceStatus
 from .stream import RequestStream
 
 _STOP = object()
+SPECULATIVE = ("ngram", "off")
 
 
 class EngineClosedError(RuntimeError):
@@ -54,7 +57,8 @@ class ContextLengthError(ValueError):
 
 class Engine:
     """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
-    (its default). ctx_origin: what set that size, for the error that a prompt does not fit."""
+    (its default). ctx_origin: what set that size, for the error that a prompt does not fit. speculative: "ngram"
+    (prompt-lookup drafts verified in the step; never changes a token) or "off": the default of every request."""
 
     def __init__(
         self,
@@ -64,7 +68,9 @@ class Engine:
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         max_model_len: int | None = None,
         ctx_origin: str = "ctx_size",
+        speculative: str = "ngram",
     ):
+        self.speculative = _speculative(speculative, "speculative")
         self._model = model
         self._tok = tokenizer
         self._limits = (max_num_seqs, max_num_batched_tokens, max_model_len)
@@ -90,24 +96,32 @@ class Engine:
 
     # -- client side (any thread) -------------------------------------------------------------------------
     def submit(
-        self, prompt_ids: Iterable[int], params: SamplingParams, stop_token_ids=None, logprobs: int | None = None
+        self,
+        prompt_ids: Iterable[int],
+        params: SamplingParams,
+        stop_token_ids=None,
+        logprobs: int | None = None,
+        speculative: str | None = None,
     ) -> RequestStream:
         """Queues a request; ValueError naming what is wrong when the prompt is empty or outside the vocabulary,
         ContextLengthError (a ValueError) when it leaves no room to generate in the context. stop_token_ids:
         default the tokenizer's end-of-generation set. logprobs: None, or each chunk carries the log-probability
-        of its token under the model and the `logprobs` most likely alternatives (output.py)."""
+        of its token under the model and the `logprobs` most likely alternatives (output.py). speculative:
+        "ngram" or "off" for this request; None: the engine's."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if logprobs is not None and (
             isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= 20
         ):
             raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
+        spec = self.speculative if speculative is None else _speculative(speculative, "speculative")
         ids = self.check(prompt_ids, extra=1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs)))
+        drafter = NgramDrafter() if spec == "ngram" else None
+        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, drafter)))
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
@@ -229,6 +243,11 @@ class Engine:
 
     def _step(self, active: dict) -> None:
         sched = self._scheduler
+        for req in active.values():
+            seq = req.seq
+            decoding = seq.status is SequenceStatus.RUNNING and seq.num_tokens - seq.num_computed_tokens == 1
+            if req.drafter is not None and decoding:
+                seq.draft_token_ids = req.propose()
         out = sched.schedule()
         if out.num_tokens == 0:
             return
@@ -246,13 +265,34 @@ class Engine:
         )
         if self._n_tokens < self._n_vocab:
             logits[:, self._n_tokens :] = -np.inf
-        tokens = [active[out.seqs[s].seq_id].sample(logits[j]) for j, s in enumerate(out.sampled_seqs)]
+        tokens: list[int | None] = []  # per logits row: the verified run of each sequence, None past it
+        rows = out.logits_rows
+        j = 0
+        while j < len(rows):
+            s = out.sampled_seqs[j]
+            k = out.num_drafts[s]
+            drafts = out.token_ids[rows[j] + 1 : rows[j] + 1 + k]
+            run = active[out.seqs[s].seq_id].verify(logits[j : j + k + 1], drafts)
+            tokens += run + [None] * (k + 1 - len(run))
+            j += k + 1
+        before = {out.seqs[s].seq_id: out.seqs[s].num_tokens for s in set(out.sampled_seqs)}
         for seq in sched.update(out, tokens):
             req = active[seq.seq_id]
-            if req.emit(seq.token_ids[-1], seq.finish_reason):
-                del active[seq.seq_id]
-                if not seq.is_finished:  # a stop string ended it: give its blocks back now
-                    sched.abort(seq.seq_id)
+            new = seq.token_ids[before[seq.seq_id] :]
+            for i, tid in enumerate(new):
+                if req.emit(tid, seq.finish_reason if i == len(new) - 1 else None):
+                    del active[seq.seq_id]
+                    if not seq.is_finished:  # a stop string ended it: give its blocks back now
+                        sched.abort(seq.seq_id)
+                    break
+
+
+def _speculative(value, name: str) -> str:
+    if value not in SPECULATIVE:
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(repr, SPECULATIVE))}, got {value!r} (draft models are not supported yet)"
+        )
+    return value
 
 
 def _resolve(fut: Future, fn: Callable, arg) -> None:

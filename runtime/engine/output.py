@@ -26,6 +26,8 @@ class Stats:
     ttft_s: float = 0.0  # submission to first token, queueing included
     ctx_size: int = 0
     context_full: bool = False  # generation ended because prompt + completion filled ctx_size
+    draft_proposed: int = 0  # draft tokens verified (speculation: engine/ngram.py)
+    draft_accepted: int = 0  # of them, those kept: each one a token that cost no step of its own
 
 
 @dataclass(frozen=True)

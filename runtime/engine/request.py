@@ -1,13 +1,21 @@
-"""One request on the engine thread: its scheduler Sequence, its sampler (own generator, own seed), and what turns
-sampled tokens into the chunks its stream receives (detokenized text, stop strings, statistics).
+"""One request on the engine thread: its scheduler Sequence, its sampler (own generator, own seed), its drafter
+(speculation), and what turns sampled tokens into the chunks its stream receives (detokenized text, stop strings,
+statistics).
 
-    req = Request(seq, stream, tokenizer, ctx_size, submitted=time.perf_counter())
-    tid = req.sample(logits_row)             # a token from this request's distribution and generator
-    done = req.emit(tid, seq_finish)         # delivers a chunk; True when the request is over (stop string
-                                             # included: the engine then aborts its sequence)
+    req = Request(seq, stream, tokenizer, ctx_size, submitted=time.perf_counter(), drafter=NgramDrafter())
+    seq.draft_token_ids = req.propose()      # before a step, while decoding: [] or tokens to verify
+    run = req.verify(logits_rows, drafts)    # logits_rows: [k + 1, n_vocab] for the last token and k drafts
+    done = req.emit(tid, seq_finish)         # per token appended; delivers a chunk; True when the request is
+                                             # over (stop string included: the engine then aborts its sequence)
     req.fail(exc) / req.abort()              # the stream's last item: an exception, or a chunk "abort"
 logprobs (None or n): each token chunk also carries its TokenLogprob under the model's distribution (raw logits,
 before the sampler's truncation and temperature) with the n most likely alternatives.
+
+Verification is lossless: row i is sampled exactly as plain decoding would sample that position (the same
+penalties over the history with the run so far, the same one draw of the request's generator, none when
+greedy), and the run goes on only while the token drawn equals the draft the next row was computed on. So the
+tokens, and with a seed the reply, are those of plain decoding, provided a row's logits do not depend on what
+else is in the step (batch invariance, native/kernels.h).
 
 Engine thread only. Token ids in stop_token_ids end the request without being emitted.
 """
@@ -15,11 +23,14 @@ Engine thread only. Token ids in stop_token_ids end the request without being em
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from ..sampling import Sampler, StopChecker
 from ..tokenizer import Tokenizer
+from .ngram import NgramDrafter
 from .output import Chunk, Stats, TokenLogprob, token_logprob
 from .sequence import FinishReason, Sequence
 from .stream import RequestStream
@@ -34,8 +45,10 @@ class Request:
         ctx_size: int,
         submitted: float,
         logprobs: int | None = None,
+        drafter: NgramDrafter | None = None,
     ):
         self.seq = seq
+        self.drafter = drafter
         self.stream = stream
         self.sampler = Sampler(seq.params)
         self._stop = StopChecker(seq.params.stop)
@@ -46,7 +59,7 @@ class Request:
         self._first: float | None = None  # its first token was sampled
         self.finished = False
         self._logprobs = logprobs
-        self._last_logprob: TokenLogprob | None = None
+        self._run_logprobs: deque[TokenLogprob] = deque()  # of the verified run's tokens not emitted yet
 
     def scheduled(self, now: float) -> None:
         """Called for every step the request is in; the first one starts the prefill clock."""
@@ -54,11 +67,40 @@ class Request:
             self._started = now
             self.stats.cached_tokens = self.seq.num_cached_tokens
 
+    def propose(self) -> list[int]:
+        """Drafts to follow the sequence's tokens in its next step ([] without a drafter)."""
+        return self.drafter.propose(self.seq.token_ids) if self.drafter is not None else []
+
+    def verify(self, logits: np.ndarray, drafts: Seq[int]) -> list[int]:
+        """logits: [k + 1, n_vocab], the rows of the sequence's last token and of its k drafts. The run x_1 ..
+        x_m: x_i sampled from row i - 1 with history = the tokens + x_1 .. x_(i-1); it goes on while x_i equals
+        draft i, and ends early at a stop token or at max_tokens (nothing after could be emitted)."""
+        seq, k = self.seq, len(drafts)
+        stops = () if seq.params.ignore_eos else seq.stop_token_ids
+        left = seq.max_tokens - seq.num_generated_tokens if seq.max_tokens is not None else k + 1
+        penalized = self.sampler.penalties is not None
+        self._run_logprobs.clear()
+        run: list[int] = []
+        for i in range(k + 1):
+            tid = self.sampler.sample(logits[i], seq.token_ids + run if penalized and run else seq.token_ids)
+            run.append(tid)
+            if self._logprobs is not None:
+                self._run_logprobs.append(token_logprob(logits[i], tid, self._logprobs))
+            if i == k or tid != drafts[i] or tid in stops or len(run) >= left:
+                break
+        if k:
+            accepted = 0
+            while accepted < min(k, len(run)) and run[accepted] == drafts[accepted]:
+                accepted += 1
+            self.stats.draft_proposed += k
+            self.stats.draft_accepted += accepted
+            if self.drafter is not None:
+                self.drafter.observe(k, accepted)
+        return run
+
     def sample(self, logits: np.ndarray) -> int:
-        tid = self.sampler.sample(logits, self.seq.token_ids)
-        if self._logprobs is not None:
-            self._last_logprob = token_logprob(logits, tid, self._logprobs)
-        return tid
+        """One token from one row (verify with no drafts)."""
+        return self.verify(logits[None, :], ())[0]
 
     def emit(self, token_id: int, reason: FinishReason | None) -> bool:
         """token_id: just appended to seq (reason: why the sequence stops now, or None). Returns True when the
@@ -74,7 +116,7 @@ class Request:
             return self._end("stop", now)
         st.completion_tokens += 1
         text = self._stop.push(self._detok.push(token_id))
-        lp = [self._last_logprob] if self._last_logprob is not None else None
+        lp = [self._run_logprobs.popleft()] if self._run_logprobs else None
         if self._stop.stopped:
             if text:
                 self.stream._deliver(Chunk(text, [token_id], logprobs=lp))

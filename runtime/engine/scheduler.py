@@ -8,7 +8,7 @@ the native step takes, and what the sampled tokens change afterwards.
     logits = model.forward(out.token_ids, out.positions, out.slot_mapping, out.seq_index,
                            out.block_tables, out.context_lens, out.logits_rows)    # [len(logits_rows), n_vocab]
     tokens = [sample(logits[j], out.seqs[s]) for j, s in enumerate(out.sampled_seqs)]
-    for seq in sched.update(out, tokens): ...  # sequences that got a token; finished ones carry finish_reason
+    for seq in sched.update(out, tokens): ...  # sequences that got tokens; finished ones carry finish_reason
     sched.abort(seq_id)                        # a cancelled sequence's blocks go back at once
 
 Each step spends at most max_num_batched_tokens tokens:
@@ -17,6 +17,10 @@ Each step spends at most max_num_batched_tokens tokens:
    long prompt is prefilled in chunks while decoding streams get their token every step. When the pool has no
    block for a sequence's next position, the most recently admitted running sequence is preempted (its blocks
    freed; it waits at the front of the queue and recomputes prompt + generated later), itself if it is last.
+   Then, unless this step preempted, each decoding sequence with draft_token_ids (speculation) carries up to k
+   of them after its last token, in the same order, k bounded by the budget left, by its context and max_tokens
+   (drafts past where it must stop could never be kept), and by free blocks: drafts never preempt anyone.
+   Every one of its 1 + k rows is sampled; update() takes the verified run and rolls the rest back.
 2. Unless this step preempted, waiting sequences in arrival order (preempted ones first) while there is budget,
    a free row (max_num_seqs) and blocks for all their tokens: allocation is all-or-nothing and the head of the
    queue blocks the rest. An admitted sequence starts after its cached prefix (sequence.num_cached_tokens).
@@ -52,15 +56,18 @@ class SchedulerOutput:
 
     seqs: tuple[Sequence, ...]  # [S] row s of block_tables and context_lens
     num_scheduled: tuple[int, ...]  # [S] tokens of seqs[s] in this step, >= 1
-    token_ids: np.ndarray  # [T] seqs[s].token_ids[c : c + n] for each s in order (c: computed before the step)
+    token_ids: np.ndarray  # [T] seqs[s].token_ids[c : c + n - k] + its k drafts, for each s in order (c: computed
+    # before the step, k: num_drafts[s])
     positions: np.ndarray  # [T] c .. c + n - 1
     slot_mapping: np.ndarray  # [T] block_tables[s, p // block_size] * block_size + p % block_size
     seq_index: np.ndarray  # [T] s
     block_tables: np.ndarray  # [S, max_blocks] each sequence's blocks in position order, padded with -1
     context_lens: np.ndarray  # [S] c + n: positions with KV once the step ran
     logits_rows: np.ndarray  # [L] token rows whose logits are sampled: a sequence's last row when it reaches
-    # the end of its tokens (a prompt's last chunk, or a decode token); none for a chunk mid-prompt
-    sampled_seqs: tuple[int, ...]  # [L] the s of each logits row
+    # the end of its tokens (a prompt's last chunk, or a decode token) and each of its draft rows after it; none
+    # for a chunk mid-prompt
+    sampled_seqs: tuple[int, ...]  # [L] the s of each logits row (a sequence with k drafts: k + 1 rows in order)
+    num_drafts: tuple[int, ...]  # [S] draft tokens of seqs[s] in the step: the last num_drafts[s] of its rows
     preempted: tuple[Sequence, ...]  # sequences this step preempted (now waiting, holding no blocks)
 
     @property
@@ -179,6 +186,13 @@ class Scheduler:
                 scheduled.append((seq, n))
                 budget -= n
             i += 1
+        drafts: dict[Hashable, int] = {}
+        for j, (seq, n) in enumerate(scheduled):
+            k = self._draft_room(seq, budget) if n == 1 and not preempted else 0
+            if k and self._reserve_drafts(seq, 1 + k):
+                scheduled[j] = (seq, 1 + k)
+                drafts[seq.seq_id] = k
+                budget -= k
         while not preempted and self._waiting and budget > 0 and len(self._running) < self.max_num_seqs:
             seq = self._waiting[0]
             table = self._bm.allocate(seq.seq_id, seq.token_ids)
@@ -194,36 +208,88 @@ class Scheduler:
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             scheduled.append((seq, n))
             budget -= n
-        self._pending = self._output(scheduled, preempted)
+        self._pending = self._output(scheduled, preempted, drafts)
+        for seq in itertools.chain(self._running, self._waiting):
+            seq.draft_token_ids = []  # proposed for this step only
         return self._pending
 
-    def update(self, output: SchedulerOutput, sampled_tokens: Seq[int]) -> list[Sequence]:
+    def update(self, output: SchedulerOutput, sampled_tokens: Seq[int | None]) -> list[Sequence]:
         """Applies a step: sampled_tokens[j] is the token sampled from logits row j (output.sampled_seqs[j]).
         Advances computed counts, offers newly full blocks to the prefix cache, appends the tokens, and finishes
-        and frees sequences that stop. Returns the sequences that got a token, in row order. A sequence aborted
-        since schedule() is skipped. Takes the last schedule()'s output, once."""
+        and frees sequences that stop. Returns the sequences that got tokens, in row order. A sequence aborted
+        since schedule() is skipped. Takes the last schedule()'s output, once.
+
+        A sequence with k drafts has k + 1 rows: their tokens are the verified run x_1 .. x_m (1 <= m <= k + 1)
+        followed by None for the rows verification did not reach, where x_i equals draft i for every i < m
+        (ValueError otherwise). The run is appended a token at a time, stopping where plain decoding would stop
+        (stop token, max_tokens, context); the KV of the drafts that were kept stays computed, the slots of the
+        rest are given back (blocks included when the rollback crosses a block boundary)."""
         if output is not self._pending:
             raise ValueError("update() takes the output of the last schedule(), once")
         if len(sampled_tokens) != len(output.sampled_seqs):
             raise ValueError(
                 f"{len(sampled_tokens)} sampled tokens for {len(output.sampled_seqs)} logits rows of the step"
             )
+        rows: dict[int, list[int | None]] = {}
+        for s, tok in zip(output.sampled_seqs, sampled_tokens):
+            rows.setdefault(s, []).append(tok)
+        runs: dict[int, list[int]] = {}
+        ends = np.cumsum(output.num_scheduled)
+        for s, toks in rows.items():
+            m = next((i for i, t in enumerate(toks) if t is None), len(toks))
+            if m == 0 or any(t is not None for t in toks[m:]):
+                raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its rows' tokens {toks} are not a run then None")
+            run = runs[s] = [int(t) for t in toks[:m]]
+            k = output.num_drafts[s]
+            if run[:-1] != output.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
+                raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
         self._pending = None
-        sampled = dict(zip(output.sampled_seqs, sampled_tokens))
         advanced = []
         for s, (seq, n) in enumerate(zip(output.seqs, output.num_scheduled)):
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            seq.num_computed_tokens += n
-            self._bm.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed_tokens)
-            if s in sampled:
-                reason = seq.append_token(sampled[s], self.max_model_len)
-                advanced.append(seq)
+            run = runs.get(s)
+            if run is None:  # a prompt chunk that does not reach its end
+                seq.num_computed_tokens += n
+                self._bm.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed_tokens)
+                continue
+            k = output.num_drafts[s]
+            reason, m = None, 0
+            for tok in run:
+                reason = seq.append_token(tok, self.max_model_len)
+                m += 1
                 if reason is not None:
-                    self._running.remove(seq)
-                    self._release(seq)
-                    self._finish(seq, reason)
+                    break
+            # KV holds: the n - k tokens before the drafts, and the drafts equal to the tokens appended after them
+            seq.num_computed_tokens += n - k + min(m, len(run) - 1)
+            self._bm.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed_tokens)
+            advanced.append(seq)
+            if reason is not None:
+                self._running.remove(seq)
+                self._release(seq)
+                self._finish(seq, reason)
+            elif k:
+                self._tables[seq.seq_id] = self._bm.truncate(seq.seq_id, seq.num_computed_tokens)
         return advanced
+
+    def _draft_room(self, seq: Sequence, budget: int) -> int:
+        """How many of seq's drafts may ride in its step: the run of 1 + k tokens it yields at most must not
+        pass its context or max_tokens, and its k drafts must fit the budget left."""
+        if not seq.draft_token_ids:
+            return 0
+        room = min(len(seq.draft_token_ids), budget, self.max_model_len - seq.num_tokens - 1)
+        if seq.max_tokens is not None:
+            room = min(room, seq.max_tokens - seq.num_generated_tokens - 1)
+        return max(room, 0)
+
+    def _reserve_drafts(self, seq: Sequence, n: int) -> bool:
+        """Slots for seq's next n positions when the pool has them free; False (nothing changed) otherwise."""
+        need = seq.num_computed_tokens + n - self._tables[seq.seq_id].num_slots
+        table = self._bm.append_slots(seq.seq_id, max(need, 0))
+        if table is None:
+            return False
+        self._tables[seq.seq_id] = table
+        return True
 
     def _reserve(self, seq: Sequence, n: int, preempted: list[Sequence]) -> bool:
         """Slots for seq's next n positions, preempting the newest running sequences while the pool is short.
@@ -255,7 +321,9 @@ class Scheduler:
         seq.finish_reason = reason
         del self._live[seq.seq_id]
 
-    def _output(self, scheduled: list[tuple[Sequence, int]], preempted: list[Sequence]) -> SchedulerOutput:
+    def _output(
+        self, scheduled: list[tuple[Sequence, int]], preempted: list[Sequence], drafts: dict[Hashable, int]
+    ) -> SchedulerOutput:
         n_seqs = len(scheduled)
         n_tokens = sum(n for _, n in scheduled)
         tables = [self._tables[seq.seq_id].block_ids for seq, _ in scheduled]
@@ -267,17 +335,21 @@ class Scheduler:
         context_lens = np.empty(n_seqs, dtype=np.int32)
         logits_rows, sampled_seqs = [], []
         t = 0
+        num_drafts = []
         for s, (seq, n) in enumerate(scheduled):
             c = seq.num_computed_tokens
+            k = drafts.get(seq.seq_id, 0)
+            num_drafts.append(k)
             block_tables[s, : len(tables[s])] = tables[s]
-            token_ids[t : t + n] = seq.token_ids[c : c + n]
+            token_ids[t : t + n - k] = seq.token_ids[c : c + n - k]
+            token_ids[t + n - k : t + n] = seq.draft_token_ids[:k]
             positions[t : t + n] = np.arange(c, c + n)
             slot_mapping[t : t + n] = self._bm.slot_mapping(seq.seq_id, positions[t : t + n])
             seq_index[t : t + n] = s
             context_lens[s] = c + n
-            if c + n == seq.num_tokens:
-                logits_rows.append(t + n - 1)
-                sampled_seqs.append(s)
+            if c + n - k == seq.num_tokens:
+                logits_rows.extend(range(t + n - k - 1, t + n))
+                sampled_seqs.extend([s] * (k + 1))
             t += n
         return SchedulerOutput(
             seqs=tuple(seq for seq, _ in scheduled),
@@ -290,5 +362,6 @@ class Scheduler:
             context_lens=context_lens,
             logits_rows=np.asarray(logits_rows, dtype=np.int32),
             sampled_seqs=tuple(sampled_seqs),
+            num_drafts=tuple(num_drafts),
             preempted=tuple(preempted),
         )

@@ -10,9 +10,10 @@
 Contracts: num_computed_tokens <= len(token_ids); num_cached_tokens is the prefix-cache hit of its first
 admission (what stats.cached_tokens reports), a whole number of blocks. A decoding sequence has exactly one
 token without KV (the one sampled last); a preempted one has no KV at all (num_computed_tokens is 0 until it is
-admitted again and recomputes prompt + generated after its cached prefix). draft_token_ids: proposed tokens that would
-ride along after token_ids in a step (speculation, not built yet: the scheduler ignores them). The scheduler
-owns every field after add(); the engine reads them.
+admitted again and recomputes prompt + generated after its cached prefix). draft_token_ids: tokens proposed to follow
+token_ids (the engine's drafter sets them before a step); the scheduler lets a decoding sequence carry them in
+its step for verification (as many as budget, blocks and limits allow) and clears them. The scheduler owns
+every other field after add(); the engine reads them.
 """
 
 from __future__ import annotations

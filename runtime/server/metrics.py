@@ -1,5 +1,5 @@
 """Server metrics in Prometheus' text format (GET /metrics): tokens, requests, the KV pool, prefix-cache hits,
-cancellations, time to first token and per-token latency histograms.
+speculative drafts verified and accepted, cancellations, time to first token and per-token latency histograms.
 
     m = Metrics()
     m.started(); m.first_token(ttft_s); m.token(gap_s); m.finished(stats, cancelled=False)
@@ -44,6 +44,8 @@ class Metrics:
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.cached_tokens = 0
+        self.draft_proposed = 0
+        self.draft_accepted = 0
         self.in_flight = 0
         self.ttft = _Histogram(TTFT_BUCKETS)
         self.token_gap = _Histogram(TOKEN_BUCKETS)
@@ -69,6 +71,8 @@ class Metrics:
                 self.prompt_tokens += stats.prompt_tokens
                 self.generated_tokens += stats.completion_tokens
                 self.cached_tokens += stats.cached_tokens
+                self.draft_proposed += stats.draft_proposed
+                self.draft_accepted += stats.draft_accepted
 
     def render(self, pools: dict[str, dict]) -> str:
         p = "localllm_"
@@ -80,6 +84,8 @@ class Metrics:
                 ("prompt_tokens_total", self.prompt_tokens, "prompt tokens of finished requests"),
                 ("generation_tokens_total", self.generated_tokens, "tokens generated"),
                 ("prefix_cache_hit_tokens_total", self.cached_tokens, "prompt tokens reused from the prefix cache"),
+                ("draft_tokens_total", self.draft_proposed, "speculative draft tokens verified"),
+                ("draft_accepted_tokens_total", self.draft_accepted, "speculative draft tokens accepted"),
             ):
                 lines += [f"# HELP {p}{name} {help_}", f"# TYPE {p}{name} counter", f"{p}{name} {value}"]
             lines += [f"# HELP {p}requests_in_flight requests being served", f"# TYPE {p}requests_in_flight gauge"]

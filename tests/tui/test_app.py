@@ -363,6 +363,8 @@ def test_status_bar_fits_80_columns():
     bar = StatusBar("m", 512, "f16")
     bar.set_stats(Stats(prompt_tokens=40, completion_tokens=2, cached_tokens=32, prompt_tps=205.0, decode_tps=17.0))
     assert bar.line(90) == " m │ pp 205 tg 17.0 t/s, 32 cached │ ctx ▰▱▱▱▱▱▱▱ 42/512 │ KV f16 │ F1 help"
+    bar.set_stats(Stats(prompt_tokens=40, completion_tokens=2, draft_proposed=25, draft_accepted=18, decode_tps=41.0))
+    assert "tg 41.0 t/s, drafts 72% │" in bar.line(90)
 
 
 def test_regenerate_copy_and_theme(tmp_path):

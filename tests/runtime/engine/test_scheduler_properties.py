@@ -12,6 +12,11 @@ budgets and context limits, over a simulated KV cache:
   uncomputed positions with slots from its own table, every slot lies in a block the sequence holds alone and is
   written once, logits rows are exactly the rows that reach the end of a sequence's tokens, every running sequence
   not preempted gets a token, and a step is empty only when nothing is left;
+- drafts (speculation): before a step, decoding sequences get draft tokens, some of them the tokens the model
+  will produce and then wrong ones; the scheduler carries them after the last token (never past the budget, the
+  context or max_tokens, never preempting), every draft row is sampled, the verified run is kept greedily, and
+  the rejected positions are rolled back: outputs still equal the request run alone, and only blocks of verified
+  tokens are ever cached (the cached-KV check above);
 - at the end every request has finished (with the reason its own run gives) or was refused at add with a reason,
   and the pool holds nothing but free (possibly cached) blocks.
 """
@@ -103,9 +108,12 @@ class EngineMachine(RuleBasedStateMachine):
         self.salt[seq_id] = salt
         self.queue.append(seq_id)
 
-    @rule(abort_row=st.none() | st.integers(0, 3))
-    def step(self, abort_row):
-        self.run_step(abort_row)
+    @rule(
+        abort_row=st.none() | st.integers(0, 3),
+        drafts=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=4),
+    )
+    def step(self, abort_row, drafts):
+        self.run_step(abort_row, drafts)
 
     @rule(pick=st.integers(0, 2**16))
     def abort(self, pick):
@@ -122,23 +130,54 @@ class EngineMachine(RuleBasedStateMachine):
 
     # --- one step over the simulated KV
 
-    def run_step(self, abort_row=None):
+    def propose(self, drafts) -> dict[int, list[int]]:
+        """Draft tokens for the decoding sequences, in order: (k, right) gives k drafts whose first `right` are
+        the tokens the model will produce."""
+        given = {}
+        decoding = [
+            s
+            for s in self.seqs.values()
+            if s.status is SequenceStatus.RUNNING and s.num_tokens - s.num_computed_tokens == 1
+        ]
+        for seq, (k, right) in zip(decoding, drafts):
+            toks = list(seq.token_ids)
+            for i in range(k):
+                t = model_token(self.salt[seq.seq_id], toks)
+                toks.append(t if i < right else (t + 1) % 8)
+            seq.draft_token_ids = given[seq.seq_id] = toks[seq.num_tokens :]
+            if k:
+                event("drafts were proposed")
+        return given
+
+    def run_step(self, abort_row=None, drafts=()):
+        given = self.propose(drafts)
         before = {i: (s.status, s.num_computed_tokens) for i, s in self.seqs.items()}
         running = {i for i, (st_, _) in before.items() if st_ is SequenceStatus.RUNNING}
         out = self.sched.schedule()
         if self.sched.has_unfinished or running:
             assert out.num_tokens > 0, "a step with work left scheduled nothing"
-        self.check_output(out, before, running)
+        self.check_output(out, before, running, given)
 
         for slot, tok in zip(out.slot_mapping.tolist(), out.token_ids.tolist()):
             self.kv[slot] = tok
         sampled = []
+        index: dict[int, int] = {}  # s -> rows of s sampled so far; -1 once its run ended
         for row, s in zip(out.logits_rows.tolist(), out.sampled_seqs):
-            seq, p = out.seqs[s], int(out.positions[row])
+            seq, p, i = out.seqs[s], int(out.positions[row]), index.get(s, 0)
+            if i < 0:
+                sampled.append(None)
+                continue
+            drafts = given.get(seq.seq_id, [])[: out.num_drafts[s]]
             table = out.block_tables[s]
             context = [self.kv[int(table[q // self.bs]) * self.bs + q % self.bs] for q in range(p + 1)]
-            assert context == seq.token_ids[: p + 1], "a sampled row reads KV that is not its own tokens"
-            sampled.append(model_token(self.salt[seq.seq_id], context))
+            assert context == (seq.token_ids + drafts)[: p + 1], "a sampled row reads KV that is not its own tokens"
+            tok = model_token(self.salt[seq.seq_id], context)
+            sampled.append(tok)
+            if i < len(drafts) and tok == drafts[i]:  # greedy verification: the run goes on
+                index[s] = i + 1
+                event("a draft was accepted")
+            else:
+                index[s] = -1
 
         aborted = None
         if abort_row is not None and out.seqs:
@@ -147,7 +186,7 @@ class EngineMachine(RuleBasedStateMachine):
             event("a sequence was aborted between schedule and update")
         advanced = self.sched.update(out, sampled)
         assert aborted not in advanced
-        assert [out.seqs[s] for s in out.sampled_seqs if out.seqs[s] is not aborted] == advanced
+        assert [out.seqs[s] for s in dict.fromkeys(out.sampled_seqs) if out.seqs[s] is not aborted] == advanced
         for seq in out.seqs:
             self.learn_keys(seq)
             if seq.is_finished and seq.finish_reason is not FinishReason.ABORT:
@@ -156,7 +195,7 @@ class EngineMachine(RuleBasedStateMachine):
                 )
                 assert (seq.generated_token_ids, seq.finish_reason) == want
 
-    def check_output(self, out, before, running):
+    def check_output(self, out, before, running, given):
         assert out.num_tokens <= self.budget and len(out.seqs) <= self.sched.max_num_seqs
         assert len({s.seq_id for s in out.seqs}) == len(out.seqs)
         assert all(n >= 1 for n in out.num_scheduled)
@@ -175,11 +214,20 @@ class EngineMachine(RuleBasedStateMachine):
         assert admitted == self.queue[: len(admitted)], "admitted out of order"
         del self.queue[: len(admitted)]
 
+        assert not any(s.draft_token_ids for s in self.seqs.values()), "drafts outlive their step"
+        assert not (preempted and any(out.num_drafts)), "drafts rode in a step that preempted"
         expect_rows, t = [], 0
         for s, (seq, n) in enumerate(zip(out.seqs, out.num_scheduled)):
             assert seq.status is SequenceStatus.RUNNING
-            c = seq.num_computed_tokens
-            assert c + n <= seq.num_tokens
+            c, k = seq.num_computed_tokens, out.num_drafts[s]
+            drafts = given.get(seq.seq_id, [])[:k]
+            assert len(drafts) == k and c + n - k <= seq.num_tokens
+            if k:
+                assert seq.seq_id in running and n == k + 1 and c + 1 == seq.num_tokens
+                assert seq.num_tokens + k < self.max_len, "drafts past the context"
+                if seq.max_tokens is not None:
+                    assert seq.num_generated_tokens + k < seq.max_tokens, "drafts past max_tokens"
+                event("drafts rode in a step")
             if seq.seq_id in running:
                 assert c == before[seq.seq_id][1]
             else:  # admitted now: it starts after its cached prefix of full blocks
@@ -194,14 +242,14 @@ class EngineMachine(RuleBasedStateMachine):
             assert row[: len(table)] == list(table) and all(b == -1 for b in row[len(table) :])
             assert out.context_lens[s] == c + n
             assert out.positions[t : t + n].tolist() == list(range(c, c + n))
-            assert out.token_ids[t : t + n].tolist() == seq.token_ids[c : c + n]
+            assert out.token_ids[t : t + n].tolist() == seq.token_ids[c : c + n - k] + drafts
             assert out.seq_index[t : t + n].tolist() == [s] * n
             slots = out.slot_mapping[t : t + n].tolist()
             assert slots == [table[p // self.bs] * self.bs + p % self.bs for p in range(c, c + n)]
             for slot in slots:
                 assert self.bm._ref[slot // self.bs] == 1, "a step writes a block another sequence holds"
-            if c + n == seq.num_tokens:
-                expect_rows.append((t + n - 1, s))
+            if c + n - k == seq.num_tokens:
+                expect_rows += [(r, s) for r in range(t + n - k - 1, t + n)]
             else:
                 event("a prompt was chunked")
             t += n
@@ -251,10 +299,10 @@ class EngineMachine(RuleBasedStateMachine):
     def teardown(self):
         if not hasattr(self, "bm"):
             return
-        for _ in range(3_000):
+        for i in range(3_000):
             if not self.sched.has_unfinished:
                 break
-            self.run_step()
+            self.run_step(drafts=[(i % 5, i % 3), (2, 2), (4, 1), (1, 0)])  # drafts kept, cut short, rejected
             self.pool_is_consistent()
         assert not self.sched.has_unfinished, "requests never finished"
         assert all(s.is_finished and s.finish_reason is not None for s in self.seqs.values())

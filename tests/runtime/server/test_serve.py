@@ -183,6 +183,8 @@ def test_tokenize_detokenize_metrics(smol):
         "localllm_generation_tokens_total",
         "localllm_blocks_used",
         "localllm_time_to_first_token_seconds_bucket",
+        "localllm_draft_tokens_total",
+        "localllm_draft_accepted_tokens_total",
     ):
         assert name in text
 
