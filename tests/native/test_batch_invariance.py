@@ -96,17 +96,24 @@ def test_prompt_logits_alike_in_one_step_chunked_and_token_by_token(path, name):
         ids = np.array(llm.tokenize(TEXT, add_special=False)[:20], dtype=np.int32)
         n = len(ids)
         assert n == 20
-        seq = llm.sequence
-        whole = seq.step(ids, 0, np.arange(n, dtype=np.int32))
-        chunked = np.concatenate(
-            [seq.step(ids[:5], 0, np.arange(5, dtype=np.int32)), seq.step(ids[5:], 5, np.arange(n - 5, dtype=np.int32))]
-        )
-        assert np.array_equal(chunked, whole), f"5 + {n - 5}: max |diff| {np.abs(chunked - whole).max()}"
-        chunked = np.concatenate(
-            [seq.step(ids[i : i + 3], i, np.arange(len(ids[i : i + 3]), dtype=np.int32)) for i in range(0, n, 3)]
-        )
-        assert np.array_equal(chunked, whole), f"3 at a time: max |diff| {np.abs(chunked - whole).max()}"
-        decode = np.concatenate([seq.step(ids[i : i + 1], i, np.zeros(1, dtype=np.int32)) for i in range(n)])
+
+        def steps(seq):
+            whole = seq.step(ids, 0, np.arange(n, dtype=np.int32))
+            chunked = np.concatenate(
+                [
+                    seq.step(ids[:5], 0, np.arange(5, dtype=np.int32)),
+                    seq.step(ids[5:], 5, np.arange(n - 5, dtype=np.int32)),
+                ]
+            )
+            assert np.array_equal(chunked, whole), f"5 + {n - 5}: max |diff| {np.abs(chunked - whole).max()}"
+            chunked = np.concatenate(
+                [seq.step(ids[i : i + 3], i, np.arange(len(ids[i : i + 3]), dtype=np.int32)) for i in range(0, n, 3)]
+            )
+            assert np.array_equal(chunked, whole), f"3 at a time: max |diff| {np.abs(chunked - whole).max()}"
+            decode = np.concatenate([seq.step(ids[i : i + 1], i, np.zeros(1, dtype=np.int32)) for i in range(n)])
+            return whole, decode
+
+        whole, decode = llm.exclusive(steps)
         assert np.array_equal(decode, whole), f"token by token: max |diff| {np.abs(decode - whole).max()}"
 
 
@@ -121,7 +128,7 @@ def test_qwen_1_5b_massive_activation_position_keeps_its_top1_at_every_n(path):
         ids = np.array(llm.tokenize("import the rest of the sentence from the old document", add_special=False))
         assert ids[0] == 474
         counts = [1, 2, 4, 5, 9] if path != "scalar" else [1]
-        rows = [llm.sequence.step(ids[:n], 0, np.zeros(1, dtype=np.int32))[0] for n in counts]
+        rows = llm.exclusive(lambda seq: [seq.step(ids[:n], 0, np.zeros(1, dtype=np.int32))[0] for n in counts])
         for n, r in zip(counts, rows):
             assert np.array_equal(r, rows[0]), f"row 0 with {n} tokens in the step differs from 1 token"
         assert int(np.argmax(rows[0])) == 16
