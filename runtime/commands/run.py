@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("empty prompt: give one as an argument or on stdin")
     llm_kwargs = {"n_threads": args.threads, "ctx_size": args.ctx_size, "speculative": args.speculative}
     with LLM(path, **llm_kwargs, **kv_kwargs(args)) as llm:
-        prompt = args.prompt if args.prompt is not None else read_stdin(llm.max_prompt_bytes)
+        prompt = args.prompt if args.prompt is not None else read_stdin(llm)
         if not prompt:
             raise ValueError("empty prompt: give one as an argument or on stdin")
         if args.raw or llm.tokenizer.chat_template.is_fallback:
@@ -87,10 +87,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_stdin(limit: int) -> str:
-    """stdin as text, reading at most limit + 1 bytes: more cannot fit the context (LLM.max_prompt_bytes), so
-    `run M < /dev/zero` or a huge file is refused after reading a bounded amount. Invalid UTF-8 becomes U+FFFD."""
-    data = sys.stdin.buffer.read(limit + 1)
+def read_stdin(llm) -> str:
+    """stdin as text, reading at most llm.max_prompt_bytes + 1 bytes: more cannot fit the context, so `run M <
+    /dev/zero` or a huge file is refused after reading a bounded amount. Invalid UTF-8 becomes U+FFFD."""
+    data = sys.stdin.buffer.read(llm.ctx_size + 1)  # always fits (a token is at least a byte): no bound to look up
+    if len(data) <= llm.ctx_size:
+        return data.decode("utf-8", "replace")
+    limit = llm.max_prompt_bytes
+    data += sys.stdin.buffer.read(limit + 1 - len(data))
     if len(data) > limit:
         raise ValueError(
             f"the prompt on stdin is longer than {limit} bytes, more than the context can hold: "
