@@ -9,7 +9,7 @@
 aggregate_tps: tokens generated after each stream's first token, over the time from the first first token to
 the last stream's end (all streams decoding together: what N streams share). stream_tps: the mean of the
 streams' own decode rates. ttft_s: the mean time from submission to first token (prefills run in chunks beside
-each other under the step budget). Prompts are random token ids (bench/model.py prompt_ids), a different seed
+each other under the step budget). Speculation is off (batching alone). Prompts are random token ids (bench/model.py prompt_ids), a different seed
 per stream, so nothing is shared through the prefix cache.
 """
 
@@ -71,7 +71,8 @@ def parallel_levels(
     top = max(levels)
     ctx = top * (n_prompt + n_gen + 16)
     out: dict[int, dict] = {}
-    with LLM(path, n_threads=threads, ctx_size=ctx, parallel=top, **llm_kwargs) as llm:
+    # plain decoding: this measures what batching shares (drafts would add rows of their own)
+    with LLM(path, n_threads=threads, ctx_size=ctx, parallel=top, **{"speculative": "off", **llm_kwargs}) as llm:
         _run_level(llm, 1, 16, 4, seed=10_000)  # warm-up: page the weights in
         for n in levels:
             runs = []

@@ -45,8 +45,11 @@ from .block_manager import BlockManager, BlockTable
 from .sequence import FinishReason, Sequence, SequenceStatus
 
 DEFAULT_MAX_NUM_SEQS = 4
-# provisional: the engine sets it from measured step time against batch size on the CPU
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
+# Tokens one step computes at most. Measured (qwen2.5-coder-0.5b, 2 threads, AVX2 Zen 3; a step of T prompt
+# tokens at context 256): T = 1: 25 ms, 32: 174 ms, 64: 293 ms (218 tok/s), 128: 516 ms (248 tok/s), 256: 989 ms
+# (259 tok/s), 512: 2154 ms. 128 keeps prefill at 96% of its best rate while a stream decoding beside a long
+# prompt still gets a token every ~0.5 s (256: every second, for 4% more prefill speed).
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 128
 
 
 @dataclass(frozen=True, eq=False)
