@@ -10,6 +10,7 @@ products are batch-invariant (native/kernels.h); until the AVX2 path is, only th
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 
@@ -24,7 +25,6 @@ from localllm.engine.ngram import NgramDrafter
 from localllm.engine.request import Request
 from localllm.llm import LLM
 from localllm.sampling import SamplingParams
-from scipy.stats import chi2_contingency
 
 # --- the proposer
 
@@ -244,8 +244,19 @@ def test_token_frequencies_with_drafts_match_plain_sampling():
     keys = sorted(set(plain) | set(drafted))
     table = np.array([[plain[k] for k in keys], [drafted[k] for k in keys]])
     table = table[:, table.sum(axis=0) >= 10]  # outcomes too rare for the test's approximation
-    p = chi2_contingency(table).pvalue
+    p = chi_square_p(table)
     assert p > 0.001, (p, table)
+
+
+def chi_square_p(table: np.ndarray) -> float:
+    """p-value of Pearson's chi-square test of independence for a contingency table (rows: the arms); the
+    survival function of chi-square by the Wilson-Hilferty normal approximation (within ~1e-3 of the exact
+    value for the 20+ degrees of freedom here)."""
+    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / table.sum()
+    x = float(((table - expected) ** 2 / expected).sum())
+    df = (table.shape[0] - 1) * (table.shape[1] - 1)
+    z = ((x / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def test_greedy_verification_keeps_the_argmax_run():
