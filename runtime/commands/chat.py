@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
-from localllm.commands.sampling_options import add_sampling_arguments, sampling_params
+from localllm.commands.sampling_options import add_sampling_arguments, add_speculative_argument, sampling_params
 
 
 def register(sub) -> None:
@@ -27,13 +27,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
     add_kv_arguments(p)
-    p.add_argument(
-        "--speculative",
-        choices=["ngram", "off"],
-        default="ngram",
-        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
-        "faster when text repeats); off: one token per step",
-    )
+    add_speculative_argument(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("--no-save", action="store_true", help="do not save conversations (no side panel)")
     p.set_defaults(func=run)

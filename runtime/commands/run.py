@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
-from localllm.commands.sampling_options import add_sampling_arguments, sampling_params
+from localllm.commands.sampling_options import add_sampling_arguments, add_speculative_argument, sampling_params
 
 
 def register(sub) -> None:
@@ -24,13 +24,7 @@ def register(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
-    p.add_argument(
-        "--speculative",
-        choices=["ngram", "off"],
-        default="ngram",
-        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
-        "faster when text repeats); off: one token per step",
-    )
+    add_speculative_argument(p)
     add_kv_arguments(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("-v", "--verbose", action="store_true", help="print prompt and decode tokens/s to stderr")

@@ -46,3 +46,14 @@ def sampling_params(args: argparse.Namespace, **overrides) -> SamplingParams:
             **overrides,
         }
     )
+
+
+def add_speculative_argument(p: argparse.ArgumentParser) -> None:
+    """--speculative ngram|off, shared by run, chat and serve (LLM's `speculative`)."""
+    p.add_argument(
+        "--speculative",
+        choices=["ngram", "off"],
+        default="ngram",
+        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
+        "faster when text repeats); off: one token per step",
+    )

@@ -9,6 +9,7 @@ import ipaddress
 import sys
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
+from localllm.commands.sampling_options import add_speculative_argument
 
 
 def register(sub) -> None:
@@ -30,13 +31,7 @@ def register(sub) -> None:
         help="allow a browser front end at ORIGIN (repeatable; default: CORS off)",
     )
     p.add_argument("--pull", action="store_true", help="pull the model first if it is a catalog model not stored")
-    p.add_argument(
-        "--speculative",
-        choices=["ngram", "off"],
-        default="ngram",
-        help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
-        "faster when text repeats); off: one token per step",
-    )
+    add_speculative_argument(p)
     add_kv_arguments(p)
     p.set_defaults(func=run)
 
