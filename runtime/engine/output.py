@@ -28,6 +28,7 @@ class Stats:
     context_full: bool = False  # generation ended because prompt + completion filled ctx_size
     draft_proposed: int = 0  # draft tokens verified (speculation: engine/ngram.py)
     draft_accepted: int = 0  # of them, those kept: each one a token that cost no step of its own
+    draft_steps: int = 0  # steps that carried drafts: draft_accepted / draft_steps is the mean accepted length
 
 
 @dataclass(frozen=True)

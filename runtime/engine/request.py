@@ -94,6 +94,7 @@ class Request:
                 accepted += 1
             self.stats.draft_proposed += k
             self.stats.draft_accepted += accepted
+            self.stats.draft_steps += 1
             if self.drafter is not None:
                 self.drafter.observe(k, accepted)
         return run
