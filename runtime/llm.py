@@ -12,6 +12,8 @@
     stream = llm.submit(ids, SamplingParams(max_tokens=8))   # a RequestStream: iterate, `async for`, close()
     LLM("model.gguf", speculative="off")             # no n-gram drafts ("ngram", the default, never changes a
     llm.generate(ids, speculative="off", ...)        # token: engine/ngram.py); per request too
+    LLM("qwen2.5-coder:1.5b", speculative="qwen2.5-coder:0.5b")   # a draft model of the same vocabulary
+                                                     # (engine/draft_model.py); requests may still say "ngram"
     llm.exclusive(lambda seq: seq.step(...))         # the one-sequence path, alone on the engine thread
 
 Requests from any number of threads share the model through the engine (engine/engine.py): one engine
@@ -34,6 +36,8 @@ from typing import TypeVar
 import numpy as np
 
 from .engine import Chunk, Engine, RequestStream
+from .engine.draft_model import DraftModel, check_draft_vocab
+from .engine.engine import SPECULATIVE
 from .engine.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .gguf import GGUFFile
 from .kv_types import kv_types
@@ -74,7 +78,10 @@ class LLM:
         less than one block). parallel: the most sequences decoded together (more wait their turn);
         max_batch_tokens: the most tokens one engine step computes (a long prompt is prefilled in chunks of it, so
         streams decoding beside it keep their pace). speculative: "ngram" (drafts from each sequence's own tokens,
-        verified in its step: the same tokens, fewer steps when text repeats) or "off"; a request may override it.
+        verified in its step: the same tokens, fewer steps when text repeats), "off", or a draft model (a .gguf
+        path or store name of a small model with the target's vocabulary: it proposes tokens, the model verifies
+        them, the output is unchanged); a request may override it ("ngram", "off", or "draft" when a draft model
+        was loaded).
         """
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
@@ -120,7 +127,13 @@ class LLM:
             raise
         origin = "ctx_size, capped by kv_budget_mib" if capped else "ctx_size"
         self._sequence = OneSequence(self.model, origin)
+        self._draft_file: GGUFFile | None = None
+        self.draft_path: str | None = None
         try:
+            draft = None
+            if speculative not in SPECULATIVE:
+                draft = self._load_draft(speculative, n_blocks, n_threads, max(max_batch_tokens, parallel))
+                speculative = "draft"
             self._engine = Engine(
                 self.model,
                 self.tokenizer,
@@ -128,13 +141,30 @@ class LLM:
                 max_num_batched_tokens=max(max_batch_tokens, parallel),
                 ctx_origin=origin,
                 speculative=speculative,
+                draft=draft,
             )
         except Exception:
             self._file.close()
+            if self._draft_file is not None:
+                self._draft_file.close()
             raise
+        self.speculative = self._engine.speculative
         self.ctx_size = self._engine.ctx_size
         self.parallel = self._engine.max_num_seqs
         self._n_vocab = self.model.n_vocab
+
+    def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int) -> DraftModel:
+        """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's."""
+        if not isinstance(name, (str, os.PathLike)) or not os.fspath(name):
+            raise ValueError(f"speculative must be 'ngram', 'off' or a draft model's path or name, got {name!r}")
+        self.draft_path = _model_path(name)
+        if os.path.realpath(self.draft_path) == os.path.realpath(self.path):
+            raise ValueError(f"the draft model {name!r} is the model itself: a draft model must be a smaller one")
+        self._draft_file = f = GGUFFile(self.draft_path)
+        tok = Tokenizer.from_metadata(f.metadata, name=self.draft_path)
+        check_draft_vocab(self.tokenizer, tok, self.path, self.draft_path)
+        model = Model(f, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type, v_type=self.v_type)
+        return DraftModel(model, n_tokens=self.tokenizer.vocab_size, catch_up_chunk=chunk, name=self.draft_path)
 
     @property
     def n_vocab(self) -> int:
@@ -204,8 +234,10 @@ class LLM:
 
     def pool_stats(self) -> dict[str, int]:
         """The engine's state between two steps: running and waiting sequences, KV blocks (total, used by live
-        sequences, free but holding a cached prefix)."""
-        return self._engine_open().inspect(lambda sched: sched.pool_stats())
+        sequences, free but holding a cached prefix), and with a draft model the draft blocks its live sequences hold."""
+        draft = self._engine_open().draft
+        extra = (lambda: {"draft_blocks_used": draft.num_used_blocks}) if draft is not None else dict
+        return self._engine.inspect(lambda sched: {**sched.pool_stats(), **extra()})
 
     def submit(
         self,
@@ -216,8 +248,8 @@ class LLM:
     ) -> RequestStream:
         """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
         iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit (a
-        ContextLengthError when the context is too small). logprobs: see Engine.submit. speculative: "ngram" or
-        "off" for this request (None: the LLM's)."""
+        ContextLengthError when the context is too small). logprobs: see Engine.submit. speculative: "ngram",
+        "off" or "draft" (the LLM's draft model) for this request (None: the LLM's)."""
         params = params if params is not None else SamplingParams()
         return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative)
 
@@ -258,6 +290,8 @@ class LLM:
         self._engine.close()
         self.model = None
         self._file.close()
+        if self._draft_file is not None:
+            self._draft_file.close()
 
     def __enter__(self) -> LLM:
         return self

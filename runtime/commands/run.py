@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"prompt: {s.prompt_tokens} tokens, {s.prompt_tps:.1f} tok/s; "
                 f"generated: {s.completion_tokens} tokens, {s.decode_tps:.1f} tok/s; "
-                f"drafts: {s.draft_accepted}/{s.draft_proposed} accepted; "
+                f"drafts: {s.draft_accepted}/{s.draft_proposed} accepted"
+                f"{f' ({s.draft_accepted / s.draft_steps:.1f} a step)' if s.draft_steps else ''}; "
                 f"finish: {last.finish_reason}",
                 file=sys.stderr,
             )

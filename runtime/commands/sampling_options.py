@@ -49,11 +49,19 @@ def sampling_params(args: argparse.Namespace, **overrides) -> SamplingParams:
 
 
 def add_speculative_argument(p: argparse.ArgumentParser) -> None:
-    """--speculative ngram|off, shared by run, chat and serve (LLM's `speculative`)."""
+    """--speculative ngram|off|MODEL and --draft-model MODEL (the same setting), shared by run, chat and serve
+    (LLM's `speculative`)."""
     p.add_argument(
         "--speculative",
-        choices=["ngram", "off"],
         default="ngram",
+        metavar="ngram|off|MODEL",
         help="ngram (default): draft tokens from the text so far and verify them in one step (the same output, "
-        "faster when text repeats); off: one token per step",
+        "faster when text repeats); off: one token per step; MODEL: a small draft model of the same vocabulary "
+        "(a store name or .gguf path) proposes the tokens",
+    )
+    p.add_argument(
+        "--draft-model",
+        dest="speculative",
+        metavar="MODEL",
+        help="the same as --speculative MODEL: e.g. qwen2.5-coder:0.5b drafting for qwen2.5-coder:1.5b",
     )

@@ -37,6 +37,7 @@ from ..sampling import SamplingParams
 from ..token_ids import token_ids
 from ..tokenizer import Tokenizer
 from .block_manager import BlockManager
+from .draft_model import DraftModel, ModelDrafter, propose_batch
 from .ngram import NgramDrafter
 from .request import Request
 from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
@@ -44,7 +45,7 @@ from .sequence import Sequence, SequenceStatus
 from .stream import RequestStream
 
 _STOP = object()
-SPECULATIVE = ("ngram", "off")
+SPECULATIVE = ("ngram", "off", "draft")
 
 
 class EngineClosedError(RuntimeError):
@@ -58,7 +59,8 @@ class ContextLengthError(ValueError):
 class Engine:
     """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
     (its default). ctx_origin: what set that size, for the error that a prompt does not fit. speculative: "ngram"
-    (prompt-lookup drafts verified in the step; never changes a token) or "off": the default of every request."""
+    (prompt-lookup drafts verified in the step; never changes a token), "draft" (drafts from `draft`, a small
+    model of the same vocabulary: draft_model.py) or "off": the default of every request."""
 
     def __init__(
         self,
@@ -69,8 +71,10 @@ class Engine:
         max_model_len: int | None = None,
         ctx_origin: str = "ctx_size",
         speculative: str = "ngram",
+        draft: DraftModel | None = None,
     ):
-        self.speculative = _speculative(speculative, "speculative")
+        self._draft = self.draft = draft
+        self.speculative = self._speculative(speculative)
         self._model = model
         self._tok = tokenizer
         self._limits = (max_num_seqs, max_num_batched_tokens, max_model_len)
@@ -107,20 +111,20 @@ class Engine:
         ContextLengthError (a ValueError) when it leaves no room to generate in the context. stop_token_ids:
         default the tokenizer's end-of-generation set. logprobs: None, or each chunk carries the log-probability
         of its token under the model and the `logprobs` most likely alternatives (output.py). speculative:
-        "ngram" or "off" for this request; None: the engine's."""
+        "ngram", "draft" or "off" for this request; None: the engine's."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if logprobs is not None and (
             isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= 20
         ):
             raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
-        spec = self.speculative if speculative is None else _speculative(speculative, "speculative")
+        spec = self.speculative if speculative is None else self._speculative(speculative)
         ids = self.check(prompt_ids, extra=1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        drafter = NgramDrafter() if spec == "ngram" else None
+        drafter = NgramDrafter() if spec == "ngram" else ModelDrafter(self._draft) if spec == "draft" else None
         self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, drafter)))
         return stream
 
@@ -170,7 +174,18 @@ class Engine:
         if not self._closed:  # a stream collected after close has nothing left to cancel
             self._inbox.put(("abort", request_id))
 
+    def _speculative(self, value) -> str:
+        if value not in SPECULATIVE:
+            raise ValueError(f"speculative must be one of {', '.join(map(repr, SPECULATIVE))}, got {value!r}")
+        if value == "draft" and self._draft is None:
+            raise ValueError('speculative "draft" needs a draft model, and this model was loaded without one')
+        return value
+
     # -- engine thread ------------------------------------------------------------------------------------
+    def _release_draft(self, req: Request) -> None:
+        if isinstance(req.drafter, ModelDrafter):
+            req.drafter.draft.release(req.seq.seq_id)
+
     def _run(self) -> None:
         active: dict[Any, Request] = {}  # admitted to the scheduler, not over
         held: deque[Request] = deque()  # submitted while a call waits
@@ -220,6 +235,8 @@ class Engine:
                         req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
                     active.clear()
                     self._scheduler = self._new_scheduler()
+                    if self._draft is not None:
+                        self._draft.reset()
 
     def _admit(self, req: Request, active: dict) -> None:
         try:
@@ -233,6 +250,7 @@ class Engine:
         req = active.pop(request_id, None)
         if req is not None:
             self._scheduler.abort(request_id)
+            self._release_draft(req)
             req.abort()
             return
         for r in held:
@@ -243,11 +261,18 @@ class Engine:
 
     def _step(self, active: dict) -> None:
         sched = self._scheduler
+        by_model = []  # (seq_id, tokens, drafter) of the sequences the draft model drafts for, batched below
         for req in active.values():
             seq = req.seq
             decoding = seq.status is SequenceStatus.RUNNING and seq.num_tokens - seq.num_computed_tokens == 1
-            if req.drafter is not None and decoding:
+            if isinstance(req.drafter, ModelDrafter):
+                if decoding:
+                    by_model.append((seq.seq_id, seq.token_ids, req.drafter))
+            elif req.drafter is not None and decoding:
                 seq.draft_token_ids = req.propose()
+        if by_model:
+            for seq_id, drafts in propose_batch(by_model).items():
+                active[seq_id].seq.draft_token_ids = drafts
         out = sched.schedule()
         if out.num_tokens == 0:
             return
@@ -282,17 +307,10 @@ class Engine:
             for i, tid in enumerate(new):
                 if req.emit(tid, seq.finish_reason if i == len(new) - 1 else None):
                     del active[seq.seq_id]
+                    self._release_draft(req)
                     if not seq.is_finished:  # a stop string ended it: give its blocks back now
                         sched.abort(seq.seq_id)
                     break
-
-
-def _speculative(value, name: str) -> str:
-    if value not in SPECULATIVE:
-        raise ValueError(
-            f"{name} must be one of {', '.join(map(repr, SPECULATIVE))}, got {value!r} (draft models are not supported yet)"
-        )
-    return value
 
 
 def _resolve(fut: Future, fn: Callable, arg) -> None:

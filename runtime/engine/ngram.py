@@ -26,7 +26,55 @@ DEFAULT_MIN_N = 1
 DEFAULT_MAX_DRAFT = 8
 
 
-class NgramDrafter:
+class DraftPacer:
+    """The draft length and back-off of one sequence's drafting (the rules above), whatever proposes the drafts."""
+
+    def __init__(
+        self,
+        max_draft: int = DEFAULT_MAX_DRAFT,
+        start_draft: int = 2,
+        patience: int = 2,
+        cooldown: int = 4,
+        max_cooldown: int = 64,
+    ):
+        if not 1 <= start_draft <= max_draft:
+            raise ValueError(f"need 1 <= start_draft <= max_draft, got {start_draft}, {max_draft}")
+        self.max_draft = max_draft
+        self.start_draft, self.patience = start_draft, patience
+        self.base_cooldown, self.max_cooldown = cooldown, max_cooldown
+        self.draft_len = start_draft
+        self._misses = 0  # proposals in a row with nothing accepted
+        self._rest = 0  # steps left without drafting
+        self._cooldown = cooldown  # the next rest period
+
+    def resting(self) -> bool:
+        """True (and one step of rest spent) while backing off: no drafts this step."""
+        if self._rest > 0:
+            self._rest -= 1
+            return True
+        return False
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """The verification of the last proposal: `accepted` of its `proposed` drafts were kept."""
+        if proposed <= 0:
+            return
+        if accepted >= proposed:
+            self.draft_len = min(self.max_draft, 2 * self.draft_len)
+        else:
+            self.draft_len = max(1, min(self.max_draft, accepted + 1))
+        if accepted > 0:
+            self._misses = 0
+            self._cooldown = self.base_cooldown
+            return
+        self._misses += 1
+        if self._misses >= self.patience:
+            self._rest = self._cooldown
+            self._cooldown = min(self.max_cooldown, 2 * self._cooldown)
+            self._misses = self.patience - 1  # one more miss on waking rests again, longer
+            self.draft_len = self.start_draft
+
+
+class NgramDrafter(DraftPacer):
     """One sequence's proposer. Tokens may only be appended to the sequence between calls (a preempted one is
     recomputed from the same tokens, so the index stays valid); a sequence that shrinks starts a fresh index."""
 
@@ -42,17 +90,10 @@ class NgramDrafter:
     ):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
-        if not 1 <= start_draft <= max_draft:
-            raise ValueError(f"need 1 <= start_draft <= max_draft, got {start_draft}, {max_draft}")
-        self.max_n, self.min_n, self.max_draft = max_n, min_n, max_draft
-        self.start_draft, self.patience = start_draft, patience
-        self.base_cooldown, self.max_cooldown = cooldown, max_cooldown
-        self.draft_len = start_draft
+        super().__init__(max_draft, start_draft, patience, cooldown, max_cooldown)
+        self.max_n, self.min_n = max_n, min_n
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> position of the token that followed it last
         self._indexed = 0  # tokens[:_indexed] have every n-gram ending before position _indexed - 1 indexed
-        self._misses = 0  # proposals in a row with nothing accepted
-        self._rest = 0  # steps left without drafting
-        self._cooldown = cooldown  # the next rest period
 
     def _catch_up(self, tokens: Sequence[int]) -> None:
         n_tok = len(tokens)
@@ -79,27 +120,7 @@ class NgramDrafter:
 
     def propose(self, tokens: Sequence[int]) -> list[int]:
         """The drafts for this step: [] while resting or when nothing matches."""
-        if self._rest > 0:
-            self._rest -= 1
+        if self.resting():
             self._catch_up(tokens)
             return []
         return self.lookup(tokens, self.draft_len)
-
-    def observe(self, proposed: int, accepted: int) -> None:
-        """The verification of the last proposal: `accepted` of its `proposed` drafts were kept."""
-        if proposed <= 0:
-            return
-        if accepted >= proposed:
-            self.draft_len = min(self.max_draft, 2 * self.draft_len)
-        else:
-            self.draft_len = max(1, min(self.max_draft, accepted + 1))
-        if accepted > 0:
-            self._misses = 0
-            self._cooldown = self.base_cooldown
-            return
-        self._misses += 1
-        if self._misses >= self.patience:
-            self._rest = self._cooldown
-            self._cooldown = min(self.max_cooldown, 2 * self._cooldown)
-            self._misses = self.patience - 1  # one more miss on waking rests again, longer
-            self.draft_len = self.start_draft

@@ -368,8 +368,7 @@ def test_logprobs_follow_each_emitted_token(smol):
     assert all(lp[0].token_id == t[0] for t, lp in out[1])
 
 
-def test_a_bad_speculative_value_is_refused():
-    from localllm.engine.engine import _speculative
-
-    with pytest.raises(ValueError, match="speculative must be one of 'ngram', 'off'"):
-        _speculative("qwen2.5-coder:0.5b", "speculative")
+@pytest.mark.model
+def test_a_bad_speculative_value_is_refused(smol):
+    with pytest.raises(ValueError, match="speculative must be one of 'ngram', 'off', 'draft'"):
+        smol.submit(smol.tokenize("hi"), speculative="qwen2.5-coder:0.5b")

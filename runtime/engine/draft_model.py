@@ -1,0 +1,233 @@
+"""Drafting with a small model of the same vocabulary: for every decoding sequence that uses it, the draft model
+proposes up to k greedy tokens per step, batched across sequences, over its own paged KV pool (prefix cached).
+
+    draft = DraftModel(model, n_tokens=tokenizer.vocab_size)     # model: a Model over the draft GGUF
+    d = ModelDrafter(draft)                                       # one per request (the engine's drafter)
+    DraftModel.propose_all([(seq_id, seq.token_ids, d), ...])    # {seq_id: [draft tokens]} for this step
+    d.observe(proposed, accepted)                                 # adapts d.draft_len, backs off (ngram.py rules)
+    draft.release(seq_id)                                         # the request ended: its draft KV goes back
+
+One propose_all is a few native steps of the draft model: first a catch-up step that writes the KV of each
+sequence's tokens the draft has not seen (the one sampled last and the drafts verified since, or a prompt a chunk
+of at most catch_up_chunk tokens at a time: a sequence still catching up proposes nothing this step, so the
+target's decoding never waits for the whole draft prefill), then one step per draft position, each sequence fed
+its previous draft. A sequence stops drafting early when the draft model's probability of its own greedy token
+falls below p_min (a draft it doubts is likely rejected, and each draft row costs the target a row of its
+verification step).
+
+The draft KV holds the tokens it was fed: the sequence's tokens, then its drafts. After verification the
+sequence's tokens agree with that up to the accepted drafts; the rest is truncated (blocks returned past it) at
+the next proposal. Only real tokens are offered to the draft's prefix cache. Engine thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from collections.abc import Sequence as Seq
+
+import numpy as np
+
+from ..model import Model
+from .block_manager import BlockManager
+from .ngram import DraftPacer
+
+DEFAULT_P_MIN = 0.5
+DEFAULT_CATCH_UP_CHUNK = 64
+
+
+class _State:
+    __slots__ = ("fed", "verified")
+
+    def __init__(self, fed: list[int]):
+        self.fed = fed  # tokens whose KV the draft pool holds, positions 0..len - 1
+        self.verified = len(fed)  # leading fed tokens known to be the sequence's own
+
+
+class DraftModel:
+    """model: the draft's native Model (its own KV pool: n_blocks of block_size). n_tokens: ids at or past it are
+    never proposed (padded embedding rows, or ids the target's vocabulary lacks)."""
+
+    def __init__(
+        self,
+        model: Model,
+        n_tokens: int,
+        p_min: float = DEFAULT_P_MIN,
+        catch_up_chunk: int = DEFAULT_CATCH_UP_CHUNK,
+        name: str = "draft",
+    ):
+        if not 0.0 <= p_min < 1.0:
+            raise ValueError(f"p_min must be in [0, 1), got {p_min!r}")
+        self.model = model
+        self.name = name
+        self.n_tokens = min(n_tokens, model.n_vocab)
+        self.p_min = p_min
+        self.catch_up_chunk = catch_up_chunk
+        self._bm = BlockManager(model.n_blocks, model.block_size)
+        self._states: dict[Hashable, _State] = {}
+        self.steps = 0  # native steps run (for tests and benchmarks)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Draft KV blocks held by live sequences."""
+        return self._bm.num_used_blocks
+
+    def release(self, seq_id: Hashable) -> None:
+        """Frees a sequence's draft KV (idempotent)."""
+        if self._states.pop(seq_id, None) is not None:
+            self._bm.free(seq_id)
+
+    def reset(self) -> None:
+        """Forgets every sequence and the prefix cache (the engine's pool was rebuilt)."""
+        self._bm = BlockManager(self.model.n_blocks, self.model.block_size)
+        self._states.clear()
+
+    def propose_all(self, items: Seq[tuple[Hashable, list[int], int]]) -> dict[Hashable, list[int]]:
+        """items: (seq_id, the sequence's tokens, k >= 1 drafts wanted). Returns the drafts of each sequence that
+        has some (at most k each)."""
+        feed: list[tuple[Hashable, list[int], int, int]] = []  # (seq_id, tokens to feed, first position, k)
+        for seq_id, tokens, k in items:
+            start = self._sync(seq_id, tokens)
+            if start is None:
+                continue
+            if len(tokens) - start > self.catch_up_chunk:  # still catching up with a prompt: a chunk, no drafts
+                feed.append((seq_id, tokens[start : start + self.catch_up_chunk], start, 0))
+            else:
+                feed.append((seq_id, tokens[start:], start, k))
+        if not feed:
+            return {}
+        drafts: dict[Hashable, list[int]] = {}
+        last = self._step(feed, real=True)  # one row per sequence that drafts: the logits after its last token
+        live = [(f[0], f[3]) for f in feed if f[3] > 0]
+        for j in range(max((k for _, k in live), default=0)):
+            nxt = []
+            for (seq_id, k), row in zip(live, last):
+                tok, p = self._greedy(row)
+                if p < self.p_min and j > 0:  # the first draft is always offered: verification pays for one row
+                    continue
+                drafts.setdefault(seq_id, []).append(tok)
+                if len(drafts[seq_id]) < k:
+                    nxt.append((seq_id, k))
+            live = nxt
+            if not live:
+                break
+            last = self._step(
+                [(seq_id, [drafts[seq_id][-1]], len(self._states[seq_id].fed), k) for seq_id, k in live], real=False
+            )
+        return drafts
+
+    def _sync(self, seq_id: Hashable, tokens: list[int]) -> int | None:
+        """Brings the draft's table for seq_id in line with tokens: keeps the fed prefix the sequence agrees with,
+        truncates the rest. Returns the first position to feed, or None when the pool has no room now."""
+        st = self._states.get(seq_id)
+        if st is None:
+            table = self._bm.allocate(seq_id, tokens)
+            if table is None:
+                return None
+            st = self._states[seq_id] = _State(list(tokens[: table.num_cached_tokens]))
+            return len(st.fed)
+        keep = st.verified
+        n = min(len(st.fed), len(tokens))
+        while keep < n and st.fed[keep] == tokens[keep]:
+            keep += 1
+        del st.fed[keep:]
+        st.verified = keep
+        self._bm.mark_computed(seq_id, tokens, keep)
+        table = self._bm.truncate(seq_id, keep)  # rejected drafts' slots (and whole blocks past them) go back
+        if self._bm.append_slots(seq_id, len(tokens) - table.num_slots) is None:
+            return None
+        return keep
+
+    def _step(self, feed: list[tuple[Hashable, list[int], int, int]], real: bool) -> list[np.ndarray]:
+        """One native step of the draft model: feed[i] = (seq_id, tokens, first position, k), tokens the
+        sequence's own (real) or drafts. Writes their KV and returns the logits row after the last token of every
+        sequence with k > 0, in order."""
+        ids, pos, slots, seq_index, tables, ctx, rows = [], [], [], [], [], [], []
+        t = 0
+        for s, (seq_id, toks, p0, k) in enumerate(feed):
+            n = len(toks)
+            need = p0 + n - self._bm.block_table(seq_id).num_slots
+            if need > 0 and self._bm.append_slots(seq_id, need) is None:
+                raise RuntimeError("the draft KV pool is full")  # _sync reserved the tokens; only drafts could miss
+            p = np.arange(p0, p0 + n, dtype=np.int64)
+            ids.append(np.asarray(toks, dtype=np.int32))
+            pos.append(p)
+            slots.append(self._bm.slot_mapping(seq_id, p))
+            seq_index.append(np.full(n, s, dtype=np.int32))
+            tables.append(self._bm.block_table(seq_id).block_ids)
+            ctx.append(p0 + n)
+            t += n
+            if k > 0:
+                rows.append(t - 1)
+            st = self._states[seq_id]
+            st.fed[p0:] = toks
+            if real:
+                st.verified = len(st.fed)
+        width = max(len(tb) for tb in tables)
+        block_tables = np.full((len(feed), width), -1, dtype=np.int32)
+        for s, tb in enumerate(tables):
+            block_tables[s, : len(tb)] = tb
+        logits = self.model.forward(
+            np.concatenate(ids),
+            np.concatenate(pos).astype(np.int32),
+            np.concatenate(slots).astype(np.int32),
+            np.concatenate(seq_index),
+            block_tables,
+            np.asarray(ctx, dtype=np.int32),
+            np.asarray(rows, dtype=np.int32),
+        )
+        self.steps += 1
+        return list(logits)
+
+    def _greedy(self, row: np.ndarray) -> tuple[int, float]:
+        """The draft's most likely token below n_tokens and its probability."""
+        r = row[: self.n_tokens]
+        tok = int(np.argmax(r))
+        if self.p_min <= 0.0:
+            return tok, 1.0
+        z = np.exp(r - r[tok], dtype=np.float32).sum()
+        return tok, float(1.0 / z)
+
+
+class ModelDrafter(DraftPacer):
+    """One request's handle on the shared DraftModel: the same adaptive draft length and back-off as n-gram
+    drafting (ngram.py's DraftPacer), the proposals from the draft model, batched by the engine (propose_batch)."""
+
+    def __init__(self, draft: DraftModel, max_draft: int = 8, start_draft: int = 4):
+        super().__init__(max_draft=max_draft, start_draft=start_draft)
+        self.draft = draft
+
+    def wants(self) -> int:
+        """Drafts wanted this step (0 while resting)."""
+        return 0 if self.resting() else self.draft_len
+
+
+def propose_batch(pairs: Seq[tuple[Hashable, list[int], ModelDrafter]]) -> dict[Hashable, list[int]]:
+    """The drafts of every (seq_id, tokens, drafter) that wants some this step, one batched round per draft model."""
+    out: dict[Hashable, list[int]] = {}
+    by_model: dict[int, tuple[DraftModel, list]] = {}
+    for seq_id, tokens, d in pairs:
+        k = d.wants()
+        if k:
+            by_model.setdefault(id(d.draft), (d.draft, []))[1].append((seq_id, tokens, k))
+    for draft, items in by_model.values():
+        out.update(draft.propose_all(items))
+    return out
+
+
+def check_draft_vocab(target, draft, target_name: str, draft_name: str) -> None:
+    """ValueError naming the first difference when the draft tokenizer's ids do not mean the target's: the same
+    tokenizer model, the same end-of-generation ids, the same token text for every id both have, and sizes that
+    differ by no more than padding (llama.cpp's rule: 128)."""
+    where = f"the draft model {draft_name} cannot draft for {target_name}"
+    if draft.model != target.model:
+        raise ValueError(f"{where}: its tokenizer is {draft.model!r}, the model's is {target.model!r}")
+    if abs(draft.vocab_size - target.vocab_size) > 128:
+        raise ValueError(f"{where}: its vocabulary has {draft.vocab_size} tokens, the model's {target.vocab_size}")
+    for i, (a, b) in enumerate(zip(target.tokens, draft.tokens)):
+        if a != b:
+            raise ValueError(f"{where}: token {i} is {b!r} in the draft's vocabulary and {a!r} in the model's")
+    if set(draft.stop_ids) != set(target.stop_ids):
+        raise ValueError(
+            f"{where}: its end-of-generation tokens {sorted(draft.stop_ids)} differ from the model's "
+            f"{sorted(target.stop_ids)}"
+        )

@@ -1,0 +1,127 @@
+"""Speculative decoding with a draft model (engine/draft_model.py): lossless on real models, greedy and seeded,
+alone and beside other sequences; a draft identical to the model is always right (which checks the draft's KV
+bookkeeping: catch-up, rollback, truncation across blocks); its KV goes back when requests end; tokenizer
+mismatches and misuse are refused with a clear error.
+
+Exact equality holds on the default (AVX2 or scalar) path because a row's logits do not depend on the rows beside
+it (native/kernels.h).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+from conftest import model_file
+from localllm.llm import LLM
+
+SMOL = "smollm2-135m-instruct-q4_1"
+CODE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+PROMPTS = [
+    f"Here is a file:\n{CODE}\nThe same file with area renamed to surface:\n",
+    "The history of the city begins with a small market by the river, where",
+    "def fibonacci(n):\n    ",
+]
+
+
+@pytest.fixture(scope="module")
+def smol_pair(tmp_path_factory):
+    """smollm2 drafting for itself (a copy of its file: a draft must not be the model's own path)."""
+    src = model_file(SMOL)
+    copy = tmp_path_factory.mktemp("draft") / "smol-draft.gguf"
+    shutil.copyfile(src, copy)
+    with LLM(src, n_threads=2, ctx_size=512, parallel=4, speculative=str(copy)) as llm:
+        yield llm
+
+
+def run(llm, prompt, speculative, **kw):
+    chunks = list(llm.generate(prompt, speculative=speculative, **kw))
+    return [t for c in chunks for t in c.token_ids], chunks[-1]
+
+
+@pytest.mark.model
+def test_a_draft_identical_to_the_model_is_always_accepted_and_changes_nothing(smol_pair):
+    assert smol_pair.speculative == "draft"
+    for prompt in PROMPTS:
+        off, last_off = run(smol_pair, prompt, "off", temperature=0, max_tokens=40, ignore_eos=True)
+        on, last = run(smol_pair, prompt, None, temperature=0, max_tokens=40, ignore_eos=True)
+        assert on == off and last.finish_reason == last_off.finish_reason
+        st = last.stats
+        # greedy drafts from the same weights are the model's own greedy tokens: every one is kept (the draft
+        # length doubles while they are), so 40 tokens take far fewer than 40 steps
+        assert st.draft_proposed > 0 and st.draft_accepted == st.draft_proposed, st
+        assert st.draft_steps < 20, st
+    stats = smol_pair.pool_stats()
+    assert stats["blocks_used"] == 0 and stats["draft_blocks_used"] == 0
+
+
+@pytest.mark.model
+def test_seeded_sampling_with_a_draft_model_is_the_same_reply(smol_pair):
+    # sampling at temperature 1.2 rejects many greedy drafts: rollbacks of the draft KV mid-block and across blocks
+    params = dict(temperature=1.2, top_k=40, seed=11, max_tokens=48, ignore_eos=True)
+    for prompt in PROMPTS[:2]:
+        off, _ = run(smol_pair, prompt, "off", **params)
+        on, last = run(smol_pair, prompt, "draft", **params)
+        assert on == off
+        assert 0 < last.stats.draft_accepted < last.stats.draft_proposed, last.stats
+    assert smol_pair.pool_stats()["draft_blocks_used"] == 0
+
+
+@pytest.mark.model
+def test_drafting_for_several_sequences_at_once_changes_no_token(smol_pair):
+    alone = [run(smol_pair, p, "off", temperature=0, max_tokens=24)[0] for p in PROMPTS]
+    out: list = [None] * len(PROMPTS)
+    go = threading.Barrier(len(PROMPTS))
+
+    def client(i):
+        go.wait()
+        out[i] = run(smol_pair, PROMPTS[i], "draft", temperature=0, max_tokens=24)[0]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == alone
+    stats = smol_pair.pool_stats()
+    assert stats["blocks_used"] == 0 and stats["draft_blocks_used"] == 0
+
+
+@pytest.mark.model
+def test_a_request_may_choose_ngram_or_off_and_draft_needs_a_draft_model(smol_pair):
+    a, _ = run(smol_pair, PROMPTS[0], "ngram", temperature=0, max_tokens=16)
+    b, _ = run(smol_pair, PROMPTS[0], "off", temperature=0, max_tokens=16)
+    assert a == b
+    with pytest.raises(ValueError, match="speculative must be one of"):
+        smol_pair.submit(smol_pair.tokenize("hi"), speculative="fast")
+    with LLM(model_file(SMOL), n_threads=2, ctx_size=256) as plain, pytest.raises(ValueError, match="needs a draft"):
+        plain.submit(plain.tokenize("hi"), speculative="draft")
+
+
+@pytest.mark.model
+@pytest.mark.filterwarnings("ignore:.*no tokenizer.chat_template")
+def test_a_draft_model_with_another_vocabulary_or_the_model_itself_is_refused():
+    smol = model_file(SMOL)
+    with pytest.raises(ValueError, match=r"cannot draft for .*smollm2.*its tokenizer is 'llama'"):
+        LLM(smol, ctx_size=256, speculative=str(model_file("gemma-3-270m-q4_k_m")))
+    with pytest.raises(
+        ValueError, match=r"cannot draft for .*smollm2.*its vocabulary has 151936 tokens, the model.s 49152"
+    ):
+        LLM(smol, ctx_size=256, speculative=str(model_file("qwen2.5-coder-0.5b-instruct-q4_k_m")))
+    with pytest.raises(ValueError, match="is the model itself"):
+        LLM(smol, ctx_size=256, speculative=str(smol))
+    with pytest.raises(ValueError, match="not-a-model"):
+        LLM(smol, ctx_size=256, speculative="not-a-model")
+
+
+@pytest.mark.model
+def test_qwen_0_5b_drafting_for_1_5b_gives_the_same_tokens():
+    big, small = model_file("qwen2.5-coder-1.5b-instruct-q4_k_m"), model_file("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    msgs = [{"role": "user", "content": f"Rename area to surface in this file and return the whole file:\n{CODE}"}]
+    with LLM(big, n_threads=2, ctx_size=512, speculative=str(small)) as llm:
+        off = [t for c in llm.chat(msgs, temperature=0, max_tokens=32, speculative="off") for t in c.token_ids]
+        chunks = list(llm.chat(msgs, temperature=0, max_tokens=32))
+        on = [t for c in chunks for t in c.token_ids]
+        assert on == off
+        assert chunks[-1].stats.draft_accepted > 0, chunks[-1].stats
