@@ -39,6 +39,7 @@ from ..tokenizer import Tokenizer
 from .block_manager import BlockManager
 from .draft_model import DraftModel, ModelDrafter, propose_batch
 from .ngram import NgramDrafter
+from .ngram_table import NgramTable
 from .request import Request
 from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
 from .sequence import Sequence, SequenceStatus
@@ -60,7 +61,9 @@ class Engine:
     """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
     (its default). ctx_origin: what set that size, for the error that a prompt does not fit. speculative: "ngram"
     (prompt-lookup drafts verified in the step; never changes a token), "draft" (drafts from `draft`, a small
-    model of the same vocabulary: draft_model.py) or "off": the default of every request."""
+    model of the same vocabulary: draft_model.py) or "off": the default of every request. shared_ngrams: n-gram
+    drafting also looks up what earlier requests generated (ngram_table.py) where a sequence's own text has no
+    match."""
 
     def __init__(
         self,
@@ -72,8 +75,11 @@ class Engine:
         ctx_origin: str = "ctx_size",
         speculative: str = "ngram",
         draft: DraftModel | None = None,
+        shared_ngrams: bool = True,
     ):
         self._draft = self.draft = draft
+        # what finished requests generated, for n-gram drafting where a sequence's own tokens have no match
+        self.ngram_table = NgramTable() if shared_ngrams else None
         self.speculative = self._speculative(speculative)
         self._model = model
         self._tok = tokenizer
@@ -124,7 +130,13 @@ class Engine:
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        drafter = NgramDrafter() if spec == "ngram" else ModelDrafter(self._draft) if spec == "draft" else None
+        drafter = (
+            NgramDrafter(shared=self.ngram_table)
+            if spec == "ngram"
+            else ModelDrafter(self._draft)
+            if spec == "draft"
+            else None
+        )
         self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, drafter)))
         return stream
 
@@ -182,7 +194,10 @@ class Engine:
         return value
 
     # -- engine thread ------------------------------------------------------------------------------------
-    def _release_draft(self, req: Request) -> None:
+    def _retire(self, req: Request) -> None:
+        """A request is over: its draft KV goes back, what it generated feeds the shared n-gram table."""
+        if self.ngram_table is not None and req.seq.num_generated_tokens:
+            self.ngram_table.learn(req.seq.token_ids, req.seq.num_prompt_tokens)
         if isinstance(req.drafter, ModelDrafter):
             req.drafter.draft.release(req.seq.seq_id)
 
@@ -250,7 +265,7 @@ class Engine:
         req = active.pop(request_id, None)
         if req is not None:
             self._scheduler.abort(request_id)
-            self._release_draft(req)
+            self._retire(req)
             req.abort()
             return
         for r in held:
@@ -307,7 +322,7 @@ class Engine:
             for i, tid in enumerate(new):
                 if req.emit(tid, seq.finish_reason if i == len(new) - 1 else None):
                     del active[seq.seq_id]
-                    self._release_draft(req)
+                    self._retire(req)
                     if not seq.is_finished:  # a stop string ended it: give its blocks back now
                         sched.abort(seq.seq_id)
                     break

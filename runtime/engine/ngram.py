@@ -9,6 +9,9 @@ Index: for every n-gram whose next token is known, where that next token is (the
 as tokens arrive, so a proposal costs O(max_n) dict look-ups whatever the sequence's length. The sequence's own
 last n tokens never match themselves: an n-gram enters the index only once its follower exists.
 
+Shared table (ngram_table.py): what other requests of the model generated (the engine's NgramTable, fed as
+requests end) drafts instead where it matches a longer suffix than the sequence's own tokens do.
+
 Draft length: starts at start_draft; all drafts accepted doubles it (up to max_draft), a partial acceptance sets
 it to what was accepted plus one. A verification step of k + 1 tokens costs more than a decode step on a CPU
 (more activation rows per weight read), so drafts that keep failing (prose, free generation) stop drafting:
@@ -20,6 +23,8 @@ accepted token resets the rest period.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from .ngram_table import NgramTable
 
 DEFAULT_MAX_N = 4
 DEFAULT_MIN_N = 1
@@ -87,11 +92,13 @@ class NgramDrafter(DraftPacer):
         patience: int = 2,
         cooldown: int = 4,
         max_cooldown: int = 64,
+        shared: NgramTable | None = None,
     ):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         super().__init__(max_draft, start_draft, patience, cooldown, max_cooldown)
         self.max_n, self.min_n = max_n, min_n
+        self.shared = shared  # what other requests generated: drafts from it where it matches a longer suffix
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> position of the token that followed it last
         self._indexed = 0  # tokens[:_indexed] have every n-gram ending before position _indexed - 1 indexed
 
@@ -110,17 +117,26 @@ class NgramDrafter(DraftPacer):
     def lookup(self, tokens: Sequence[int], k: int) -> list[int]:
         """At most k tokens that followed the latest earlier occurrence of the longest matching suffix; [] when
         no suffix of min_n..max_n tokens occurred before. Ignores the adaptive state."""
+        return self._match(tokens, k)[1]
+
+    def _match(self, tokens: Sequence[int], k: int) -> tuple[int, list[int]]:
+        """(n, drafts): the length of the suffix lookup matched (0: none) and what followed it."""
         self._catch_up(tokens)
         n_tok = len(tokens)
         for n in range(min(self.max_n, n_tok), self.min_n - 1, -1):
             pos = self._index.get(tuple(tokens[n_tok - n :]))
             if pos is not None:
-                return list(tokens[pos : min(pos + k, n_tok)])
-        return []
+                return n, list(tokens[pos : min(pos + k, n_tok)])
+        return 0, []
 
     def propose(self, tokens: Sequence[int]) -> list[int]:
-        """The drafts for this step: [] while resting or when nothing matches."""
+        """The drafts for this step: [] while resting or when nothing matches. With a shared table, its drafts
+        win when they follow a longer match than the sequence's own."""
         if self.resting():
             self._catch_up(tokens)
             return []
-        return self.lookup(tokens, self.draft_len)
+        n, own = self._match(tokens, self.draft_len)
+        if self.shared is None or n >= self.max_n:
+            return own
+        n_shared, other = self.shared.draft(tokens, self.draft_len)
+        return other if n_shared > n else own

@@ -1,0 +1,95 @@
+"""The n-gram table shared by a model's requests (engine/ngram_table.py): chained drafts against a brute-force
+reading of what was learned, its bound, the drafter's choice between its own match and the table's, and on a
+real model: a regenerated reply drafts from the first one and is the same tokens."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import model_file
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from localllm.engine.ngram import NgramDrafter
+from localllm.engine.ngram_table import NgramTable
+from localllm.llm import LLM
+
+
+def brute_next(texts: list[list[int]], ctx: list[int], max_n: int, min_n: int) -> tuple[int, int | None]:
+    """(n, follower) of the longest suffix of ctx (min_n..max_n) seen in texts, the latest occurrence winning."""
+    for n in range(min(max_n, len(ctx)), min_n - 1, -1):
+        suffix = ctx[len(ctx) - n :]
+        found = None
+        for text in texts:  # learned in order: later texts and later positions overwrite
+            for i in range(n, len(text)):
+                if text[i - n : i] == suffix:
+                    found = text[i]
+        if found is not None:
+            return n, found
+    return 0, None
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    texts=st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=30), min_size=1, max_size=4),
+    query=st.lists(st.integers(0, 3), min_size=1, max_size=8),
+    k=st.integers(1, 6),
+)
+def test_drafts_chain_the_latest_follower_of_the_longest_match(texts, query, k):
+    table = NgramTable(max_n=4, min_n=2)
+    for t in texts:
+        table.learn(t)
+    n_first, drafts = table.draft(query, k)
+    ctx, want, first = list(query), [], 0
+    while len(want) < k:
+        n, nxt = brute_next(texts, ctx, 4, 2)
+        if nxt is None:
+            break
+        first = first or n
+        want.append(nxt)
+        ctx.append(nxt)
+    assert drafts == want and n_first == first
+
+
+def test_learn_from_start_records_only_followers_from_there():
+    table = NgramTable(max_n=3, min_n=2)
+    table.learn([1, 2, 3, 4, 5], start=3)  # followers 4 and 5 only
+    assert table.draft([1, 2], 3) == (0, [])
+    assert table.draft([2, 3], 3) == (2, [4, 5])
+
+
+def test_the_table_is_bounded_and_forgets_the_least_recently_used():
+    table = NgramTable(max_n=2, min_n=2, max_entries=3)
+    table.learn([1, 2, 3, 4, 5, 6])  # (1,2)->3 (2,3)->4 (3,4)->5 (4,5)->6: the first is gone
+    assert len(table) == 3
+    assert table.draft([1, 2], 1) == (0, [])
+    assert table.draft([2, 3], 1) == (2, [4])  # read: now the most recent
+    table.learn([7, 8, 9])
+    assert table.draft([2, 3], 1) == (2, [4]) and table.draft([3, 4], 1) == (0, [])
+
+
+def test_the_drafter_takes_the_tables_drafts_only_for_a_longer_match():
+    table = NgramTable(max_n=4, min_n=2)
+    table.learn([10, 11, 12, 13, 14, 15])
+
+    def drafter():
+        return NgramDrafter(max_n=4, min_n=1, start_draft=3, shared=table)
+
+    # own tokens: 12 followed by 99 earlier (a match of 1); the table knows 11 12 -> 13 14 15 (a match of 2)
+    assert drafter().propose([12, 99, 11, 12]) == [13, 14, 15]
+    # own match of 2 (11 12 -> 7) ties the table's: the sequence's own text wins
+    assert drafter().propose([11, 12, 7, 11, 12]) == [7, 11, 12]
+    assert NgramDrafter(max_n=4, min_n=1, start_draft=3).propose([12, 99, 11, 12]) == [99, 11, 12]
+
+
+@pytest.mark.model
+def test_a_regenerated_reply_drafts_from_the_first_and_is_the_same_tokens():
+    msgs = [{"role": "user", "content": "Write a Python class for a bank account with deposit and withdraw."}]
+    with LLM(model_file("smollm2-135m-instruct-q4_1"), n_threads=2, ctx_size=512) as llm:
+        runs = []
+        for _ in range(2):
+            llm.exclusive(lambda seq: None)  # drops the prefix cache: both pay the same prefill
+            chunks = list(llm.chat(msgs, temperature=0, max_tokens=64, ignore_eos=True))
+            runs.append(([t for c in chunks for t in c.token_ids], chunks[-1].stats))
+        (first, st1), (second, st2) = runs
+        assert second == first
+        # nearly every token of the second reply was drafted from the first, and kept
+        assert st2.draft_accepted >= 48 and st2.draft_accepted > 2 * st1.draft_accepted, (st1, st2)
