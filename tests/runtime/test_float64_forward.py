@@ -100,3 +100,57 @@ def test_native_logits_match_float64(float64_logits, cpu_path, name):
                 lambda seq, ids=ids: [seq.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
             )
             check_rows(np.concatenate(steps), want[i], MODELS[name], f"{name} {cpu_path} sequence {i}, token by token")
+
+
+# Ordinary prose on the Q4_1 model (issue 18): the SIMD paths' logits differ from the scalar path's, over 24 such
+# prompts (454 positions) by up to 2.6 (mean 0.17 over the vocabulary), yet each is as close to float64: top-10
+# mean |diff| scalar 0.164, AVX2 0.164; top-1 float64's at 438 and 434 positions, every miss at a float64 margin
+# <= 0.32 on both. The products are not the cause (the AVX2 ones are the more accurate, test_kernels.py
+# test_simd_paths_as_accurate_as_scalar): the next product's int8 activation rounding turns a last-bit difference
+# into a whole rounding step, and 30 layers compound it. A float64 forward with the same per-32 rounding moves as
+# much when each product's outputs are perturbed by a relative 1e-7 (mean 0.15, max 1.3-1.8 over the vocabulary),
+# and not at all without the rounding. So the paths are held to the scalar path's distance, not to its bits: on
+# these 6 prompts that float64 forward, unperturbed and under 11 perturbation seeds, spans 0.144-0.162 (scalar
+# 0.155, AVX2 0.161), and AVX2's misses sit at float64 margins up to 0.27.
+PROSE = [
+    "Once upon a time, in a small village at the edge of a great forest, there lived an old woodcutter and his wife.",
+    "The weather today is mild, with a light breeze from the west and a few clouds drifting over the hills.",
+    "She opened the letter slowly, unsure whether the news inside would bring relief or another reason to worry.",
+    "In the early morning the market fills with farmers selling bread, cheese, fresh vegetables and flowers.",
+    "Scientists have long debated why some birds migrate thousands of miles each year while others stay put.",
+    "My grandmother kept a small notebook of recipes, each one written in her careful, looping handwriting.",
+]
+PROSE_RATIO = 1.25  # a SIMD path's top-10 mean |diff| from float64, at most this times the scalar path's
+PROSE_MARGIN = 0.5  # every path's top-1 is float64's wherever float64's margin reaches this
+
+
+@pytest.mark.model
+def test_simd_paths_as_close_to_float64_as_scalar_on_prose():
+    name = "smollm2-135m-instruct-q4_1"
+    path = model_file(name)
+    paths = kernels.available_paths()
+    if paths == ["scalar"]:
+        pytest.skip("this CPU runs the scalar path only")
+    with LLM(path, n_threads=1, ctx_size=64) as llm:
+        seqs = [llm.tokenize(t, add_special=False) for t in PROSE]
+    with GGUFFile(path) as f:
+        want = ReferenceModel(f, float64=True).logits_batch(seqs)
+    dist, flips = {}, {}
+    try:
+        for p in paths:
+            kernels.configure(p)
+            with LLM(path, n_threads=2, ctx_size=64) as llm:
+                got = [llm.logits(ids) for ids in seqs]
+            diffs, flips[p] = [], []
+            for i, (g, w) in enumerate(zip(got, want)):
+                top = np.argsort(-w, axis=1)[:, :10]
+                diffs.append(np.abs(np.take_along_axis(g.astype(np.float64), top, 1) - np.take_along_axis(w, top, 1)))
+                margin = np.take_along_axis(w, top[:, :1], 1)[:, 0] - np.take_along_axis(w, top[:, 1:2], 1)[:, 0]
+                flips[p] += [(i, int(t), round(float(margin[t]), 3)) for t in np.nonzero(g.argmax(1) != top[:, 0])[0]]
+            dist[p] = float(np.mean(np.concatenate(diffs)))
+    finally:
+        kernels.configure()
+    print(f"top-10 mean |diff| from float64 {dist}; top-1 misses (sequence, position, float64's margin) {flips}")
+    for p in paths:
+        assert dist[p] <= PROSE_RATIO * dist["scalar"], f"{p}: {dist[p]:.4f} from float64, scalar {dist['scalar']:.4f}"
+        assert not [f for f in flips[p] if f[2] >= PROSE_MARGIN], f"{p}: top-1 differs from float64's at {flips[p]}"
