@@ -14,6 +14,7 @@ void bind_kernels(pybind11::module_& m);    // matrix products, the CPU path and
 void bind_model(pybind11::module_& m);      // the native Model: the forward step over a paged KV cache
 void bind_tokenizer(pybind11::module_& m);  // the GGUF loader's and the BPE tokenizer's byte helpers
 void bind_testing(pybind11::module_& m);    // the `testing` submodule: entry points only the tests call
+void bind_cuda(pybind11::module_& m, pybind11::module_& testing);  // the CUDA backend (cuda/cuda_api.h)
 
 // w: uint8 [rows, row_bytes], rows contiguous (any row stride), each exactly k weights of type_id (matmul.h's
 // checked_type); std::invalid_argument naming `what` otherwise

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_native, m) {
   lll::bind_tokenizer(m);
   pybind11::module_ testing = m.def_submodule("testing", "entry points only the tests call");
   lll::bind_testing(testing);
+  lll::bind_cuda(m, testing);
 }

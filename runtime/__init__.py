@@ -12,6 +12,7 @@ _LAZY = {
     "GGUFError": ("localllm.gguf", "GGUFError"),
     "Tokenizer": ("localllm.tokenizer", "Tokenizer"),
     "LLM": ("localllm.llm", "LLM"),
+    "backends": ("localllm.kernels", "backends"),
 }
 
 __all__ = list(_LAZY)

@@ -64,6 +64,16 @@ def configure(path: str | None = None, threads: int | None = None) -> None:
     _native.configure(path if path is not None else os.environ.get("LOCALLLM_CPU", ""), threads or physical_cores())
 
 
+def backends() -> dict:
+    """What this build can run on: {"cpu": {"paths": [...], "current": name}, "cuda": {"compiled": bool, "devices":
+    [{"index", "name", "total_memory", "compute_capability"}], "error": why none is usable ("" when one is),
+    "runtime_version", "driver_version" (when compiled)}}."""
+    cuda = dict(_native.cuda_info())
+    if cuda.get("compiled") and not cuda["devices"] and not cuda.get("driver_version"):
+        cuda["error"] = f"no NVIDIA driver found: {cuda['error']}"
+    return {"cpu": {"paths": available_paths(), "current": current_path()}, "cuda": cuda}
+
+
 def current_path() -> str:
     return _native.current_path()
 

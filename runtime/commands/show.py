@@ -68,13 +68,29 @@ def summary(path: Path) -> dict:
         }
 
 
+def backends_line() -> str:
+    """Where this build runs models: the CPU kernel path, and CUDA's devices or why there are none."""
+    from localllm import backends
+
+    b = backends()
+    cuda = b["cuda"]
+    if cuda["devices"]:
+        gpus = ", ".join(f"{d['name']} ({d['total_memory'] / 2**30:.0f} GiB)" for d in cuda["devices"])
+        cuda_text = f"cuda: {gpus}"
+    else:
+        cuda_text = f"cuda: none ({cuda['error']})"
+    return f"cpu ({b['cpu']['current']}); {cuda_text}"
+
+
 def run(args: argparse.Namespace) -> int:
     from localllm.hub import resolve_model
     from localllm.hub.units import format_params, format_size
 
     s = summary(resolve_model(args.model, pull=args.pull))
     if args.json:
-        print(json.dumps(s, indent=1))
+        from localllm import backends
+
+        print(json.dumps({**s, "backends": backends()}, indent=1))
         return 0
     rows = [
         ("model", s["name"] or Path(s["path"]).name),
@@ -93,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         ("embedding / ffn", f"{s['embedding_length']} / {s['feed_forward_length']}"),
         ("tokenizer", f"{s['tokenizer']} ({s['pre_tokenizer'] or 'no pre-tokenizer'}), {s['vocab_size']} tokens"),
         ("chat template", "yes" if s["chat_template"] else "no"),
+        ("backends", backends_line()),
     ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:

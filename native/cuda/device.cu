@@ -1,0 +1,39 @@
+// Device discovery: what `localllm.backends()` reports. Never throws: a machine without a driver or a GPU gets an
+// empty list and the CUDA error string.
+#include <cuda_runtime.h>
+
+#include "cuda_api.h"
+
+namespace lll::cuda {
+
+std::vector<DeviceInfo> devices(std::string* error) {
+  std::vector<DeviceInfo> out;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return out;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    out.push_back({i, p.name, p.totalGlobalMem, p.major, p.minor});
+  }
+  if (out.empty() && error) *error = "no CUDA device found";
+  return out;
+}
+
+int runtime_version() {
+  int v = 0;
+  cudaRuntimeGetVersion(&v);
+  return v;
+}
+
+int driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) return 0;
+  return v;
+}
+
+}  // namespace lll::cuda

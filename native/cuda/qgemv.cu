@@ -1,0 +1,305 @@
+// Decode products on the device: y [n][m] = x [n][k] . W^T for quantized weight rows, n <= 8 activation rows.
+//
+// Activations are quantized per 32 as on the CPU (x ~= dx * xq, xq int8; kernels.h), by quantize_x: one warp per
+// 32-block. The product: one warp per weight row, lane i taking the row's 32-weight steps i, i + 32, ...; a step's
+// weights are decoded once into eight 32-bit words of four bytes (weights 4j .. 4j + 3 in activation order) and
+// multiplied with each activation row by __dp4a (exact int32 sums), scaled per group as the CPU's canonical
+// terms (kernels.h: isum_g * s_g * dx_g, plus m_g * dx_g * sum(xq) for types with a min, minus the offset times
+// sum(xq) for the symmetric ones); the lanes' float sums meet in a warp shuffle reduction. The order of that
+// reduction differs from the CPU's, so results agree to rounding, not bit for bit (tests/native/test_cuda.py).
+//
+// Block layouts (quant_formats.h) are byte-identical to GGUF; blocks of 18, 22, 34 and 210 bytes are only 2-byte
+// aligned, so weight words are assembled from 16-bit loads.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "../quant_formats.h"
+#include "cuda_api.h"
+
+namespace lll::cuda {
+namespace {
+
+constexpr int MAXN = 8;
+constexpr int ROWS_PER_BLOCK = 4;  // warps per thread block, one weight row each
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+__device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// the 32-bit word at a 2-byte aligned address
+__device__ __forceinline__ int word2(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+}
+__device__ __forceinline__ int word4(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
+// bits 0..3 of h -> bit 4 of bytes 0..3
+__device__ __forceinline__ int spread_bit4(uint32_t h) {
+  return (int)(((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
+}
+
+// activations: xq [n][k] int8, xd [n][k / 32]
+__global__ void quantize_x(const float* x, int k, int8_t* xq, float* xd) {
+  const int b = blockIdx.x, c = blockIdx.y, i = threadIdx.x;
+  const size_t at = (size_t)c * k + (size_t)b * 32 + i;
+  const float v = x[at];
+  float amax = fabsf(v);
+  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  xq[at] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
+  if (i == 0) xd[(size_t)c * (k / 32) + b] = d;
+}
+
+struct X {
+  const int8_t* q;
+  const float* d;
+  int k;
+};
+
+// per type: decode step s of the row into u[8], then for every activation row c < n add the step's terms to acc[c]
+template <int T>
+__device__ __forceinline__ void step(const uint8_t* row, int s, const X& x, int n, float* acc);
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q4_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)s * sizeof(block_q4_0);
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int q = word2(b + 2 + 4 * j);
+    u[j] = q & 0x0F0F0F0F;
+    u[j + 4] = (q >> 4) & 0x0F0F0F0F;
+  }
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum = 0, xs = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int v = xq[j];
+      sum = __dp4a(u[j], v, sum);
+      xs = __dp4a(0x01010101, v, xs);
+    }
+    acc[c] += (float)(sum - 8 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q4_1>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)s * sizeof(block_q4_1);
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b)), m = f16(*reinterpret_cast<const uint16_t*>(b + 2));
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int q = word4(b + 4 + 4 * j);
+    u[j] = q & 0x0F0F0F0F;
+    u[j + 4] = (q >> 4) & 0x0F0F0F0F;
+  }
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum = 0, xs = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int v = xq[j];
+      sum = __dp4a(u[j], v, sum);
+      xs = __dp4a(0x01010101, v, xs);
+    }
+    const float dx = x.d[(size_t)c * (x.k / 32) + s];
+    acc[c] += (float)sum * (d * dx) + m * (dx * (float)xs);
+  }
+}
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q5_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)s * sizeof(block_q5_0);
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+  const uint32_t qh = (uint32_t)word2(b + 2);
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int q = word2(b + 6 + 4 * j);
+    u[j] = (q & 0x0F0F0F0F) | spread_bit4(qh >> (4 * j));
+    u[j + 4] = ((q >> 4) & 0x0F0F0F0F) | spread_bit4(qh >> (16 + 4 * j));
+  }
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum = 0, xs = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int v = xq[j];
+      sum = __dp4a(u[j], v, sum);
+      xs = __dp4a(0x01010101, v, xs);
+    }
+    acc[c] += (float)(sum - 16 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q8_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)s * sizeof(block_q8_0);
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) u[j] = word2(b + 2 + 4 * j);
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum = __dp4a(u[j], xq[j], sum);
+    acc[c] += (float)sum * (d * x.d[(size_t)c * (x.k / 32) + s]);
+  }
+}
+
+// the 6-bit scale and min of group j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4)
+__device__ __forceinline__ void q4k_scale_min(const uint8_t* q, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    mn = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q4_K>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q4_K);
+  const int g = s % 8;  // step g of the super-block is its group g: low nibbles of qs[32 (g/2) ..] (even g), high (odd)
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b)), dmin = f16(*reinterpret_cast<const uint16_t*>(b + 2));
+  int sc, mn;
+  q4k_scale_min(b + 4, g, sc, mn);
+  const float ds = d * (float)sc, dm = dmin * (float)mn;
+  const uint8_t* qs = b + 16 + 32 * (g / 2);
+  const int shift = 4 * (g & 1);
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) u[j] = (word4(qs + 4 * j) >> shift) & 0x0F0F0F0F;
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum = 0, xs = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int v = xq[j];
+      sum = __dp4a(u[j], v, sum);
+      xs = __dp4a(0x01010101, v, xs);
+    }
+    const float dx = x.d[(size_t)c * (x.k / 32) + s];
+    acc[c] += (float)sum * (ds * dx) - dm * (dx * (float)xs);
+  }
+}
+
+template <>
+__device__ __forceinline__ void step<(int)QType::Q6_K>(const uint8_t* row, int s, const X& x, int n, float* acc) {
+  const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q6_K);
+  // step q = 4h + l of the super-block: weights 128h + 32l + i; low 4 bits from ql[64h + 32(l & 1) + i] (high
+  // nibble for l >= 2), bits 4..5 from bits 2l, 2l + 1 of qh[32h + i]; groups of 16: scales[2q], scales[2q + 1]
+  const int q = s % 8, h = q / 4, l = q % 4;
+  const uint8_t* ql = b + 64 * h + 32 * (l & 1);
+  const uint8_t* qh = b + 128 + 32 * h;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = f16(*reinterpret_cast<const uint16_t*>(b + 208));
+  const float s0 = d * (float)scales[2 * q], s1 = d * (float)scales[2 * q + 1];
+  const int lshift = 4 * (l >= 2), hshift = 2 * l;
+  int u[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    u[j] = ((word2(ql + 4 * j) >> lshift) & 0x0F0F0F0F) | (((word2(qh + 4 * j) >> hshift) & 0x03030303) << 4);
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+    int sum0 = 0, sum1 = 0, xs0 = 0, xs1 = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int v0 = xq[j], v1 = xq[j + 4];
+      sum0 = __dp4a(u[j], v0, sum0);
+      xs0 = __dp4a(0x01010101, v0, xs0);
+      sum1 = __dp4a(u[j + 4], v1, sum1);
+      xs1 = __dp4a(0x01010101, v1, xs1);
+    }
+    const float dx = x.d[(size_t)c * (x.k / 32) + s];
+    acc[c] += dx * ((float)(sum0 - 32 * xs0) * s0 + (float)(sum1 - 32 * xs1) * s1);
+  }
+}
+
+template <int T>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_t* w, size_t row_bytes, int m, X x,
+                                                                     int n, float* y) {
+  const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= m) return;
+  const uint8_t* r = w + (size_t)row * row_bytes;
+  float acc[MAXN];
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) acc[c] = 0.0f;
+  for (int s = threadIdx.x; s < x.k / 32; s += 32) step<T>(r, s, x, n, acc);
+#pragma unroll
+  for (int c = 0; c < MAXN; ++c) {
+    if (c >= n) break;
+    float v = acc[c];
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) y[(size_t)c * m + row] = v;
+  }
+}
+
+template <class P>
+struct DevicePtr {  // cudaMalloc'd, freed on scope exit
+  P* p = nullptr;
+  explicit DevicePtr(size_t count) { check(cudaMalloc(&p, count * sizeof(P)), "cudaMalloc"); }
+  ~DevicePtr() { cudaFree(p); }
+  DevicePtr(const DevicePtr&) = delete;
+  DevicePtr& operator=(const DevicePtr&) = delete;
+};
+
+}  // namespace
+
+bool qgemv_supports(int type_id) {
+  switch ((QType)type_id) {
+    case QType::Q4_0: case QType::Q4_1: case QType::Q5_0: case QType::Q8_0: case QType::Q4_K: case QType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
+  if (!qgemv_supports(type_id)) throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
+  if (n < 1 || n > MAXN) throw std::invalid_argument("qgemv: n must be in [1, 8], got " + std::to_string(n));
+  if (m < 1 || k < 32 || k % 32) throw std::invalid_argument("qgemv: k must be a positive multiple of 32");
+  DevicePtr<uint8_t> dw((size_t)m * row_bytes);
+  DevicePtr<float> dx((size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
+  DevicePtr<int8_t> dq((size_t)n * k);
+  check(cudaMemcpy(dw.p, w, (size_t)m * row_bytes, cudaMemcpyHostToDevice), "copy weights");
+  check(cudaMemcpy(dx.p, x, sizeof(float) * n * k, cudaMemcpyHostToDevice), "copy x");
+  quantize_x<<<dim3(k / 32, n), 32>>>(dx.p, k, dq.p, dd.p);
+  check(cudaGetLastError(), "quantize_x launch");
+  const X xs{dq.p, dd.p, k};
+  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), block(32, ROWS_PER_BLOCK);
+  switch ((QType)type_id) {
+    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+    default: qgemv_kernel<(int)QType::Q6_K><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
+  }
+  check(cudaGetLastError(), "qgemv launch");
+  check(cudaMemcpy(y, dy.p, sizeof(float) * n * m, cudaMemcpyDeviceToHost), "copy y");
+}
+
+}  // namespace lll::cuda

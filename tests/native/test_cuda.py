@@ -1,0 +1,82 @@
+"""The CUDA backend: what the build reports (always), and on a machine with an NVIDIA GPU (tests marked gpu,
+skipped without one) each device kernel against the float64 product of gguf's dequantized weights, with the
+same error bound the CPU kernels meet (tests/native/test_kernels.py) plus the device's own summation order.
+
+A machine with nvcc on PATH must have built the backend (unless LOCALLLM_CUDA=OFF): that is how CI, which has
+the toolkit but no GPU, catches a change that breaks the CUDA build or its detection.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize as ref_dequantize
+from localllm import backends, kernels
+from quant_blocks import random_rows
+
+U = 2.0**-23
+GPU_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
+
+
+def cuda_devices() -> list:
+    return backends()["cuda"]["devices"]
+
+
+gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
+
+
+def test_backends_report_what_was_built_and_why_cuda_is_absent():
+    b = backends()
+    assert b["cpu"]["current"] in b["cpu"]["paths"] and "scalar" in b["cpu"]["paths"]
+    cuda = b["cuda"]
+    assert isinstance(cuda["compiled"], bool) and isinstance(cuda["devices"], list)
+    if not cuda["devices"]:
+        assert cuda["error"], "no device and no reason given"
+    if shutil.which("nvcc") and os.environ.get("LOCALLLM_CUDA", "").upper() not in ("OFF", "0", "FALSE", "NO"):
+        assert cuda["compiled"], f"nvcc is on PATH but the CUDA backend was not built: {cuda['error']}"
+    if cuda["compiled"]:
+        assert cuda["runtime_version"] >= 12000
+
+
+def test_device_entry_points_fail_cleanly_without_a_device():
+    if cuda_devices():
+        pytest.skip("a CUDA device is present")
+    rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
+    with pytest.raises(RuntimeError, match="CUDA|not compiled"):
+        kernels.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((1, 64), np.float32))
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_qgemv_matches_the_float64_product(qt, n):
+    rng = np.random.default_rng(int(qt) * 10 + n)
+    for m, k in ((37, 256), (160, 896), (64, 4864)):
+        rows = random_rows(qt, m, k, rng)
+        w64 = ref_dequantize(rows, qt).reshape(m, k).astype(np.float64)
+        x = rng.standard_normal((n, k), dtype=np.float32) * np.exp(rng.standard_normal(k)).astype(np.float32)
+        y = kernels.testing.cuda_qgemv(int(qt), rows, k, x)
+        x64 = x.astype(np.float64)
+        dx = np.abs(x64).reshape(n, -1, 32).max(axis=2) / 127
+        act_err = np.repeat(dx, 32, axis=1) / 2 + 8 * U * np.abs(x64)  # int8 rounding per 32, as on the CPU
+        bound = act_err @ np.abs(w64).T + (k / 16 + 16) * U * ((np.abs(x64) + act_err) @ np.abs(w64).T)
+        err = np.abs(y - x64 @ w64.T)
+        assert np.all(err <= bound), f"{qt.name} m={m} k={k} n={n}: max excess {np.max(err - bound)}"
+        cpu = kernels.matmul_raw(int(qt), rows, k, x)
+        assert np.max(np.abs(y - cpu)) <= np.max(bound), f"{qt.name}: device and CPU differ beyond the bound"
+
+
+@gpu
+@pytest.mark.gpu
+def test_qgemv_refuses_what_it_does_not_run():
+    rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="n must be in"):
+        kernels.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((9, 64), np.float32))
+    q5k = random_rows(T.Q5_K, 4, 256, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="not supported on CUDA"):
+        kernels.testing.cuda_qgemv(int(T.Q5_K), q5k, 256, np.ones((1, 256), np.float32))
