@@ -36,7 +36,7 @@ from typing import TypeVar
 import numpy as np
 
 from .engine import Chunk, Engine, RequestStream
-from .engine.draft_model import DraftModel, check_draft_vocab
+from .engine.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
 from .engine.engine import SPECULATIVE
 from .engine.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .gguf import GGUFFile
@@ -159,7 +159,9 @@ class LLM:
             raise ValueError(f"speculative must be 'ngram', 'off' or a draft model's path or name, got {name!r}")
         self.draft_path = _model_path(name)
         if os.path.realpath(self.draft_path) == os.path.realpath(self.path):
-            raise ValueError(f"the draft model {name!r} is the model itself: a draft model must be a smaller one")
+            raise DraftMismatchError(
+                f"the draft model {name!r} is the model itself: a draft model must be a smaller one"
+            )
         self._draft_file = f = GGUFFile(self.draft_path)
         tok = Tokenizer.from_metadata(f.metadata, name=self.draft_path)
         check_draft_vocab(self.tokenizer, tok, self.path, self.draft_path)

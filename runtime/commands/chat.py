@@ -13,6 +13,7 @@ import argparse
 import os
 import sqlite3
 import sys
+import warnings
 from pathlib import Path
 
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
@@ -90,14 +91,23 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"error: the chat needs Textual ({e.name or e}): pip install textual", file=sys.stderr)
         return 1
+    from localllm.engine.draft_model import DraftMismatchError
     from localllm.hub import default_home
     from localllm.llm import LLM
 
-    def open_llm(p: Path) -> LLM:
-        return LLM(p, n_threads=args.threads, ctx_size=args.ctx_size, speculative=args.speculative, **kv_kwargs(args))
+    def open_llm(p: Path, first: bool = False) -> LLM:
+        kw = dict(n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))
+        try:
+            return LLM(p, speculative=args.speculative, **kw)
+        except DraftMismatchError as e:
+            if first:  # the model the draft was asked for: the user hears of it
+                raise
+            # a model picked later that the draft cannot serve drafts by n-grams instead
+            warnings.warn(f"{e}; using n-gram drafting for {p.name}", stacklevel=2)
+            return LLM(p, speculative="ngram", **kw)
 
     print(f"loading {model} ...", file=sys.stderr)
-    engine = ChatEngine(open_llm(path), display_name(model, path), sampling=fixed)
+    engine = ChatEngine(open_llm(path, first=True), display_name(model, path), sampling=fixed)
     saved = None
     if not args.no_save:
         try:

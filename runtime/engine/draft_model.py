@@ -35,6 +35,10 @@ DEFAULT_P_MIN = 0.5
 DEFAULT_CATCH_UP_CHUNK = 64
 
 
+class DraftMismatchError(ValueError):
+    """A draft model that cannot draft for the model: another vocabulary, or the model itself."""
+
+
 class _State:
     __slots__ = ("fed", "verified")
 
@@ -215,19 +219,21 @@ def propose_batch(pairs: Seq[tuple[Hashable, list[int], ModelDrafter]]) -> dict[
 
 
 def check_draft_vocab(target, draft, target_name: str, draft_name: str) -> None:
-    """ValueError naming the first difference when the draft tokenizer's ids do not mean the target's: the same
+    """DraftMismatchError naming the first difference when the draft tokenizer's ids do not mean the target's: the same
     tokenizer model, the same end-of-generation ids, the same token text for every id both have, and sizes that
     differ by no more than padding (llama.cpp's rule: 128)."""
     where = f"the draft model {draft_name} cannot draft for {target_name}"
     if draft.model != target.model:
-        raise ValueError(f"{where}: its tokenizer is {draft.model!r}, the model's is {target.model!r}")
+        raise DraftMismatchError(f"{where}: its tokenizer is {draft.model!r}, the model's is {target.model!r}")
     if abs(draft.vocab_size - target.vocab_size) > 128:
-        raise ValueError(f"{where}: its vocabulary has {draft.vocab_size} tokens, the model's {target.vocab_size}")
+        raise DraftMismatchError(
+            f"{where}: its vocabulary has {draft.vocab_size} tokens, the model's {target.vocab_size}"
+        )
     for i, (a, b) in enumerate(zip(target.tokens, draft.tokens)):
         if a != b:
-            raise ValueError(f"{where}: token {i} is {b!r} in the draft's vocabulary and {a!r} in the model's")
+            raise DraftMismatchError(f"{where}: token {i} is {b!r} in the draft's vocabulary and {a!r} in the model's")
     if set(draft.stop_ids) != set(target.stop_ids):
-        raise ValueError(
+        raise DraftMismatchError(
             f"{where}: its end-of-generation tokens {sorted(draft.stop_ids)} differ from the model's "
             f"{sorted(target.stop_ids)}"
         )
