@@ -3,7 +3,7 @@ proposes up to k greedy tokens per step, batched across sequences, over its own 
 
     draft = DraftModel(model, n_tokens=tokenizer.vocab_size)     # model: a Model over the draft GGUF
     d = ModelDrafter(draft)                                       # one per request (the engine's drafter)
-    DraftModel.propose_all([(seq_id, seq.token_ids, d), ...])    # {seq_id: [draft tokens]} for this step
+    draft.propose_all([(seq_id, seq.token_ids, k), ...])         # {seq_id: [up to k draft tokens]} this step
     d.observe(proposed, accepted)                                 # adapts d.draft_len, backs off (ngram.py rules)
     draft.release(seq_id)                                         # the request ended: its draft KV goes back
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from ..model import Model
 from .block_manager import BlockManager
-from .ngram import DraftPacer
+from .ngram import DraftPacer, NgramDrafter
 
 DEFAULT_P_MIN = 0.5
 DEFAULT_CATCH_UP_CHUNK = 64
@@ -193,28 +193,29 @@ class DraftModel:
 
 
 class ModelDrafter(DraftPacer):
-    """One request's handle on the shared DraftModel: the same adaptive draft length and back-off as n-gram
-    drafting (ngram.py's DraftPacer), the proposals from the draft model, batched by the engine (propose_batch)."""
+    """One request's handle on the shared DraftModel, with the adaptive draft length and back-off of n-gram
+    drafting (ngram.py's DraftPacer). ngram: when given, a match of at least its min_n tokens in the sequence's
+    own text (or the shared table) drafts instead of the model that step: free, and on edits of given text
+    longer and surer than what a small model guesses. The engine batches the model's proposals (propose_batch)."""
 
-    def __init__(self, draft: DraftModel, max_draft: int = 8, start_draft: int = 4):
+    def __init__(self, draft: DraftModel, ngram: NgramDrafter | None = None, max_draft: int = 8, start_draft: int = 4):
         super().__init__(max_draft=max_draft, start_draft=start_draft)
         self.draft = draft
+        self.ngram = ngram
 
     def wants(self) -> int:
         """Drafts wanted this step (0 while resting)."""
         return 0 if self.resting() else self.draft_len
 
 
-def propose_batch(pairs: Seq[tuple[Hashable, list[int], ModelDrafter]]) -> dict[Hashable, list[int]]:
-    """The drafts of every (seq_id, tokens, drafter) that wants some this step, one batched round per draft model."""
+def propose_batch(items: Seq[tuple[Hashable, list[int], int, DraftModel]]) -> dict[Hashable, list[int]]:
+    """The drafts of every (seq_id, tokens, k, draft model), one batched round per draft model."""
     out: dict[Hashable, list[int]] = {}
     by_model: dict[int, tuple[DraftModel, list]] = {}
-    for seq_id, tokens, d in pairs:
-        k = d.wants()
-        if k:
-            by_model.setdefault(id(d.draft), (d.draft, []))[1].append((seq_id, tokens, k))
-    for draft, items in by_model.values():
-        out.update(draft.propose_all(items))
+    for seq_id, tokens, k, draft in items:
+        by_model.setdefault(id(draft), (draft, []))[1].append((seq_id, tokens, k))
+    for draft, group in by_model.values():
+        out.update(draft.propose_all(group))
     return out
 
 

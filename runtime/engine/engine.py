@@ -80,6 +80,7 @@ class Engine:
         self._draft = self.draft = draft
         # what finished requests generated, for n-gram drafting where a sequence's own tokens have no match
         self.ngram_table = NgramTable() if shared_ngrams else None
+        self.draft_with_ngrams = True  # a draft model's sequences take n-gram drafts (2+ tokens matched) first
         self.speculative = self._speculative(speculative)
         self._model = model
         self._tok = tokenizer
@@ -130,13 +131,12 @@ class Engine:
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        drafter = (
-            NgramDrafter(shared=self.ngram_table)
-            if spec == "ngram"
-            else ModelDrafter(self._draft)
-            if spec == "draft"
-            else None
-        )
+        if spec == "ngram":
+            drafter = NgramDrafter(shared=self.ngram_table)
+        elif spec == "draft":  # n-gram matches of 2+ tokens draft first, the model drafts the rest
+            drafter = ModelDrafter(self._draft, NgramDrafter(min_n=2, shared=self.ngram_table))
+        else:
+            drafter = None
         self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, drafter)))
         return stream
 
@@ -276,15 +276,20 @@ class Engine:
 
     def _step(self, active: dict) -> None:
         sched = self._scheduler
-        by_model = []  # (seq_id, tokens, drafter) of the sequences the draft model drafts for, batched below
+        by_model = []  # (seq_id, tokens, k, draft model) of the sequences a draft model drafts for, batched below
         for req in active.values():
-            seq = req.seq
+            seq, d = req.seq, req.drafter
             decoding = seq.status is SequenceStatus.RUNNING and seq.num_tokens - seq.num_computed_tokens == 1
-            if isinstance(req.drafter, ModelDrafter):
-                if decoding:
-                    by_model.append((seq.seq_id, seq.token_ids, req.drafter))
-            elif req.drafter is not None and decoding:
+            if d is None or not decoding:
+                continue
+            if not isinstance(d, ModelDrafter):
                 seq.draft_token_ids = req.propose()
+            elif k := d.wants():
+                own = d.ngram.draft(seq.token_ids, k) if d.ngram is not None and self.draft_with_ngrams else []
+                if own:
+                    seq.draft_token_ids = own
+                else:
+                    by_model.append((seq.seq_id, seq.token_ids, k, d.draft))
         if by_model:
             for seq_id, drafts in propose_batch(by_model).items():
                 active[seq_id].seq.draft_token_ids = drafts

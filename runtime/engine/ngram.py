@@ -130,13 +130,17 @@ class NgramDrafter(DraftPacer):
         return 0, []
 
     def propose(self, tokens: Sequence[int]) -> list[int]:
-        """The drafts for this step: [] while resting or when nothing matches. With a shared table, its drafts
-        win when they follow a longer match than the sequence's own."""
+        """The drafts for this step: [] while resting or when nothing matches."""
         if self.resting():
             self._catch_up(tokens)
             return []
-        n, own = self._match(tokens, self.draft_len)
+        return self.draft(tokens, self.draft_len)
+
+    def draft(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to k drafts, the adaptive state aside. With a shared table, its drafts win when they follow a longer
+        match than the sequence's own."""
+        n, own = self._match(tokens, k)
         if self.shared is None or n >= self.max_n:
             return own
-        n_shared, other = self.shared.draft(tokens, self.draft_len)
+        n_shared, other = self.shared.draft(tokens, k)
         return other if n_shared > n else own
