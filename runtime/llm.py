@@ -189,6 +189,11 @@ class LLM:
         seq = self._sequence
         return self._engine_open().call(lambda model: fn(seq))
 
+    def reset_caches(self) -> None:
+        """Drops the prefix cache, the draft model's cache and the n-gram table earlier requests filled: the next
+        request runs as on a fresh LLM (benchmarks)."""
+        self._engine_open().reset_caches()
+
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
 

@@ -159,6 +159,18 @@ class Engine:
         self._post(("call", fn, fut))
         return fut.result()
 
+    def reset_caches(self) -> None:
+        """Forgets what earlier requests left behind: the prefix cache, the draft model's, the shared n-gram table
+        (benchmarks start each run cold with it). Waits for the live requests like call()."""
+
+        def reset(model) -> None:
+            if self._draft is not None:
+                self._draft.reset()
+            if self.ngram_table is not None:
+                self.ngram_table.clear()
+
+        self.call(reset)  # a call drops the prefix cache after it ran
+
     def inspect(self, fn: Callable[[Scheduler], Any]) -> Any:
         """fn(scheduler) on the engine thread between two steps (the pool's state, for tests and metrics); fn must
         not change it. Its result, or its exception raised here."""

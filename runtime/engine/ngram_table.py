@@ -29,6 +29,9 @@ class NgramTable:
         self.max_n, self.min_n, self.max_entries = max_n, min_n, max_entries
         self._next: OrderedDict[tuple[int, ...], int] = OrderedDict()
 
+    def clear(self) -> None:
+        self._next.clear()
+
     def __len__(self) -> int:
         return len(self._next)
 

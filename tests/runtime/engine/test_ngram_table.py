@@ -93,3 +93,11 @@ def test_a_regenerated_reply_drafts_from_the_first_and_is_the_same_tokens():
         assert second == first
         # nearly every token of the second reply was drafted from the first, and kept
         assert st2.draft_accepted >= 48 and st2.draft_accepted > 2 * st1.draft_accepted, (st1, st2)
+        llm.reset_caches()  # forgets the first reply: a third run drafts as the first did
+        chunks = list(llm.chat(msgs, temperature=0, max_tokens=64, ignore_eos=True))
+        st3 = chunks[-1].stats
+        assert (st3.draft_proposed, st3.draft_accepted, st3.cached_tokens) == (
+            st1.draft_proposed,
+            st1.draft_accepted,
+            0,
+        )
