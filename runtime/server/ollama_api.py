@@ -149,10 +149,7 @@ async def _maybe_unload(request: Request, lease, keep_alive) -> None:
 
 @router.post("/chat")
 async def chat(body: OllamaChatRequest, request: Request):
-    params = _params(body.options)
-    lease = await request.app.state.host.acquire(body.model)
-    handed = False
-    try:
+    def prepare(lease, params):
         messages = [{"role": m.role, "content": m.content if isinstance(m.content, str) else ""} for m in body.messages]
         if not messages:  # Ollama loads the model and answers at once
             return {
@@ -185,19 +182,14 @@ async def chat(body: OllamaChatRequest, request: Request):
                     }
             return {"message": message}
 
-        handed = True
-        return await _respond(request, lease, ids, params, body.stream, body.keep_alive, shape)
-    finally:
-        if not handed:
-            lease.release()
+        return ids, shape
+
+    return await _serve(request, body, prepare)
 
 
 @router.post("/generate")
 async def generate(body: OllamaGenerateRequest, request: Request):
-    params = _params(body.options)
-    lease = await request.app.state.host.acquire(body.model)
-    handed = False
-    try:
+    def prepare(lease, params):
         llm = lease.llm
         if not body.prompt and body.suffix is None:
             return {"model": lease.name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"}
@@ -221,10 +213,25 @@ async def generate(body: OllamaGenerateRequest, request: Request):
             raise APIError(400, f"the chat template failed: {e}") from None
         except ValueError as e:
             raise APIError(400, str(e)) from None
+        return ids, lambda text, final=False: {"response": text}
+
+    return await _serve(request, body, prepare)
+
+
+async def _serve(request: Request, body, prepare) -> object:
+    """The scaffolding chat and generate share: the sampling options, the model's lease (held until the reply
+    is done, by the stream when it streams). prepare(lease, params) -> (ids, shape), or the answer to a request
+    that only loads the model (a dict)."""
+    params = _params(body.options)
+    lease = await request.app.state.host.acquire(body.model)
+    handed = False
+    try:
+        got = prepare(lease, params)
+        if isinstance(got, dict):
+            return got
+        ids, shape = got
         handed = True
-        return await _respond(
-            request, lease, ids, params, body.stream, body.keep_alive, lambda text, final=False: {"response": text}
-        )
+        return await _respond(request, lease, ids, params, body.stream, body.keep_alive, shape)
     finally:
         if not handed:
             lease.release()

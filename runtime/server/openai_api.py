@@ -87,7 +87,6 @@ async def models(request: Request):
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
-    app = request.app.state
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = sampling_params(body.model_dump(), max_tokens)
     n_top = (body.top_logprobs or 0) if body.logprobs else None
@@ -105,101 +104,187 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         messages.append(d)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
-    rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-    lease = await app.host.acquire(body.model)
-    name, llm, streaming = lease.name, lease.llm, False
-    try:
+    tok = None
+
+    def prepare(llm) -> list[int]:
+        nonlocal tok
+        tok = llm.tokenizer
         try:
-            ids = llm.tokenizer.encode_chat(messages, tools=tools)
+            return tok.encode_chat(messages, tools=tools)
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}", param="messages") from None
         except (TypeError, ValueError) as e:
             raise APIError(400, str(e), param="messages") from None
-        tok = llm.tokenizer
-        if not body.stream:
-            text, finish, stats, lps = [], None, None, []
-            async for chunk in run(llm, ids, params, app.metrics, n_top, request):
-                text.append(chunk.text)
-                if n_top is not None:
-                    lps += _chat_logprobs(tok, chunk)
-                finish, stats = chunk.finish_reason or finish, chunk.stats or stats
-            content = "".join(text)
-            message: dict = {"role": "assistant", "content": content}
-            reason = _finish(finish)
-            if tools:
-                rest, calls = parse_tool_calls(content, names)
-                if calls:
-                    message = {"role": "assistant", "content": rest or None, "tool_calls": _calls(calls)}
-                    reason = "tool_calls"
-            choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": None}
+
+    async def whole(chunks: AsyncIterator[Chunk]) -> tuple[dict, Stats | None]:
+        text, finish, stats, lps = [], None, None, []
+        async for chunk in chunks:
+            text.append(chunk.text)
             if n_top is not None:
-                choice["logprobs"] = {"content": lps}
-            return JSONResponse(
-                {
-                    "id": rid,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": name,
-                    "choices": [choice],
-                    "usage": _usage(stats),
-                }
-            )
+                lps += _chat_logprobs(tok, chunk)
+            finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+        content = "".join(text)
+        message: dict = {"role": "assistant", "content": content}
+        reason = _finish(finish)
+        if tools:
+            rest, calls = parse_tool_calls(content, names)
+            if calls:
+                message = {"role": "assistant", "content": rest or None, "tool_calls": _calls(calls)}
+                reason = "tool_calls"
+        choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": None}
+        if n_top is not None:
+            choice["logprobs"] = {"content": lps}
+        return choice, stats
+
+    async def streamed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[dict]:
+        def choice(delta: dict, reason=None, logprobs=None) -> dict:
+            return {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
+
+        yield choice({"role": "assistant", "content": ""})
+        held = ToolCallBuffer(names) if tools else None
+        reason = None
+        async for chunk in chunks:
+            text = held.push(chunk.text) if held else chunk.text
+            lp = {"content": _chat_logprobs(tok, chunk)} if n_top is not None and chunk.logprobs else None
+            if text or lp:
+                yield choice({"content": text}, logprobs=lp)
+            if chunk.finish_reason is not None:
+                reason = _finish(chunk.finish_reason)
+        if held is not None:
+            rest, calls = held.finish()
+            if rest:
+                yield choice({"content": rest})
+            if calls:
+                yield choice({"tool_calls": [{"index": i, **c} for i, c in enumerate(_calls(calls))]})
+                reason = "tool_calls"
+        yield choice({}, reason)
+
+    return await _respond(
+        request, body, params, n_top, ("chatcmpl", "chat.completion", "chat.completion.chunk"), prepare, whole, streamed
+    )
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request):
+    max_tokens = body.max_tokens if body.max_tokens is not None else 16  # OpenAI's default for completions
+    params = sampling_params(body.model_dump(), max_tokens)
+    n_top = body.logprobs
+    if n_top is not None and not 0 <= n_top <= 20:
+        raise APIError(400, "logprobs must be in [0, 20]", param="logprobs")
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise APIError(400, "one prompt per request: localllm returns one choice", param="prompt")
+        prompt = prompt[0]
+    echo = prompt if body.echo and isinstance(prompt, str) else ""
+    tok = None
+
+    def prepare(llm) -> list[int]:
+        nonlocal tok
+        tok = llm.tokenizer
+        try:
+            if body.suffix is not None:
+                if not isinstance(prompt, str):
+                    raise APIError(400, "suffix needs a text prompt", param="suffix")
+                return fim_prompt(tok, prompt, body.suffix, budget=llm.ctx_size - max_tokens)
+            if isinstance(prompt, str):
+                if not prompt:
+                    raise APIError(400, "prompt must not be empty", param="prompt")
+                llm.check_text_fits(len(prompt.encode()))
+                return llm.tokenize(prompt)
+            return list(prompt)
+        except ValueError as e:
+            raise APIError(400, str(e), param="suffix" if body.suffix is not None else "prompt") from None
+
+    def legacy_logprobs(chunk: Chunk, offset: int) -> dict | None:
+        if n_top is None or not chunk.logprobs:
+            return None
+        pieces = [tok.decode([lp.token_id], special=True) for lp in chunk.logprobs]
+        return {
+            "tokens": pieces,
+            "token_logprobs": [lp.logprob for lp in chunk.logprobs],
+            "top_logprobs": [{tok.decode([i], special=True): v for i, v in lp.top} for lp in chunk.logprobs],
+            "text_offset": [offset],
+        }
+
+    async def whole(chunks: AsyncIterator[Chunk]) -> tuple[dict, Stats | None]:
+        text, finish, stats, offset = [echo], None, None, len(echo)
+        merged: dict | None = (
+            {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []} if n_top is not None else None
+        )
+        async for chunk in chunks:
+            if merged is not None and (lp := legacy_logprobs(chunk, offset)):
+                for k in merged:
+                    merged[k] += lp[k]
+            text.append(chunk.text)
+            offset += len(chunk.text)
+            finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+        return {"text": "".join(text), "index": 0, "finish_reason": _finish(finish), "logprobs": merged}, stats
+
+    async def streamed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[dict]:
+        def choice(text: str, reason=None, logprobs=None) -> dict:
+            return {"text": text, "index": 0, "finish_reason": reason, "logprobs": logprobs}
+
+        if echo:
+            yield choice(echo)
+        offset = len(echo)
+        async for chunk in chunks:
+            reason = _finish(chunk.finish_reason)
+            if chunk.text or reason or chunk.logprobs:
+                yield choice(chunk.text, reason, legacy_logprobs(chunk, offset))
+            offset += len(chunk.text)
+
+    return await _respond(
+        request, body, params, n_top, ("cmpl", "text_completion", "text_completion"), prepare, whole, streamed
+    )
+
+
+async def _respond(request: Request, body, params, n_top, kinds, prepare, whole, streamed):
+    """The scaffolding chat and completions share: the model's lease (released when the response is done, or
+    held by the stream), the envelope (id, object, created, model), usage, and the stream's framing (SSE, the
+    usage frame with include_usage, [DONE]). kinds: (id prefix, object, object of a stream chunk).
+    prepare(llm) -> the prompt's ids (APIError on bad input); whole(chunks) -> (choice, stats) of a whole
+    response; streamed(chunks) -> the stream's choices."""
+    app = request.app.state
+    rid, created = f"{kinds[0]}-{uuid.uuid4().hex[:24]}", int(time.time())
+    lease = await app.host.acquire(body.model)
+    try:
+        llm = lease.llm
+        ids = prepare(llm)
+        if not body.stream:
+            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request))
+            head = {"id": rid, "object": kinds[1], "created": created, "model": lease.name}
+            return JSONResponse({**head, "choices": [choice], "usage": _usage(stats)})
         chunks = run(llm, ids, params, app.metrics, n_top)
         first = await _first(chunks)  # errors before the stream starts are still an HTTP error status
+        head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-        async def events() -> AsyncIterator[str]:
-            def frame(delta: dict, reason=None, logprobs=None) -> str:
-                choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
-                return _sse(
-                    {
-                        "id": rid,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": name,
-                        "choices": [choice],
-                    }
-                )
-
-            yield frame({"role": "assistant", "content": ""})
-            held = ToolCallBuffer(names) if tools else None
-            stats, reason = None, None
-            async for chunk in _prepend(first, chunks):
-                text = held.push(chunk.text) if held else chunk.text
-                lp = {"content": _chat_logprobs(tok, chunk)} if n_top is not None and chunk.logprobs else None
-                if text or lp:
-                    yield frame({"content": text}, logprobs=lp)
-                if chunk.finish_reason is not None:
-                    stats, reason = chunk.stats, _finish(chunk.finish_reason)
-            if held is not None:
-                rest, calls = held.finish()
-                if rest:
-                    yield frame({"content": rest})
-                if calls:
-                    deltas = [{"index": i, **c} for i, c in enumerate(_calls(calls))]
-                    yield frame({"tool_calls": deltas})
-                    reason = "tool_calls"
-            yield frame({}, reason)
-            if include_usage:
-                yield _sse(
-                    {
-                        "id": rid,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": name,
-                        "choices": [],
-                        "usage": _usage(stats),
-                    }
-                )
-            yield "data: [DONE]\n\n"
-
-        streaming = True
-        return StreamingResponse(
-            lease.hold(events()), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        response = StreamingResponse(
+            lease.hold(_events(head, streamed, _prepend(first, chunks), include_usage)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
         )
+        lease = None  # the stream holds it now
+        return response
     finally:
-        if not streaming:
+        if lease is not None:
             lease.release()
+
+
+async def _events(head: dict, streamed, chunks: AsyncIterator[Chunk], include_usage: bool) -> AsyncIterator[str]:
+    last: list[Stats] = []
+
+    async def tapped() -> AsyncIterator[Chunk]:
+        async for chunk in chunks:
+            if chunk.stats is not None:
+                last.append(chunk.stats)
+            yield chunk
+
+    async for choice in streamed(tapped()):
+        yield _sse({**head, "choices": [choice]})
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": _usage(last[-1] if last else None)})
+    yield "data: [DONE]\n\n"
 
 
 def _calls(calls: list[dict]) -> list[dict]:
@@ -228,115 +313,3 @@ async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIter
                 yield chunk
     finally:
         await rest.aclose()
-
-
-@router.post("/completions")
-async def completions(body: CompletionRequest, request: Request):
-    app = request.app.state
-    max_tokens = body.max_tokens if body.max_tokens is not None else 16  # OpenAI's default for completions
-    params = sampling_params(body.model_dump(), max_tokens)
-    n_top = body.logprobs
-    if n_top is not None and not 0 <= n_top <= 20:
-        raise APIError(400, "logprobs must be in [0, 20]", param="logprobs")
-    prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        if len(prompt) != 1:
-            raise APIError(400, "one prompt per request: localllm returns one choice", param="prompt")
-        prompt = prompt[0]
-    rid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-    lease = await app.host.acquire(body.model)
-    name, llm, streaming = lease.name, lease.llm, False
-    try:
-        tok = llm.tokenizer
-        try:
-            if body.suffix is not None:
-                if not isinstance(prompt, str):
-                    raise APIError(400, "suffix needs a text prompt", param="suffix")
-                ids = fim_prompt(tok, prompt, body.suffix, budget=llm.ctx_size - max_tokens)
-            elif isinstance(prompt, str):
-                if not prompt:
-                    raise APIError(400, "prompt must not be empty", param="prompt")
-                llm.check_text_fits(len(prompt.encode()))
-                ids = llm.tokenize(prompt)
-            else:
-                ids = list(prompt)
-        except ValueError as e:
-            raise APIError(400, str(e), param="suffix" if body.suffix is not None else "prompt") from None
-
-        def legacy_logprobs(chunk: Chunk, offset: int) -> dict | None:
-            if n_top is None or not chunk.logprobs:
-                return None
-            pieces = [tok.decode([lp.token_id], special=True) for lp in chunk.logprobs]
-            return {
-                "tokens": pieces,
-                "token_logprobs": [lp.logprob for lp in chunk.logprobs],
-                "top_logprobs": [{tok.decode([i], special=True): v for i, v in lp.top} for lp in chunk.logprobs],
-                "text_offset": [offset],
-            }
-
-        echo = prompt if body.echo and isinstance(prompt, str) else ""
-        if not body.stream:
-            text, finish, stats, offset = [echo], None, None, len(echo)
-            merged: dict | None = (
-                {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-                if n_top is not None
-                else None
-            )
-            async for chunk in run(llm, ids, params, app.metrics, n_top, request):
-                if merged is not None and (lp := legacy_logprobs(chunk, offset)):
-                    for k in merged:
-                        merged[k] += lp[k]
-                text.append(chunk.text)
-                offset += len(chunk.text)
-                finish, stats = chunk.finish_reason or finish, chunk.stats or stats
-            choice = {"text": "".join(text), "index": 0, "finish_reason": _finish(finish), "logprobs": merged}
-            return JSONResponse(
-                {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": name,
-                    "choices": [choice],
-                    "usage": _usage(stats),
-                }
-            )
-        chunks = run(llm, ids, params, app.metrics, n_top)
-        first = await _first(chunks)
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-        async def events() -> AsyncIterator[str]:
-            def frame(text: str, reason=None, logprobs=None) -> str:
-                choice = {"text": text, "index": 0, "finish_reason": reason, "logprobs": logprobs}
-                return _sse(
-                    {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [choice]}
-                )
-
-            if echo:
-                yield frame(echo)
-            stats, offset = None, len(echo)
-            async for chunk in _prepend(first, chunks):
-                reason = _finish(chunk.finish_reason)
-                if chunk.text or reason or chunk.logprobs:
-                    yield frame(chunk.text, reason, legacy_logprobs(chunk, offset))
-                offset += len(chunk.text)
-                stats = chunk.stats or stats
-            if include_usage:
-                yield _sse(
-                    {
-                        "id": rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": name,
-                        "choices": [],
-                        "usage": _usage(stats),
-                    }
-                )
-            yield "data: [DONE]\n\n"
-
-        streaming = True
-        return StreamingResponse(
-            lease.hold(events()), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-        )
-    finally:
-        if not streaming:
-            lease.release()
