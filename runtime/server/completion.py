@@ -3,7 +3,8 @@ field), the prompt checked against the context (a 400 `context_length_exceeded`)
 blocking the event loop, cancelled when the client goes away, and the metrics kept.
 
     params = sampling_params(body, max_tokens=body.max_tokens)      # APIError 400 on a bad value
-    async for chunk in run(llm, ids, params, metrics, logprobs=None, request=request): ...
+    async for chunk in run(llm, ids, params, metrics, logprobs=None, request=request, speculative=None): ...
+    chunks = await begin(run(...))      # for a stream: the first chunk read, so a bad request is still a 400
 """
 
 from __future__ import annotations
@@ -69,13 +70,15 @@ async def run(
     metrics: Metrics,
     logprobs: int | None = None,
     request: Request | None = None,
+    speculative: str | None = None,
 ) -> AsyncIterator[Chunk]:
     """The request's chunks, the last with finish_reason and stats. Leaving early (the client disconnected, a
     consumer stopped) cancels it in the engine: its blocks are freed at the next step. request: checked for a
-    disconnect after each chunk (non-streaming responses; a streaming response is cancelled by the server)."""
+    disconnect after each chunk (non-streaming responses; a streaming response is cancelled by the server).
+    speculative: the request's "ngram" | "off" (None: the server's); the engine checks it (a 400 naming it)."""
     check_fits(llm, ids, params)
     try:
-        stream = llm.submit(ids, params, logprobs=logprobs)
+        stream = llm.submit(ids, params, logprobs=logprobs, speculative=speculative)
     except ContextLengthError as e:
         raise APIError(400, str(e), code="context_length_exceeded") from None
     except (TypeError, ValueError) as e:
@@ -100,3 +103,23 @@ async def run(
     finally:
         stream.close()
         metrics.finished(stats, cancelled)
+
+
+async def begin(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    """chunks with the first one already read: what fails before the request starts (a bad field, a prompt that
+    does not fit) raises here, while the response can still be an error status rather than a broken stream."""
+    try:
+        first = await chunks.__anext__()
+    except StopAsyncIteration:
+        first = None
+    return _prepend(first, chunks)
+
+
+async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    try:
+        if first is not None:
+            yield first
+            async for chunk in rest:
+                yield chunk
+    finally:
+        await rest.aclose()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from .completion import run, sampling_params
+from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
 from .schemas import DetokenizeRequest, InfillRequest, TokenizeRequest
@@ -32,6 +32,8 @@ def _result(text: str, chunk, name: str) -> dict:
                 "prompt_per_second": stats.prompt_tps,
                 "predicted_n": stats.completion_tokens,
                 "predicted_per_second": stats.decode_tps,
+                "draft_n": stats.draft_proposed,
+                "draft_n_accepted": stats.draft_accepted,
             },
         )
     return out
@@ -58,13 +60,14 @@ async def infill(body: InfillRequest, request: Request):
             raise APIError(400, str(e), param="input_prefix") from None
         if not body.stream:
             text, last = [], None
-            async for chunk in run(llm, ids, params, app.metrics, None, request):
+            async for chunk in run(llm, ids, params, app.metrics, None, request, body.speculative):
                 text.append(chunk.text)
                 last = chunk
             return JSONResponse(_result("".join(text), last, lease.name))
+        chunks = await begin(run(llm, ids, params, app.metrics, speculative=body.speculative))
 
         async def events() -> AsyncIterator[str]:
-            async for chunk in run(llm, ids, params, app.metrics):
+            async for chunk in chunks:
                 yield f"data: {json.dumps(_result(chunk.text, chunk, lease.name))}\n\n"
 
         streaming = True

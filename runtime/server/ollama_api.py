@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .. import __version__
 from ..chat_template import ChatTemplateError
 from ..gguf import GGUFFile
-from .completion import run, sampling_params
+from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
@@ -93,44 +93,23 @@ async def show(body: OllamaShowRequest, request: Request):
         lease.release()
 
 
-async def _respond(request: Request, lease, ids, params, body_stream: bool, keep_alive, shape) -> object:
-    """Runs the request; shape(text, chunk) -> the NDJSON object of a chunk (done: False)."""
-    app, started = request.app.state, time.perf_counter()
+def _lines(name: str, chunks: AsyncIterator, shape, started: float) -> AsyncIterator[str]:
+    """The NDJSON stream: shape(text) -> a chunk's fields (done: False), then the final line with the counts."""
 
     async def lines() -> AsyncIterator[str]:
-        async for chunk in run(lease.llm, ids, params, app.metrics):
+        async for chunk in chunks:
             if chunk.text or chunk.finish_reason is None:
-                yield json.dumps({"model": lease.name, "created_at": _now(), **shape(chunk.text), "done": False}) + "\n"
+                yield json.dumps({"model": name, "created_at": _now(), **shape(chunk.text), "done": False}) + "\n"
             if chunk.finish_reason is not None:
                 final = {
-                    "model": lease.name,
+                    "model": name,
                     "created_at": _now(),
                     **shape(""),
                     **_final(chunk.stats, chunk.finish_reason, started),
                 }
                 yield json.dumps(final) + "\n"
 
-    if body_stream:
-        return StreamingResponse(
-            lease.hold(_unload_after(request, lease, lines(), keep_alive)), media_type="application/x-ndjson"
-        )
-    text, last = [], None
-    try:
-        async for chunk in run(lease.llm, ids, params, app.metrics, None, request):
-            text.append(chunk.text)
-            last = chunk
-    finally:
-        lease.release()
-        await _maybe_unload(request, lease, keep_alive)
-    full = "".join(text)
-    return JSONResponse(
-        {
-            "model": lease.name,
-            "created_at": _now(),
-            **shape(full, final=True),
-            **_final(last.stats if last else None, last.finish_reason if last else None, started),
-        }
-    )
+    return lines()
 
 
 async def _unload_after(request: Request, lease, agen: AsyncIterator[str], keep_alive) -> AsyncIterator[str]:
@@ -219,19 +198,40 @@ async def generate(body: OllamaGenerateRequest, request: Request):
 
 
 async def _serve(request: Request, body, prepare) -> object:
-    """The scaffolding chat and generate share: the sampling options, the model's lease (held until the reply
-    is done, by the stream when it streams). prepare(lease, params) -> (ids, shape), or the answer to a request
-    that only loads the model (a dict)."""
+    """The scaffolding chat and generate share: the options, the model's lease (held until the reply is done, by
+    the stream when it streams), keep_alive, the reply whole or as NDJSON lines. prepare(lease, params) ->
+    (ids, shape), or the answer to a request that only loads the model (a dict); shape(text, final=False) -> the
+    reply's fields for that text."""
+    app = request.app.state
     params = _params(body.options)
-    lease = await request.app.state.host.acquire(body.model)
-    handed = False
+    speculative = body.options.speculative if body.options else None
+    lease = await app.host.acquire(body.model)
+    streaming = False
     try:
         got = prepare(lease, params)
         if isinstance(got, dict):
             return got
         ids, shape = got
-        handed = True
-        return await _respond(request, lease, ids, params, body.stream, body.keep_alive, shape)
+        started = time.perf_counter()
+        if body.stream:
+            chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative))
+            lines = _unload_after(request, lease, _lines(lease.name, chunks, shape, started), body.keep_alive)
+            response = StreamingResponse(lease.hold(lines), media_type="application/x-ndjson")
+            streaming = True
+            return response
+        text, last = [], None
+        async for chunk in run(lease.llm, ids, params, app.metrics, None, request, speculative):
+            text.append(chunk.text)
+            last = chunk
+        return JSONResponse(
+            {
+                "model": lease.name,
+                "created_at": _now(),
+                **shape("".join(text), final=True),
+                **_final(last.stats if last else None, last.finish_reason if last else None, started),
+            }
+        )
     finally:
-        if not handed:
+        if not streaming:
             lease.release()
+            await _maybe_unload(request, lease, body.keep_alive)

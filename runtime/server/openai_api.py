@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..chat_template import ChatTemplateError
 from ..engine import Chunk, Stats
-from .completion import run, sampling_params
+from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -24,12 +24,17 @@ router = APIRouter(prefix="/v1")
 
 
 def _usage(stats: Stats | None) -> dict:
+    """OpenAI's usage; speculative drafts as its predicted-output counts (draft tokens kept, and thrown away)."""
     s = stats or Stats()
     return {
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.completion_tokens,
         "total_tokens": s.prompt_tokens + s.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": s.draft_accepted,
+            "rejected_prediction_tokens": s.draft_proposed - s.draft_accepted,
+        },
     }
 
 
@@ -252,15 +257,14 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
         llm = lease.llm
         ids = prepare(llm)
         if not body.stream:
-            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request))
+            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request, body.speculative))
             head = {"id": rid, "object": kinds[1], "created": created, "model": lease.name}
             return JSONResponse({**head, "choices": [choice], "usage": _usage(stats)})
-        chunks = run(llm, ids, params, app.metrics, n_top)
-        first = await _first(chunks)  # errors before the stream starts are still an HTTP error status
+        chunks = await begin(run(llm, ids, params, app.metrics, n_top, speculative=body.speculative))
         head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = StreamingResponse(
-            lease.hold(_events(head, streamed, _prepend(first, chunks), include_usage)),
+            lease.hold(_events(head, streamed, chunks, include_usage)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
@@ -296,20 +300,3 @@ def _calls(calls: list[dict]) -> list[dict]:
         }
         for c in calls
     ]
-
-
-async def _first(chunks: AsyncIterator[Chunk]) -> Chunk | None:
-    try:
-        return await chunks.__anext__()
-    except StopAsyncIteration:
-        return None
-
-
-async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    try:
-        if first is not None:
-            yield first
-            async for chunk in rest:
-                yield chunk
-    finally:
-        await rest.aclose()

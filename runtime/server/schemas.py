@@ -33,6 +33,7 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    speculative: str | None = None  # "ngram" | "off": this request's n-gram drafting (None: the server's)
 
 
 class ChatMessage(_Body):
@@ -92,6 +93,7 @@ class OllamaOptions(_Body):
     seed: int | None = None
     num_predict: int | None = None
     stop: list[str] | None = None
+    speculative: str | None = None  # localllm's: "ngram" | "off"
 
 
 class OllamaChatRequest(_Body):

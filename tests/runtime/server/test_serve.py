@@ -173,6 +173,53 @@ def test_ollama_routes(smol):
         assert r.status_code == 400 and "temperature" in r.json()["error"]
 
 
+def counter(h: httpx.Client, name: str) -> int:
+    line = next(x for x in h.get("/metrics").text.splitlines() if x.startswith(f"localllm_{name} "))
+    return int(line.split()[-1])
+
+
+REPEATS = "The cat sat on the mat.\n" * 4  # greedy continues the pattern: n-gram drafts get proposed and kept
+
+
+def test_speculative_per_request_same_tokens_drafts_only_when_on(smol, client):
+    with http(smol) as h:
+        replies = {}
+        for mode in ("off", "ngram"):
+            before = counter(h, "draft_tokens_total")
+            r = client.completions.create(
+                model=SMOL, prompt=REPEATS, temperature=0, max_tokens=24, extra_body={"speculative": mode}
+            )
+            drafted = counter(h, "draft_tokens_total") - before
+            d = r.usage.completion_tokens_details
+            replies[mode] = r.choices[0].text
+            if mode == "off":
+                assert drafted == 0 and d.accepted_prediction_tokens == 0 and d.rejected_prediction_tokens == 0
+            else:
+                assert drafted == d.accepted_prediction_tokens + d.rejected_prediction_tokens
+                assert d.accepted_prediction_tokens > 0
+        assert replies["off"] == replies["ngram"] and r.usage.completion_tokens == 24
+        streamed = {}
+        for mode in ("off", "ngram"):
+            body = {"model": SMOL, "prompt": REPEATS, "raw": True, "options": {"temperature": 0, "num_predict": 24}}
+            body["options"]["speculative"] = mode
+            before = counter(h, "draft_tokens_total")
+            with h.stream("POST", "/api/generate", json=body) as resp:
+                objs = [json.loads(line) for line in resp.iter_lines() if line]
+            streamed[mode] = ("".join(o["response"] for o in objs), counter(h, "draft_tokens_total") - before)
+        assert streamed["off"][0] == streamed["ngram"][0] == replies["off"]
+        assert streamed["off"][1] == 0 and streamed["ngram"][1] > 0
+        for stream in (False, True):
+            r = h.post("/v1/chat/completions", json={"messages": MSG, "speculative": "draft", "stream": stream})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
+            assert "'ngram'" in r.json()["error"]["message"]
+            r = h.post("/v1/completions", json={"prompt": "x", "speculative": 3, "stream": stream})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
+            r = h.post(
+                "/api/generate", json={"model": SMOL, "prompt": "x", "options": {"speculative": "on"}, "stream": stream}
+            )
+            assert r.status_code == 400 and "speculative" in r.json()["error"]
+
+
 def test_tokenize_detokenize_metrics(smol):
     with http(smol) as h:
         ids = h.post("/tokenize", json={"content": "Hello world"}).json()["tokens"]
@@ -219,6 +266,18 @@ def test_fill_in_the_middle_and_infill(qwen):
             },
         ).json()
     assert j["content"].startswith("a + b") and j["tokens_predicted"] <= 8
+    with httpx.Client(base_url=qwen[0], timeout=60) as h:
+        body = {
+            "input_prefix": "x = [1, 2, 3, 1, 2, 3, 1, 2, 3, ",
+            "input_suffix": "]\n",
+            "n_predict": 12,
+            "temperature": 0,
+        }
+        off = h.post("/infill", json={**body, "speculative": "off"}).json()
+        on = h.post("/infill", json={**body, "speculative": "ngram"}).json()
+        bad = h.post("/infill", json={**body, "speculative": "eagle", "stream": True})
+    assert off["content"] == on["content"] and off["timings"]["draft_n"] == 0 and on["timings"]["draft_n"] > 0
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative"
 
 
 def test_tool_calls_come_back_as_tool_calls(qwen):
