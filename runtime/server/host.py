@@ -1,10 +1,12 @@
 """Which models the server holds: the default one, loaded at start, and others loaded on demand when a request
-names them (one resident at a time unless max_models says more; a model with requests in flight is never
-unloaded under them).
+names them (max_models resident at once, the least recently used idle one unloaded to make room; a model with
+requests in flight is never unloaded under them). A model loaded on demand is unloaded once it has been idle for
+its keep-alive (Ollama's keep_alive: 5 minutes unless a request says otherwise); the default model stays.
 
     host = ModelHost("qwen2.5-coder:0.5b", llm_kwargs={"n_threads": 2, "parallel": 4}, max_models=1)
     await host.start()                          # loads the default model (health: "loading" until then)
     lease = await host.acquire("qwen2.5-coder:0.5b")   # APIError 404 naming an unknown model, 503 when busy
+    lease.keep_alive = 30.0                     # optional: idle seconds before unloading (None: never, 0: at once)
     lease.name, lease.llm; ...; lease.release()       # or return lease.hold(async_gen): released when it ends
     host.models()                               # the store's models, for /v1/models and /api/tags
 """
@@ -16,7 +18,7 @@ import contextlib
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from ..gguf import GGUFFile
@@ -24,26 +26,41 @@ from ..hub import DamagedModelError, Store, resolve_model
 from ..llm import LLM
 from .errors import APIError
 
+DEFAULT_KEEP_ALIVE = 300.0  # seconds, Ollama's default
+
 
 class _Loaded:
-    def __init__(self, name: str, path: Path, llm: LLM):
+    def __init__(self, name: str, path: Path, llm: LLM, pinned: bool):
         self.name, self.path, self.llm = name, path, llm
+        self.pinned = pinned  # the default model: never unloaded for being idle
         self.in_flight = 0
         self.created = int(time.time())
+        self.keep_alive: float | None = DEFAULT_KEEP_ALIVE  # idle seconds before unloading; None: never
+        self.expires_at: float | None = None  # time.time() of the unload an idle model is due for
+        self.timer: asyncio.TimerHandle | None = None
+
+
+_UNSET = object()
 
 
 class Lease:
-    """One request's hold on a loaded model: the model is not unloaded while a lease on it is live."""
+    """One request's hold on a loaded model: the model is not unloaded while a lease on it is live.
+    keep_alive: set it to give the model that idle time (seconds, None: never) once the last lease is released."""
 
-    def __init__(self, entry: _Loaded):
-        self._entry = entry
+    def __init__(self, entry: _Loaded, idle: Callable[[_Loaded], None]):
+        self._entry, self._idle = entry, idle
         self.name, self.llm = entry.name, entry.llm
+        self.keep_alive = _UNSET
         self._released = False
 
     def release(self) -> None:
         if not self._released:
             self._released = True
+            if self.keep_alive is not _UNSET:
+                self._entry.keep_alive = self.keep_alive
             self._entry.in_flight -= 1
+            if self._entry.in_flight == 0:
+                self._idle(self._entry)
 
     async def hold(self, agen: AsyncIterator) -> AsyncIterator:
         """agen's items; the lease is released when it ends, fails or is closed (a streaming response)."""
@@ -62,6 +79,9 @@ class ModelHost:
         self.max_queue = max_queue  # requests in flight per model beyond which new ones get 503
         self._loaded: OrderedDict[str, _Loaded] = OrderedDict()  # least recently used first
         self._lock = asyncio.Lock()
+        self._default_path: Path | None = None
+        self._closing: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's: keep-alive timers run on it
         self.state = "loading"  # "loading" until the default model is loaded, then "ok"; "error" if it failed
         self.error: str | None = None
 
@@ -77,6 +97,7 @@ class ModelHost:
         return list(self._loaded.values())
 
     async def acquire(self, name: str | None) -> Lease:
+        self._loop = asyncio.get_running_loop()
         entry = await self._get(name or self.default)
         if entry.in_flight >= self.max_queue:
             raise APIError(
@@ -84,8 +105,26 @@ class ModelHost:
                 f"{entry.name}: {entry.in_flight} requests are in flight; retry shortly",
                 headers={"Retry-After": "1"},
             )
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = entry.expires_at = None
         entry.in_flight += 1
-        return Lease(entry)
+        return Lease(entry, self._idle)
+
+    def _idle(self, entry: _Loaded) -> None:
+        """The last request on entry ended: it is unloaded after its keep-alive unless one comes first."""
+        if entry.pinned or entry.keep_alive is None or self._loaded.get(entry.name) is not entry or not self._loop:
+            return
+        entry.expires_at = time.time() + entry.keep_alive
+        entry.timer = self._loop.call_later(entry.keep_alive, self._expire, entry)
+
+    def _expire(self, entry: _Loaded) -> None:
+        entry.timer = None
+        if entry.in_flight == 0 and self._loaded.get(entry.name) is entry:
+            del self._loaded[entry.name]
+            task = self._loop.create_task(asyncio.to_thread(entry.llm.close))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _get(self, name: str) -> _Loaded:
         key = self._key(name)
@@ -111,23 +150,20 @@ class ModelHost:
             raise APIError(400, str(e), param="model", code="model_damaged") from None
         except (ValueError, OSError) as e:
             raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
+        if name == self.default:
+            self._default_path = path
         llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
-        entry = _Loaded(name, path, llm)
+        entry = _Loaded(name, path, llm, pinned=path == self._default_path)
         self._loaded[name] = entry
         while len(self._loaded) > self.max_models:
             idle = next((k for k, e in self._loaded.items() if e.in_flight == 0 and k != name), None)
             if idle is None:
                 break
-            await asyncio.to_thread(self._loaded.pop(idle).llm.close)
+            gone = self._loaded.pop(idle)
+            if gone.timer is not None:
+                gone.timer.cancel()
+            await asyncio.to_thread(gone.llm.close)
         return entry
-
-    async def unload(self, name: str) -> None:
-        """Unloads a model with no request in flight (Ollama's keep_alive: 0); the default model stays."""
-        key = self._key(name)
-        entry = self._loaded.get(key)
-        if entry is not None and entry.in_flight == 0 and key != self.default:
-            del self._loaded[key]
-            await asyncio.to_thread(entry.llm.close)
 
     def models(self) -> list[dict]:
         """Every model in the store (and the resident ones that are files outside it): name, path, size, the
@@ -150,12 +186,15 @@ class ModelHost:
                     "trained_context_length": _trained_context(path),
                     "created": loaded.created if loaded else int(_mtime(path)),
                     "loaded": loaded is not None,
+                    "expires_at": loaded.expires_at if loaded else None,
                 }
             )
         return out
 
     def close(self) -> None:
         for entry in self._loaded.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
             entry.llm.close()
         self._loaded.clear()
 

@@ -1,10 +1,12 @@
 """Ollama's API over the same engine: GET /api/tags, /api/version, /api/ps, POST /api/show, /api/chat and
 /api/generate (NDJSON streaming by default, `options` mapped to sampling, `suffix` for fill-in-the-middle, `raw`,
-`keep_alive: 0` unloads after the request). Errors are {"error": "..."} (errors.py)."""
+`keep_alive`: how long the model stays loaded once idle, host.py). Errors are {"error": "..."} (errors.py)."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -18,6 +20,7 @@ from ..gguf import GGUFFile
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
+from .host import DEFAULT_KEEP_ALIVE
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
 from .tool_calls import parse_tool_calls
 
@@ -26,6 +29,40 @@ router = APIRouter(prefix="/api")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+FOREVER_S = 1e9  # a keep_alive longer than this (31 years) is for ever
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def keep_alive_seconds(value) -> float | None:
+    """Ollama's keep_alive -> seconds a model stays loaded once idle; None: for ever. A number is seconds, a
+    string a Go duration ("5m", "1h30m", "300ms") or a number; negative means for ever; unset, 5 minutes."""
+    if value is None or value == "":
+        return DEFAULT_KEEP_ALIVE
+    seconds = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            body = text[1:] if text[:1] in ("+", "-") else text
+            parts = list(_PART.finditer(body))
+            if body and parts and "".join(m.group(0) for m in parts) == body:
+                seconds = sum(float(m.group(1)) * _UNITS[m.group(2)] for m in parts)
+                seconds = -seconds if text.startswith("-") else seconds
+    if seconds is None or math.isnan(seconds):
+        raise APIError(
+            400, f'keep_alive must be a duration ("5m", "30s", "1h") or seconds, got {value!r}', "keep_alive"
+        )
+    return None if seconds < 0 or seconds > FOREVER_S else seconds
 
 
 def _params(options: OllamaOptions | None):
@@ -49,7 +86,7 @@ def _model_info(m: dict) -> dict:
     return {
         "name": m["name"],
         "model": m["name"],
-        "modified_at": datetime.fromtimestamp(m["created"], timezone.utc).isoformat().replace("+00:00", "Z"),
+        "modified_at": _iso(m["created"]),
         "size": m["size"],
         "digest": "",
         "details": {"format": "gguf"},
@@ -69,7 +106,12 @@ async def tags(request: Request):
 @router.get("/ps")
 async def ps(request: Request):
     models = [m for m in request.app.state.host.models() if m["loaded"]]
-    return {"models": [{**_model_info(m), "context_length": m["context_length"]} for m in models]}
+    return {
+        "models": [
+            {**_model_info(m), "context_length": m["context_length"], "expires_at": _iso(m["expires_at"])}
+            for m in models
+        ]
+    }
 
 
 @router.post("/show")
@@ -110,20 +152,6 @@ def _lines(name: str, chunks: AsyncIterator, shape, started: float) -> AsyncIter
                 yield json.dumps(final) + "\n"
 
     return lines()
-
-
-async def _unload_after(request: Request, lease, agen: AsyncIterator[str], keep_alive) -> AsyncIterator[str]:
-    try:
-        async for line in agen:
-            yield line
-    finally:
-        lease.release()
-        await _maybe_unload(request, lease, keep_alive)
-
-
-async def _maybe_unload(request: Request, lease, keep_alive) -> None:
-    if keep_alive in (0, "0", "0s", "0m"):
-        await request.app.state.host.unload(lease.name)
 
 
 @router.post("/chat")
@@ -205,7 +233,9 @@ async def _serve(request: Request, body, prepare) -> object:
     app = request.app.state
     params = _params(body.options)
     speculative = body.options.speculative if body.options else None
+    keep_alive = keep_alive_seconds(body.keep_alive)
     lease = await app.host.acquire(body.model)
+    lease.keep_alive = keep_alive
     streaming = False
     try:
         got = prepare(lease, params)
@@ -215,8 +245,8 @@ async def _serve(request: Request, body, prepare) -> object:
         started = time.perf_counter()
         if body.stream:
             chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative))
-            lines = _unload_after(request, lease, _lines(lease.name, chunks, shape, started), body.keep_alive)
-            response = StreamingResponse(lease.hold(lines), media_type="application/x-ndjson")
+            lines = lease.hold(_lines(lease.name, chunks, shape, started))
+            response = StreamingResponse(lines, media_type="application/x-ndjson")
             streaming = True
             return response
         text, last = [], None
@@ -234,4 +264,3 @@ async def _serve(request: Request, body, prepare) -> object:
     finally:
         if not streaming:
             lease.release()
-            await _maybe_unload(request, lease, body.keep_alive)
