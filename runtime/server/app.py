@@ -45,22 +45,7 @@ def create_app(
     app.state.metrics = Metrics()
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["*"], allow_headers=["*"])
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if api_key is not None and request.url.path not in OPEN_PATHS and request.method != "OPTIONS":
-            given = request.headers.get("authorization", "")
-            given = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
-                return error_response(
-                    request, 401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key"
-                )
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return error_response(
-                request, 413, f"the request body is larger than {max_body_bytes} bytes", code="request_too_large"
-            )
-        return await call_next(request)
+    app.add_middleware(_Guard, api_key=api_key, max_body_bytes=max_body_bytes)  # outermost: before CORS
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, e: APIError):
@@ -77,7 +62,7 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException):
         msg = f"no route {request.method} {request.url.path}" if e.status_code in (404, 405) else str(e.detail)
-        return error_response(request, e.status_code, msg)
+        return error_response(request, e.status_code, msg, code="request_too_large" if e.status_code == 413 else None)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception):
@@ -87,3 +72,47 @@ def create_app(
     app.include_router(ollama_api.router)
     app.include_router(llama_api.router)
     return app
+
+
+class _Guard:
+    """The API key (but not for OPEN_PATHS and CORS preflights) and the body-size limit (the declared length, and
+    the bytes a body without one actually sends). Plain ASGI rather than @app.middleware("http"), whose wrapper
+    passes every chunk of a streamed response through a memory stream and a task switch."""
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+        self.key = api_key.encode() if api_key is not None else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.key is not None and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+            given = headers.get(b"authorization", b"")
+            given = given[7:] if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
+            if not hmac.compare_digest(given, self.key):
+                message = "a valid API key is required (Authorization: Bearer KEY)"
+                return await error_response(Request(scope), 401, message, code="invalid_api_key")(scope, receive, send)
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return await self._too_large(scope, receive, send)
+        if length is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            receive = self._counted(receive)
+        await self.app(scope, receive, send)
+
+    async def _too_large(self, scope, receive, send) -> None:
+        message = f"the request body is larger than {self.max_body_bytes} bytes"
+        await error_response(Request(scope), 413, message, code="request_too_large")(scope, receive, send)
+
+    def _counted(self, receive):
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body_bytes:
+                raise StarletteHTTPException(413, f"the request body is larger than {self.max_body_bytes} bytes")
+            return message
+
+        return counted

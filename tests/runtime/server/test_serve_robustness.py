@@ -202,6 +202,11 @@ def test_a_full_queue_is_503_with_retry_after_and_a_large_body_413():
             assert r.json()["error"]["type"] == "server_busy"
         r = h.post("/v1/completions", json={"prompt": "x" * 5000})
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        chunked = (part for part in [b'{"prompt": "', b"x" * 5000, b'"}'])  # no content-length: counted as it comes
+        r = h.post("/v1/completions", content=chunked, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        r = h.post("/api/generate", content=iter([b'{"model": "x", "prompt": "', b"y" * 5000, b'"}']))
+        assert r.status_code == 413 and "larger than 4096 bytes" in r.json()["error"]
         pre = h.options(
             "/v1/models", headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "GET"}
         )
