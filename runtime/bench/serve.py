@@ -5,6 +5,9 @@ workload, and (with --compare) llama-cpp-python's server on the same model and w
     with servers[0] as url: r = drive(url, model, clients=4, seconds=...)
     # r: {"clients", "requests", "ttft_p50_s", "ttft_p95_s", "aggregate_tps", "errors"}
     overhead_ms = stream_overhead(path, threads)   # serve's own time per streamed token (HTTP vs in-process)
+    overhead(path, threads)      # {"wall_ms", "loop_cpu_ms"}: that, and the server's event-loop CPU per token
+
+    python -m localllm.bench.serve MODEL.gguf [--threads N] [--reps N]   # prints overhead(); run it alternately
 
 Workload, per client, in a loop: a chat turn about a source file (~600 tokens of it) and its follow-up turn
 (the history re-sent: the prefix cache's case), then a fill-in-the-middle request on a ~900-token file with
@@ -48,6 +51,12 @@ def _source(name: str, n_chars: int) -> str:
 
 @contextlib.contextmanager
 def _process(cmd: list[str], port: int, env: dict | None = None, ready: str = "/health") -> Iterator[str]:
+    with _started(cmd, port, env, ready) as (url, _proc):
+        yield url
+
+
+@contextlib.contextmanager
+def _started(cmd: list[str], port: int, env: dict | None, ready: str) -> Iterator[tuple[str, subprocess.Popen]]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -61,7 +70,7 @@ def _process(cmd: list[str], port: int, env: dict | None = None, ready: str = "/
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not become ready in 300 s")
             time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -72,7 +81,11 @@ def _process(cmd: list[str], port: int, env: dict | None = None, ready: str = "/
 
 def local_server(path: Path, threads: int, ctx: int, parallel: int = 8):
     port = _free_port()
-    cmd = [
+    return _process(_local_cmd(path, threads, ctx, parallel, port), port)
+
+
+def _local_cmd(path: Path, threads: int, ctx: int, parallel: int, port: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "localllm.cli",
@@ -87,7 +100,6 @@ def local_server(path: Path, threads: int, ctx: int, parallel: int = 8):
         "--parallel",
         str(parallel),
     ]
-    return _process(cmd, port)
 
 
 def llama_cpp_server(python: str, path: Path, threads: int, ctx: int):
@@ -181,28 +193,70 @@ def drive(url: str, model: str, clients: int, seconds: float) -> dict:
 
 
 def stream_overhead(path: Path, threads: int, n_tokens: int = 96, reps: int = 5) -> float:
-    """serve's own cost per streamed token, in ms: a greedy completion streamed over HTTP from a serve process
-    against the same completion read in this process from an LLM's engine, alternated, best of reps each (the
-    server idles while the in-process run computes, and the other way round)."""
+    """serve's own cost per streamed token, in ms: overhead()'s wall_ms."""
+    return overhead(path, threads, n_tokens, reps)["wall_ms"]
+
+
+def overhead(path: Path, threads: int, n_tokens: int = 96, reps: int = 5) -> dict:
+    """serve's own cost per streamed token, two ways:
+    wall_ms: a greedy completion streamed over HTTP from a serve process against the same completion read in this
+    process from an LLM's engine, alternated, best of reps each (the server idles while the in-process run
+    computes, and the other way round). It is what a client feels, and as noisy as the machine.
+    loop_cpu_ms: the CPU time of the server's main thread (the event loop: HTTP, JSON, SSE, the hand-off from the
+    engine thread) per streamed token over the HTTP runs, read from /proc (None elsewhere). On a machine whose
+    cores the compute threads fill, that time is taken from them; other processes' load hardly moves it."""
     from ..llm import LLM
 
     ids = [750, 75698, 1445, 982]
     body = {"prompt": ids, "max_tokens": n_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
     http_s = local_s = float("inf")
+    loop_cpu: list[float] = []
+    port = _free_port()
     with (
-        local_server(path, threads, 512, parallel=1) as url,
+        _started(_local_cmd(path, threads, 512, 1, port), port, None, "/health") as (url, proc),
         httpx.Client(base_url=url, timeout=300) as client,
         LLM(path, n_threads=threads, ctx_size=512) as llm,
     ):
         ids = [t % llm.n_vocab for t in ids]
         for _ in range(reps):
-            t0 = time.perf_counter()
+            cpu0, t0 = _thread_cpu(proc.pid), time.perf_counter()
             with client.stream("POST", "/v1/completions", json={**body, "prompt": ids}) as r:
                 for _line in r.iter_lines():
                     pass
             http_s = min(http_s, time.perf_counter() - t0)
+            cpu1 = _thread_cpu(proc.pid)
+            if cpu0 is not None and cpu1 is not None:
+                loop_cpu.append(cpu1 - cpu0)
             t0 = time.perf_counter()
             for _chunk in llm.generate(ids, temperature=0, max_tokens=n_tokens, ignore_eos=True):
                 pass
             local_s = min(local_s, time.perf_counter() - t0)
-    return (http_s - local_s) / n_tokens * 1e3
+    return {
+        "wall_ms": (http_s - local_s) / n_tokens * 1e3,
+        "loop_cpu_ms": sum(loop_cpu) / (len(loop_cpu) * n_tokens) * 1e3 if loop_cpu else None,
+    }
+
+
+def _thread_cpu(pid: int) -> float | None:
+    """CPU seconds of process pid's main thread (Linux's schedstat: nanoseconds on the CPU), or None."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m localllm.bench.serve", description=overhead.__doc__)
+    parser.add_argument("model", type=Path, help="a .gguf file")
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=96)
+    a = parser.parse_args()
+    r = overhead(a.model, a.threads, a.tokens, a.reps)
+    cpu = "n/a" if r["loop_cpu_ms"] is None else f"{r['loop_cpu_ms']:.3f}"
+    print(
+        f"serve's overhead per streamed token: {r['wall_ms']:.3f} ms wall (HTTP vs in-process), {cpu} ms event-loop CPU"
+    )

@@ -42,8 +42,12 @@ def _finish(reason: str | None) -> str | None:
     return "length" if reason == "length" else "stop" if reason else None
 
 
+# one compact encoder for every event: json.dumps(obj, separators=...) builds a new one per call
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+    return f"data: {_dumps(obj)}\n\n"
 
 
 def _text_content(content) -> str:
@@ -277,6 +281,7 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
 
 async def _events(head: dict, streamed, chunks: AsyncIterator[Chunk], include_usage: bool) -> AsyncIterator[str]:
     last: list[Stats] = []
+    pre = f'data: {_dumps(head)[:-1]},"choices":['  # the envelope, encoded once: each event adds its choice
 
     async def tapped() -> AsyncIterator[Chunk]:
         async for chunk in chunks:
@@ -285,7 +290,7 @@ async def _events(head: dict, streamed, chunks: AsyncIterator[Chunk], include_us
             yield chunk
 
     async for choice in streamed(tapped()):
-        yield _sse({**head, "choices": [choice]})
+        yield f"{pre}{_dumps(choice)}]}}\n\n"
     if include_usage:
         yield _sse({**head, "choices": [], "usage": _usage(last[-1] if last else None)})
     yield "data: [DONE]\n\n"
