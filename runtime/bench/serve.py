@@ -13,7 +13,9 @@ Workload, per client, in a loop: a chat turn about a source file (~600 tokens of
 (the history re-sent: the prefix cache's case), then a fill-in-the-middle request on a ~900-token file with
 the cursor moved a little each time (an editor re-sending almost the same file). Every request streams (SSE)
 and asks for at most 32 tokens (greedy): time to first token is to the first content, tokens/s counts every
-streamed token of every client over the level's wall time. Both servers get the same requests.
+streamed token of every client over the level's wall time, which runs until every client's request in flight has
+ended (llama-cpp-python's server serves one request at a time: its queue drains well past --level-seconds). Both
+servers get the same requests.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def llama_cpp_server(python: str, path: Path, threads: int, ctx: int):
         "--n_ctx",
         str(ctx),
         "--verbose",
+        "False",
+        # its default (True) stops the request streaming whenever another waits for the model: the stream gets
+        # [DONE] and the connection is closed without its last chunk (httpx: incomplete chunked read), which cut 3
+        # of 4 clients at the first overlap. False: requests queue for the model one at a time, as a client expects
+        "--interrupt_requests",
         "False",
     ]
     return _process(cmd, port, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, ready="/v1/models")
