@@ -158,9 +158,17 @@ class LlamaLookup:
         self.close()
 
 
-def _ours(llm: LLM, ids: list[int], max_tokens: int, speculative: str | None) -> dict:
-    """One request of prompt ids after dropping the prefix cache (speculative None: the LLM's own mode)."""
-    llm.exclusive(lambda seq: None)  # a call over the whole pool: the next request prefills from nothing
+def _drop_caches(llm: LLM) -> None:
+    """Drops every cached prefix: the model's (a call over the whole pool rebuilds it) and the draft model's (which
+    a call leaves alone; reset on the engine thread, inside the call), so the next request prefills from nothing
+    on both."""
+    draft = getattr(llm._engine, "draft", None)  # the LLM's DraftModel, when it has one (engine/draft_model.py)
+    llm.exclusive(lambda seq: draft.reset() if draft is not None else None)
+
+
+def _ours(llm: LLM, ids: list[int], max_tokens: int, speculative: str) -> dict:
+    """One request of prompt ids (speculative: "off", "ngram" or "draft") from empty caches."""
+    _drop_caches(llm)
     toks: list[int] = []
     first = 0.0
     t0 = time.perf_counter()
@@ -232,10 +240,9 @@ def speculation_tasks(
     tasks = TASKS if tasks is None else tasks
     ours = ["off", "ngram"] + (["draft"] if draft is not None else [])
     theirs = [0, *LOOKUP_SWEEP] if llama else []
-    kw = {"n_threads": threads, "ctx_size": CTX_SIZE, "parallel": 1, **llm_kwargs}
     rows = []
-    with LLM(path, **kw) as llm:
-        drafted = LLM(path, speculative=draft, **kw) if draft is not None else None
+    spec = "ngram" if draft is None else draft  # a draft model loaded beside the model; requests name their mode
+    with LLM(path, n_threads=threads, ctx_size=CTX_SIZE, parallel=1, speculative=spec, **llm_kwargs) as llm:
         side = None
         try:
             prompts = [llm.tokenizer.encode_chat([{"role": "user", "content": p}]) for _, _, _, p in tasks]
@@ -246,26 +253,18 @@ def speculation_tasks(
                 side = LlamaLookup(llama, path, threads, ctx, kv)
                 for k in (0, LOOKUP_SWEEP[0]):
                     side.run(prompts[0][:8], 4, k)  # warm-up: its weights paged in
-            _ours(llm, prompts[0][:8], 4, "off")  # warm-up: the weights paged in
-            if drafted is not None:
-                _ours(drafted, prompts[0][:8], 4, None)
+            for mode in ours:
+                _ours(llm, prompts[0][:8], 4, mode)  # warm-up: the weights (the draft's too) paged in
             for (name, kind, _, _), ids, cap in zip(tasks, prompts, caps):
                 runs: dict = {}
                 for rep in range(reps):
                     for who, mode in _order(ours, theirs, rep):
-                        if who == "llama":
-                            r = side.run(ids, cap, mode)
-                        elif mode == "draft":
-                            r = _ours(drafted, ids, cap, None)
-                        else:
-                            r = _ours(llm, ids, cap, mode)
+                        r = side.run(ids, cap, mode) if who == "llama" else _ours(llm, ids, cap, mode)
                         runs.setdefault((who, mode), []).append(r)
                 rows.append(_row(name, kind, len(ids), cap, runs, side.version if side else None))
         finally:
             if side is not None:
                 side.close()
-            if drafted is not None:
-                drafted.close()
     return rows
 
 
