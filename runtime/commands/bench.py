@@ -7,8 +7,11 @@ same model, threads, KV type and prompt tokens in the same run, repetitions alte
 llama.cpp's in its own process, and again; best of each), plus the time from process start to the first token of
 a short prompt for `localllm run` and for a llama-cpp-python script; printed as ratios.
 
-`localllm bench MODEL --speculative`: tokens/s of chat requests at temperature 0 (whole-file code edits, a
-reformat, prose) with n-gram drafting off and on, alternated; draft acceptance and tokens per step.
+`localllm bench spec MODEL [--draft-model MODEL] [--compare]` (or `bench MODEL --speculative`): tokens/s of chat
+requests at temperature 0 (whole-file code edits, a reformat, prose) with drafting off, n-gram drafts and a draft
+model, and with --compare llama-cpp-python plain and with prompt lookup on the same prompt ids, all alternated;
+draft acceptance, mean accepted length, whether the replies are the same tokens, and the ratios
+(localllm.bench.speculation).
 
 `localllm bench kernels [MODEL ...]`: the native kernels on real weight matrices, against this
 machine's streaming read bandwidth (the decode roofline).
@@ -38,20 +41,27 @@ TEST_CACHE_NAMES = {
 def register(sub) -> None:
     p = sub.add_parser(
         "bench",
-        help="benchmarks: `bench MODEL` (pp512, tg128), `bench kernels` (matrix products)",
+        help="benchmarks: `bench MODEL` (pp512, tg128), `bench spec MODEL` (speculative decoding), "
+        "`bench serve MODEL`, `bench kernels` (matrix products)",
         description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
+        "`bench spec MODEL [--draft-model MODEL] [--compare]`: editor tasks at temperature 0 with drafting off, "
+        "n-gram and a draft model (and llama.cpp plain and with prompt lookup), alternated. "
+        "`bench serve MODEL`: a live server under an editor's workload. "
         "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.",
     )
     p.add_argument(
         "what",
-        help="`kernels`, `serve` (then one MODEL), or a model (store name or .gguf path) to benchmark end to end",
+        help="`kernels`, `spec` or `serve` (then one MODEL), or a model (store name or .gguf path) to benchmark end "
+        "to end",
     )
     p.add_argument(
         "models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})"
     )
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="bench MODEL: prompt tokens (default 512)")
     p.add_argument("-g", "--n-gen", type=int, default=128, help="bench MODEL: generated tokens (default 128)")
-    p.add_argument("-r", "--repetitions", type=int, default=2, help="bench MODEL: runs per test, best kept")
+    p.add_argument(
+        "-r", "--repetitions", "--reps", type=int, default=2, help="bench MODEL and spec: runs per test, best kept"
+    )
     p.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all cores)")
     p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 512], help="activation rows")
     p.add_argument("--seconds", type=float, default=0.4, help="minimum time per measurement")
@@ -119,10 +129,19 @@ def register(sub) -> None:
         help="bench serve MODEL: concurrent HTTP clients per level (default 1 4 8); --compare adds "
         "llama-cpp-python's server",
     )
+    p.add_argument("--speculative", action="store_true", help="bench MODEL --speculative: the same as bench spec MODEL")
     p.add_argument(
-        "--speculative",
-        action="store_true",
-        help="bench MODEL: code edits, a reformat and prose at temperature 0, n-gram drafting off vs on (tok/s)",
+        "--draft-model",
+        default=None,
+        metavar="MODEL",
+        help="bench spec: also decode with this draft model (store name or .gguf path) proposing the drafts",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bench spec: cap every task's max_tokens at N (default: each task's own, 384 for edits, 128 for prose)",
     )
     p.add_argument("--level-seconds", type=float, default=30.0, help="bench serve: seconds per level (default 30)")
     p.set_defaults(func=run)
@@ -159,6 +178,10 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.what == "serve":
         return run_serve(args)
+    if args.what == "spec":
+        if len(args.models) != 1:
+            raise ValueError("bench spec takes one model: localllm bench spec MODEL [--draft-model MODEL] [--compare]")
+        return run_speculation(args, _resolve(args.models[0], args.pull))
     return run_kernels(args) if args.what == "kernels" else run_model(args)
 
 
@@ -251,29 +274,88 @@ def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
     return 0
 
 
-def run_speculation(args: argparse.Namespace, path: Path, threads: int) -> int:
-    """bench MODEL --speculative: editor tasks with n-gram drafting off and on."""
+def run_speculation(args: argparse.Namespace, path: Path) -> int:
+    """bench spec MODEL (or bench MODEL --speculative): editor tasks with drafting off, n-gram and a draft model,
+    and with --compare llama.cpp plain and with prompt lookup, alternated."""
     from localllm import kernels
-    from localllm.bench.speculation import speculation_tasks
+    from localllm.bench.compare import llama_python
+    from localllm.bench.speculation import LOOKUP_SWEEP, ratios, speculation_tasks
 
-    rows = speculation_tasks(path, threads, reps=args.repetitions, **kv_kwargs(args))
+    if args.parallel or args.multi_turn:
+        raise ValueError("bench spec runs on its own: not with --parallel or --multi-turn")
+    threads = (args.threads or [kernels.physical_cores()])[0]
+    if threads < 1 or args.repetitions < 1 or (args.max_tokens is not None and args.max_tokens < 1):
+        raise ValueError("--threads, --reps and --max-tokens must be positive")
+    kv = kv_kwargs(args)
+    if args.compare and (kv["k_type"] not in (None, kv["kv_type"]) or kv["v_type"] not in (None, kv["kv_type"])):
+        raise ValueError("--compare runs one KV type for K and V: use --kv-type only")
+    draft = str(_resolve(args.draft_model, args.pull)) if args.draft_model else None
+    python = llama_python(args.llama_python) if args.compare else None
+    rows = speculation_tasks(
+        path, threads, reps=args.repetitions, draft=draft, llama=python, max_tokens=args.max_tokens, **kv
+    )
+    for r in rows:
+        r["ratios"] = ratios(r)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     print(
-        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}; chat requests at temperature 0, "
-        f"best of {args.repetitions} runs each way, alternated; tok/s end to end (decode only in brackets)"
+        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}"
+        + (f", draft model {Path(draft).name}" if draft else "")
+        + f"; chat requests at temperature 0, best of {args.repetitions} runs of each, alternated, each from an "
+        "empty cache"
     )
-    print(
-        f"  {'task':<15}{'tokens':>7}{'off tok/s':>17}{'ngram tok/s':>19}{'speedup':>9}{'accepted':>10}{'tok/step':>9}"
-    )
-    for r in rows:
+    print("tok/s end to end, prompt included (after the first token in brackets); acc: drafts kept / drafts verified;")
+    print("len: mean drafts kept per drafting step; same: every run of every mode replied with the same tokens")
+    print(_spec_table(rows, draft is not None))
+    if python:
         print(
-            f"  {r['task']:<15}{r['tokens']:>7}{r['off_tps']:>8.1f} ({r['off_decode_tps']:>5.1f}){r['ngram_tps']:>10.1f} "
-            f"({r['ngram_decode_tps']:>5.1f}){r['speedup']:>8.2f}x{100 * r['acceptance']:>9.0f}%{r['tokens_per_step']:>9.2f}"
-            + ("" if r["same"] else "  (replies differ: products not batch-invariant on this path)")
+            f"llama.cpp: llama-cpp-python {rows[0].get('llama_version', '?')} on the same prompt token ids, greedy; "
+            f"lookup: LlamaPromptLookupDecoding, the best num_pred_tokens (k) of {' '.join(map(str, LOOKUP_SWEEP))}"
         )
+        print(_llama_table(rows, draft is not None))
     return 0
+
+
+def _tps(m: dict) -> str:
+    """'  42.1 ( 55.0)': end to end, then after the first token; 16 wide."""
+    return f"{m['tps']:6.1f} ({m['decode_tps']:5.1f})  "
+
+
+def _ratio(x: dict, key: str, width: int) -> str:
+    return f"{x[key]:>{width - 1}.2f}x" if key in x else f"{'-':>{width}}"
+
+
+def _spec_table(rows: list[dict], draft: bool) -> str:
+    head = f"  {'task':<14}{'prompt':>7}{'tokens':>7}  {'off':<16}{'ngram':<16}{'acc':>4}{'len':>5}"
+    if draft:
+        head += f"  {'draft':<16}{'acc':>4}{'len':>5}"
+    lines = [head + f"{'ngram/off':>11}" + (f"{'draft/off':>11}" if draft else "") + "  same"]
+    for r in rows:
+        m, x = r["modes"], r["ratios"]
+        line = f"  {r['task']:<14}{r['prompt_tokens']:>7}{r['tokens']:>7}  {_tps(m['off'])}{_tps(m['ngram'])}"
+        line += f"{100 * m['ngram']['acceptance']:>3.0f}%{m['ngram']['mean_accepted']:>5.1f}"
+        if draft:
+            line += f"  {_tps(m['draft'])}{100 * m['draft']['acceptance']:>3.0f}%{m['draft']['mean_accepted']:>5.1f}"
+        line += _ratio(x, "ngram_vs_off", 11) + (_ratio(x, "draft_vs_off", 11) if draft else "")
+        lines.append(line + ("  yes" if r["same"] else "  NO: replies differ"))
+    return "\n".join(lines)
+
+
+def _llama_table(rows: list[dict], draft: bool) -> str:
+    head = f"  {'task':<14}  {'llama plain':<16}{'lookup':<16}{'k':>2}{'lookup/plain':>14}{'ngram/lookup':>14}"
+    head += f"{'(decode)':>10}" + (f"{'draft/lookup':>14}{'(decode)':>10}" if draft else "")
+    lines = [head + "  same"]
+    for r in rows:
+        m, x = r["modes"], r["ratios"]
+        line = f"  {r['task']:<14}  {_tps(m['llama'])}{_tps(m['lookup'])}{m['lookup']['num_pred']:>2}"
+        line += _ratio(x, "lookup_vs_llama", 14) + _ratio(x, "ngram_vs_lookup", 14)
+        line += _ratio(x, "ngram_vs_lookup_decode", 10)
+        if draft:
+            line += _ratio(x, "draft_vs_lookup", 14) + _ratio(x, "draft_vs_lookup_decode", 10)
+        same = "yes" if r["llama_same"] else "NO: plain and lookup differ"
+        lines.append(line + f"  {same}" + ("" if r["llama_matches_ours"] else ", not ours (other kernels)"))
+    return "\n".join(lines)
 
 
 def run_model(args: argparse.Namespace) -> int:
@@ -289,9 +371,7 @@ def run_model(args: argparse.Namespace) -> int:
     path = _resolve(args.what, args.pull)
     threads = (args.threads or [kernels.physical_cores()])[0]
     if args.speculative:
-        if args.compare or args.parallel or args.multi_turn:
-            raise ValueError("--speculative runs on its own: not with --compare, --parallel or --multi-turn")
-        return run_speculation(args, path, threads)
+        return run_speculation(args, path)
     if args.parallel or args.multi_turn:
         if args.compare:
             raise ValueError("--compare measures pp and tg; run it apart from --parallel and --multi-turn")
