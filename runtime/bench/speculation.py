@@ -159,11 +159,9 @@ class LlamaLookup:
 
 
 def _drop_caches(llm: LLM) -> None:
-    """Drops every cached prefix: the model's (a call over the whole pool rebuilds it) and the draft model's (which
-    a call leaves alone; reset on the engine thread, inside the call), so the next request prefills from nothing
-    on both."""
-    draft = getattr(llm._engine, "draft", None)  # the LLM's DraftModel, when it has one (engine/draft_model.py)
-    llm.exclusive(lambda seq: draft.reset() if draft is not None else None)
+    """Every run starts cold: no cached prefix (the model's or the draft model's) and an empty shared n-gram table
+    (which would otherwise draft a repeated task from its earlier run)."""
+    llm.reset_caches()
 
 
 def _ours(llm: LLM, ids: list[int], max_tokens: int, speculative: str) -> dict:

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from ..engine.draft_model import DraftMismatchError
 from ..gguf import GGUFFile
 from ..hub import DamagedModelError, Store, resolve_model
 from ..llm import LLM
 from .errors import APIError
+
+log = logging.getLogger("localllm.serve")
 
 DEFAULT_KEEP_ALIVE = 300.0  # seconds, Ollama's default
 
@@ -152,7 +156,14 @@ class ModelHost:
             raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
         if name == self.default:
             self._default_path = path
-        llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
+        try:
+            llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
+        except DraftMismatchError as e:
+            if path == self._default_path:
+                raise  # the model the draft model was named for: the server does not start
+            # another model the draft cannot serve (another vocabulary) drafts by n-grams instead
+            log.warning("%s; %s drafts by n-grams", e, name)
+            llm = await asyncio.to_thread(LLM, path, **{**self.llm_kwargs, "speculative": "ngram"})
         entry = _Loaded(name, path, llm, pinned=path == self._default_path)
         self._loaded[name] = entry
         while len(self._loaded) > self.max_models:

@@ -117,3 +117,22 @@ def test_max_models_keeps_two_resident_and_keep_alive_unloads_idle_ones():
         assert set(_ps(h)) == {smol}
         r = h.post("/api/chat", json={"model": SMOL, "messages": [], "keep_alive": "soon"})
         assert r.status_code == 400 and "keep_alive" in r.json()["error"]
+
+
+@pytest.mark.model
+@pytest.mark.filterwarnings("ignore:.*no tokenizer.chat_template")
+def test_a_draft_model_serves_its_model_and_other_models_draft_by_ngrams(tmp_path):
+    import shutil
+
+    smol, gemma = str(model_file(SMOL)), str(model_file(GEMMA))
+    draft = tmp_path / "smol-draft.gguf"  # smollm2 drafting for itself (a copy: a draft must not be the model's path)
+    shutil.copyfile(smol, draft)
+    with (
+        live_server(smol, host_kwargs={"max_models": 2}, ctx_size=512, speculative=str(draft)) as (url, app),
+        httpx.Client(base_url=url, timeout=120) as h,
+    ):
+        for model in (smol, gemma):
+            r = h.post("/v1/completions", json={"model": model, "prompt": "One, two,", "max_tokens": 8})
+            assert r.status_code == 200, r.text
+        resident = _resident(app)
+        assert resident[smol].speculative == "draft" and resident[gemma].speculative == "ngram"
