@@ -75,7 +75,8 @@ async def run(
     """The request's chunks, the last with finish_reason and stats. Leaving early (the client disconnected, a
     consumer stopped) cancels it in the engine: its blocks are freed at the next step. request: checked for a
     disconnect after each chunk (non-streaming responses; a streaming response is cancelled by the server).
-    speculative: the request's "ngram" | "off" | "draft" (None: the server's); the engine checks it (a 400 naming it)."""
+    speculative: the request's "ngram" | "off" | "draft" (None: the server's); the engine checks it (a 400 naming
+    it: "draft" needs a server started with a draft model)."""
     check_fits(llm, ids, params)
     try:
         stream = llm.submit(ids, params, logprobs=logprobs, speculative=speculative)

@@ -33,7 +33,7 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
-    speculative: str | None = None  # "ngram" | "off": this request's n-gram drafting (None: the server's)
+    speculative: str | None = None  # "ngram" | "off" | "draft" (serve's draft model): this request's (None: serve's)
 
 
 class ChatMessage(_Body):
@@ -93,7 +93,7 @@ class OllamaOptions(_Body):
     seed: int | None = None
     num_predict: int | None = None
     stop: list[str] | None = None
-    speculative: str | None = None  # localllm's: "ngram" | "off"
+    speculative: str | None = None  # localllm's: "ngram" | "off" | "draft"
 
 
 class OllamaChatRequest(_Body):

@@ -209,9 +209,12 @@ def test_speculative_per_request_same_tokens_drafts_only_when_on(smol, client):
         assert streamed["off"][0] == streamed["ngram"][0] == replies["off"]
         assert streamed["off"][1] == 0 and streamed["ngram"][1] > 0
         for stream in (False, True):
-            r = h.post("/v1/chat/completions", json={"messages": MSG, "speculative": "draft", "stream": stream})
+            r = h.post("/v1/chat/completions", json={"messages": MSG, "speculative": "eagle", "stream": stream})
             assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
             assert "'ngram'" in r.json()["error"]["message"]
+            r = h.post("/v1/chat/completions", json={"messages": MSG, "speculative": "draft", "stream": stream})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"  # no draft model here
+            assert "draft model" in r.json()["error"]["message"]
             r = h.post("/v1/completions", json={"prompt": "x", "speculative": 3, "stream": stream})
             assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
             r = h.post(
