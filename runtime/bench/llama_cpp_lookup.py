@@ -6,7 +6,7 @@ environment), never imported by localllm. Standard library, numpy and llama_cpp 
     stdin  {"ids": [...], "max_tokens": 384, "num_pred": 0}
     stdout {"tokens": [...], "elapsed_s": 5.1, "first_s": 1.2, "steps": 97}
         num_pred 0: plain decoding (a Llama without a draft model); k: a Llama whose draft model is
-        LlamaPromptLookupDecoding(num_pred_tokens=k) (max_ngram_size 2, its default), as a user writes it.
+        LlamaPromptLookupDecoding(num_pred_tokens=k) (max_ngram_size 2, its default) and logits_all=True (load()).
         ids: the prompt, already rendered and tokenized by the caller (the same ids both sides decode). Greedy
         (temp 0), ending at an end-of-generation token (not returned) or after max_tokens. Each request starts from an
         empty cache (reset: the whole prompt is evaluated, as the caller's runs do); elapsed_s from the call to
@@ -22,6 +22,8 @@ GGML_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
 
 
 def load(a, draft_model=None):
+    """A Llama; with a draft model also logits_all=True, without which llama-cpp-python keeps scores for only n_batch
+    positions while its draft verification writes one row per position (a ValueError past n_batch tokens)."""
     from llama_cpp import Llama
 
     kw = {}
@@ -33,6 +35,7 @@ def load(a, draft_model=None):
         n_threads=a["threads"],
         n_threads_batch=a["threads"],
         draft_model=draft_model,
+        logits_all=draft_model is not None,
         verbose=False,
         **kw,
     )

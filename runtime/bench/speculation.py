@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -158,6 +159,38 @@ class LlamaLookup:
         self.close()
 
 
+def busy_cores(seconds: float = 0.5) -> float | None:
+    """Cores' worth of CPU time the whole machine used over the next `seconds` (/proc/stat); None without it."""
+
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+        return sum(v) - v[3] - v[4], sum(v)
+
+    try:
+        busy0, total0 = read()
+        time.sleep(seconds)
+        busy1, total1 = read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (os.cpu_count() or 1) * (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def wait_quiet(limit: float, wait_s: float) -> tuple[float, bool]:
+    """Called while this benchmark is idle: waits until the machine's other processes use less than `limit` cores
+    (a llama.cpp whose threads share cores with another busy process can run several times slower), at most
+    wait_s seconds. Returns (seconds waited, whether it is quiet)."""
+    t0 = time.perf_counter()
+    time.sleep(0.2)  # our own threads (and llama.cpp's) stop spinning after a run
+    while True:
+        busy = busy_cores()
+        if busy is None or busy < limit:
+            return time.perf_counter() - t0, True
+        if time.perf_counter() - t0 > wait_s:
+            return time.perf_counter() - t0, False
+        time.sleep(2.0)
+
+
 def _drop_caches(llm: LLM) -> None:
     """Every run starts cold: no cached prefix (the model's or the draft model's) and an empty shared n-gram table
     (which would otherwise draft a repeated task from its earlier run)."""
@@ -228,11 +261,15 @@ def speculation_tasks(
     llama: str | None = None,
     max_tokens: int | None = None,
     tasks: list[tuple[str, str, int, str]] | None = None,
+    quiet: float | None = 0.3,
+    quiet_wait_s: float = 300.0,
     **llm_kwargs,
 ) -> list[dict]:
     """One row per task (module docstring). draft: a draft model (path or store name) for the "draft" column;
     llama: the interpreter of llama-cpp-python's virtual environment for the "llama" and "lookup" columns;
-    max_tokens: caps every task's max_tokens (a quick run); llm_kwargs: LLM's KV options."""
+    max_tokens: caps every task's max_tokens (a quick run); quiet: before each run, wait (at most quiet_wait_s) until
+    other processes use less than this many cores (None: never wait; a row's "waited_s" and "loaded_runs", the runs
+    that started with the machine still busy, say how it went); llm_kwargs: LLM's KV options."""
     if reps < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError("reps and max_tokens must be positive")
     tasks = TASKS if tasks is None else tasks
@@ -255,11 +292,16 @@ def speculation_tasks(
                 _ours(llm, prompts[0][:8], 4, mode)  # warm-up: the weights (the draft's too) paged in
             for (name, kind, _, _), ids, cap in zip(tasks, prompts, caps):
                 runs: dict = {}
+                waited, loaded = 0.0, 0
                 for rep in range(reps):
                     for who, mode in _order(ours, theirs, rep):
+                        if quiet is not None:
+                            w, ok = wait_quiet(quiet, quiet_wait_s)
+                            waited, loaded = waited + w, loaded + (not ok)
                         r = side.run(ids, cap, mode) if who == "llama" else _ours(llm, ids, cap, mode)
                         runs.setdefault((who, mode), []).append(r)
-                rows.append(_row(name, kind, len(ids), cap, runs, side.version if side else None))
+                row = _row(name, kind, len(ids), cap, runs, side.version if side else None)
+                rows.append({**row, "waited_s": waited, "loaded_runs": loaded})
         finally:
             if side is not None:
                 side.close()

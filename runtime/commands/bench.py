@@ -137,6 +137,14 @@ def register(sub) -> None:
         help="bench spec: also decode with this draft model (store name or .gguf path) proposing the drafts",
     )
     p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="bench spec: before each run wait up to S seconds for other processes to use under 0.3 cores "
+        "(default 300; 0: never wait)",
+    )
+    p.add_argument(
         "--max-tokens",
         type=int,
         default=None,
@@ -289,32 +297,64 @@ def run_speculation(args: argparse.Namespace, path: Path) -> int:
     kv = kv_kwargs(args)
     if args.compare and (kv["k_type"] not in (None, kv["kv_type"]) or kv["v_type"] not in (None, kv["kv_type"])):
         raise ValueError("--compare runs one KV type for K and V: use --kv-type only")
+    if args.quiet_wait < 0:
+        raise ValueError("--quiet-wait must be 0 or more seconds")
     draft = str(_resolve(args.draft_model, args.pull)) if args.draft_model else None
     python = llama_python(args.llama_python) if args.compare else None
+    report = {
+        "model": path.name,
+        "draft_model": Path(draft).name if draft else None,
+        "threads": threads,
+        "path": kernels.current_path(),
+        "reps": args.repetitions,
+        "lookup_sweep": list(LOOKUP_SWEEP),
+        "loadavg_before": os.getloadavg()[0],
+    }
     rows = speculation_tasks(
-        path, threads, reps=args.repetitions, draft=draft, llama=python, max_tokens=args.max_tokens, **kv
+        path,
+        threads,
+        reps=args.repetitions,
+        draft=draft,
+        llama=python,
+        max_tokens=args.max_tokens,
+        quiet=0.3 if args.quiet_wait > 0 else None,
+        quiet_wait_s=args.quiet_wait,
+        **kv,
     )
     for r in rows:
         r["ratios"] = ratios(r)
+    report.update(loadavg_after=os.getloadavg()[0], rows=rows)
     if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    print(
-        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}"
-        + (f", draft model {Path(draft).name}" if draft else "")
-        + f"; chat requests at temperature 0, best of {args.repetitions} runs of each, alternated, each from an "
-        "empty cache"
-    )
-    print("tok/s end to end, prompt included (after the first token in brackets); acc: drafts kept / drafts verified;")
-    print("len: mean drafts kept per drafting step; same: every run of every mode replied with the same tokens")
-    print(_spec_table(rows, draft is not None))
-    if python:
-        print(
-            f"llama.cpp: llama-cpp-python {rows[0].get('llama_version', '?')} on the same prompt token ids, greedy; "
-            f"lookup: LlamaPromptLookupDecoding, the best num_pred_tokens (k) of {' '.join(map(str, LOOKUP_SWEEP))}"
-        )
-        print(_llama_table(rows, draft is not None))
+        print(json.dumps(report, indent=1))
+    else:
+        print(spec_report(report))
     return 0
+
+
+def spec_report(report: dict) -> str:
+    """bench spec's tables from its JSON report."""
+    rows, draft = report["rows"], report["draft_model"] is not None
+    waited = sum(r.get("waited_s", 0) for r in rows)
+    loaded = sum(r.get("loaded_runs", 0) for r in rows)
+    lines = [
+        f"{report['model']}: {report['threads']} threads, kernel path {report['path']}"
+        + (f", draft model {report['draft_model']}" if draft else "")
+        + f"; chat requests at temperature 0, best of {report['reps']} runs of each, alternated, each from an "
+        "empty cache",
+        f"load average {report['loadavg_before']:.2f} before, {report['loadavg_after']:.2f} after; {waited:.0f} s "
+        f"spent waiting for other processes to go quiet before runs, {loaded} runs started with them busy",
+        "tok/s end to end, prompt included (after the first token in brackets); acc: drafts kept / drafts verified;",
+        "len: mean drafts kept per drafting step; same: every run of every mode replied with the same tokens",
+        _spec_table(rows, draft),
+    ]
+    if "lookup" in rows[0]["modes"]:
+        lines.append(
+            f"llama.cpp: llama-cpp-python {rows[0].get('llama_version', '?')} on the same prompt token ids, greedy; "
+            "lookup: LlamaPromptLookupDecoding, the best num_pred_tokens (k) of "
+            + " ".join(map(str, report["lookup_sweep"]))
+        )
+        lines.append(_llama_table(rows, draft))
+    return "\n".join(lines)
 
 
 def _tps(m: dict) -> str:

@@ -16,7 +16,16 @@ from typing import ClassVar
 import pytest
 from conftest import model_file
 from localllm.bench import speculation
-from localllm.bench.speculation import LOOKUP_SWEEP, LlamaLookup, _order, _row, ratios, speculation_tasks
+from localllm.bench.speculation import (
+    LOOKUP_SWEEP,
+    LlamaLookup,
+    _order,
+    _row,
+    busy_cores,
+    ratios,
+    speculation_tasks,
+    wait_quiet,
+)
 from localllm.cli import main
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -130,7 +139,7 @@ def test_tiny_model_with_a_draft_model(tmp_path, monkeypatch):
     shutil.copyfile(path, draft)
     DraftCounting.built, DraftCounting.requests = [], []
     monkeypatch.setattr(speculation, "LLM", DraftCounting)
-    rows = speculation_tasks(path, 2, reps=2, draft=str(draft), max_tokens=12, tasks=QUICK_TASKS)
+    rows = speculation_tasks(path, 2, reps=2, draft=str(draft), max_tokens=12, tasks=QUICK_TASKS, quiet=None)
     # one LLM with the draft model loaded; each request names its mode: a warm-up each, then 2 runs a task
     assert DraftCounting.built == [str(draft)]
     assert sorted(DraftCounting.requests) == sorted(["off", "ngram", "draft"] * (1 + 2 * len(QUICK_TASKS)))
@@ -153,6 +162,15 @@ def test_tiny_model_with_a_draft_model(tmp_path, monkeypatch):
     assert rows[0]["modes"]["ngram"]["draft_proposed"] > 0
 
 
+def test_waiting_for_a_quiet_machine_gives_up_after_its_limit():
+    busy = busy_cores(0.1)
+    assert busy is not None and 0 <= busy <= os.cpu_count() + 1e-9
+    waited, quiet = wait_quiet(-1.0, 0.5)  # never quiet enough
+    assert not quiet and waited >= 0.5
+    waited, quiet = wait_quiet(os.cpu_count() + 1.0, 60)  # always quiet enough
+    assert quiet and waited < 30
+
+
 def test_a_dead_llama_cpp_process_is_an_error_naming_it(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named llama_cpp' >&2\nexit 3\n")
@@ -166,7 +184,7 @@ def test_llama_cpp_side_on_the_same_prompt_ids():
     if not LLAMA_PYTHON.exists():
         pytest.skip(f"no llama-cpp-python environment at {LLAMA_PYTHON}")
     path = model_file(SMOL)
-    rows = speculation_tasks(path, 1, reps=1, llama=str(LLAMA_PYTHON), max_tokens=8, tasks=QUICK_TASKS[:1])
+    rows = speculation_tasks(path, 1, reps=1, llama=str(LLAMA_PYTHON), max_tokens=8, tasks=QUICK_TASKS[:1], quiet=None)
     (r,) = rows
     m = r["modes"]
     assert set(m) == {"off", "ngram", "llama", "lookup"} and r["llama_version"].startswith("0.")
@@ -177,6 +195,19 @@ def test_llama_cpp_side_on_the_same_prompt_ids():
     assert {"ngram_vs_lookup", "lookup_vs_llama"} <= set(ratios(r))
 
 
+@pytest.mark.model
+def test_llama_cpp_lookup_past_n_batch_positions():
+    """A prompt longer than llama.cpp's n_batch (512) through its prompt lookup: llama-cpp-python keeps a score row
+    per position only with logits_all, which llama_cpp_lookup.py sets beside the draft model."""
+    if not LLAMA_PYTHON.exists():
+        pytest.skip(f"no llama-cpp-python environment at {LLAMA_PYTHON}")
+    ids = [1000 + i % 300 for i in range(600)]  # repeats itself: lookup finds drafts in it
+    with LlamaLookup(str(LLAMA_PYTHON), model_file(SMOL), 1, 640) as side:
+        plain, lookup = side.run(ids, 16, 0), side.run(ids, 16, 10)
+    assert len(plain["tokens"]) == len(lookup["tokens"]) == 16
+    assert plain["steps"] == 15 and lookup["steps"] <= 15
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -184,6 +215,7 @@ def test_llama_cpp_side_on_the_same_prompt_ids():
         (["bench", "spec", "a.gguf", "b.gguf"], "bench spec takes one model"),
         (["bench", "spec", "{model}", "--reps", "0"], "--reps"),
         (["bench", "spec", "{model}", "--max-tokens", "0"], "--max-tokens"),
+        (["bench", "spec", "{model}", "--quiet-wait", "-1"], "--quiet-wait"),
         (["bench", "spec", "{model}", "--draft-model", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
         (["bench", "spec", "{model}", "--compare", "--llama-python", "/nonexistent/python"], "--compare needs"),
         (["bench", "spec", "{model}", "--compare", "--k-type", "q8_0"], "one KV type"),
@@ -220,6 +252,7 @@ def test_bench_spec_tables(monkeypatch, capsys):
     assert main(argv) == 0
     assert got["path"] == path and got["threads"] == 1 and got["reps"] == 3 and got["draft"] == str(path)
     assert got["llama"] == "/fake/python" and got["max_tokens"] is None and got["kv_type"] == "f16"
+    assert (got["quiet"], got["quiet_wait_s"]) == (0.3, 300.0)
     out = capsys.readouterr().out.splitlines()
     rename = [line for line in out if line.strip().startswith("rename")]
     assert len(rename) == 2  # ours, then llama.cpp's
@@ -232,17 +265,38 @@ def test_bench_spec_tables(monkeypatch, capsys):
     assert "2.5 (  3.0)" in rename[1] and "4.0 (  6.0)" in rename[1]
     assert rename[1].split()[-7:] == ["4", "1.60x", "2.50x", "1.67x", "5.00x", "3.75x", "yes"]
     assert any("num_pred_tokens (k) of 2 4 10" in line for line in out)
-    assert main([*argv, "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--json", "--quiet-wait", "0"]) == 0
+    assert got["quiet"] is None
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == path.name and report["draft_model"] == path.name and report["reps"] == 3
+    rows = report["rows"]
     assert [r["task"] for r in rows] == ["rename", "story"] and rows[0]["ratios"]["draft_vs_lookup"] == 5.0
 
 
 @pytest.mark.model
 def test_bench_speculative_is_bench_spec():
     path = model_file(SMOL)
-    r = localllm("bench", str(path), "--speculative", "--threads", "1", "--reps", "1", "--max-tokens", "2", "--json")
+    r = localllm(
+        "bench", str(path), "--speculative", "--threads", "1", "--reps", "1", "--max-tokens", "2", "--quiet-wait", "0"
+    )
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    assert "ngram/off" in r.stdout and r.stdout.count("  yes") == len(speculation.TASKS) and "llama" not in r.stdout
+    r = localllm(
+        "bench",
+        str(path),
+        "--speculative",
+        "--threads",
+        "1",
+        "--reps",
+        "1",
+        "--max-tokens",
+        "2",
+        "--quiet-wait",
+        "0",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
     assert [row["task"] for row in rows] == [t[0] for t in speculation.TASKS]
     for row in rows:
         assert set(row["modes"]) == {"off", "ngram"} and row["same"] and 0 < row["tokens"] <= 2
