@@ -62,6 +62,19 @@ struct X {
   int k;
 };
 
+// activation row c, step s against the step's weight words u: sum(u * xq) and sum(xq), exact int32
+__device__ __forceinline__ void dot32(const int u[8], const X& x, int c, int s, int& sum, int& xs) {
+  const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+  sum = 0;
+  xs = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int v = xq[j];
+    sum = __dp4a(u[j], v, sum);
+    xs = __dp4a(0x01010101, v, xs);
+  }
+}
+
 // per type: decode step s of the row into u[8], then for every activation row c < n add the step's terms to acc[c]
 template <int T>
 __device__ __forceinline__ void step(const uint8_t* row, int s, const X& x, int n, float* acc);
@@ -80,14 +93,8 @@ __device__ __forceinline__ void step<(int)QType::Q4_0>(const uint8_t* row, int s
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) {
     if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum = 0, xs = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int v = xq[j];
-      sum = __dp4a(u[j], v, sum);
-      xs = __dp4a(0x01010101, v, xs);
-    }
+    int sum, xs;
+    dot32(u, x, c, s, sum, xs);
     acc[c] += (float)(sum - 8 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
   }
 }
@@ -106,14 +113,8 @@ __device__ __forceinline__ void step<(int)QType::Q4_1>(const uint8_t* row, int s
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) {
     if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum = 0, xs = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int v = xq[j];
-      sum = __dp4a(u[j], v, sum);
-      xs = __dp4a(0x01010101, v, xs);
-    }
+    int sum, xs;
+    dot32(u, x, c, s, sum, xs);
     const float dx = x.d[(size_t)c * (x.k / 32) + s];
     acc[c] += (float)sum * (d * dx) + m * (dx * (float)xs);
   }
@@ -134,14 +135,8 @@ __device__ __forceinline__ void step<(int)QType::Q5_0>(const uint8_t* row, int s
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) {
     if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum = 0, xs = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int v = xq[j];
-      sum = __dp4a(u[j], v, sum);
-      xs = __dp4a(0x01010101, v, xs);
-    }
+    int sum, xs;
+    dot32(u, x, c, s, sum, xs);
     acc[c] += (float)(sum - 16 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
   }
 }
@@ -191,14 +186,8 @@ __device__ __forceinline__ void step<(int)QType::Q4_K>(const uint8_t* row, int s
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) {
     if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum = 0, xs = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int v = xq[j];
-      sum = __dp4a(u[j], v, sum);
-      xs = __dp4a(0x01010101, v, xs);
-    }
+    int sum, xs;
+    dot32(u, x, c, s, sum, xs);
     const float dx = x.d[(size_t)c * (x.k / 32) + s];
     acc[c] += (float)sum * (ds * dx) - dm * (dx * (float)xs);
   }
