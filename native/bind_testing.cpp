@@ -124,6 +124,42 @@ py::list matmul_multi_py(const std::vector<std::pair<int, py::array>>& products,
   return out;
 }
 
+// rows: uint8 [nr <= 16, row_bytes] of type_id, k weights a row -> (u_il [k/4, 16, 4], s [k/G, 16], m [k/G, 16]) in
+// the tile layout, from the active table's unpack_il (direct) or its unpack + interleave16; lanes nr..15 are
+// unspecified (copies of a row, or zeros)
+py::tuple unpack_tile_py(int type_id, const py::array& rows_in, int k, bool direct) {
+  KernelContext ctx = kernel_context();
+  const KernelTable& kt = *ctx.kernels;
+  const TypeInfo& ti = checked_type(kt, type_id, k, "rows");
+  auto rows = py::array_t<uint8_t, py::array::c_style>::ensure(rows_in);
+  if (!rows || rows.ndim() != 2 || rows.shape(0) < 1 || rows.shape(0) > TILE_M ||
+      (size_t)rows.shape(1) != row_bytes_of(ti, k) || !kt.unpack[type_id])
+    throw std::invalid_argument("rows must be uint8 [1..16, row bytes] of a quantized type");
+  if (direct && !kt.unpack_il[type_id])
+    throw std::invalid_argument(std::string(kt.name) + " has no unpack_il for " + ti.name);
+  const QuantLayout L = quant_layout(ti.type);
+  const int nr = (int)rows.shape(0), ng = k / L.group, sw = std::max(16, (ng + 15) / 16 * 16);
+  py::array_t<uint8_t> u({k / 4, TILE_M, 4});
+  std::vector<float> s((size_t)sw * TILE_M), m((size_t)sw * TILE_M);
+  const uint8_t* w = rows.data();
+  const size_t rb = (size_t)rows.shape(1);
+  if (direct) {
+    kt.unpack_il[type_id](w, rb, nr, k, u.mutable_data(), s.data(), m.data());
+  } else {
+    std::vector<uint8_t> ur((size_t)TILE_M * k);
+    std::vector<float> sr((size_t)TILE_M * sw), mr((size_t)TILE_M * sw);
+    kt.unpack[type_id](w, rb, nr, k, ur.data(), sr.data(), mr.data(), sw);
+    kt.interleave16(ur.data(), k, u.mutable_data());
+    kt.interleave16((const uint8_t*)sr.data(), 4 * sw, (uint8_t*)s.data());
+    kt.interleave16((const uint8_t*)mr.data(), 4 * sw, (uint8_t*)m.data());
+  }
+  py::array_t<float> so({ng, TILE_M}), mo({ng, TILE_M});
+  std::memcpy(so.mutable_data(), s.data(), sizeof(float) * ng * TILE_M);
+  std::memcpy(mo.mutable_data(), m.data(), sizeof(float) * ng * TILE_M);
+  if (!L.has_min) std::fill(mo.mutable_data(), mo.mutable_data() + ng * TILE_M, 0.f);
+  return py::make_tuple(u, so, mo);
+}
+
 // [(id, name, block_size, type_size)] of every type the kernels compute (type_info)
 py::list type_table_py() {
   py::list out;
@@ -145,6 +181,8 @@ void bind_testing(py::module_& m) {
         "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16]), as every product quantizes them");
   m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),
         "[x @ W_j^T] for [(type_id, W_j)] sharing x, as the forward step runs q/k/v and gate/up");
+  m.def("unpack_tile", &unpack_tile_py, py::arg("type_id"), py::arg("rows"), py::arg("k"), py::arg("direct"),
+        "rows of one type -> the tile layout (u_il, s, m), by unpack_il (direct) or unpack + interleave16");
   m.def("type_table", &type_table_py, "[(id, name, block_size, type_size)] of the types the kernels compute");
 }
 

@@ -27,7 +27,9 @@
 //     once into one vector whose lane j is set j. Eight independent sets let the small-N kernels convert and
 //     scale 8 groups with one instruction each.
 //   avx512 (S = 1): the groups in k order, acc = fma((float)isum_g, sd_g, acc), then acc = fma(m_g, xm_g, acc);
-//     y = acc. One kernel for every N (the tile kernel).
+//     y = acc. The tile kernel and the small-N kernel (qgemv_fused, N <= 8) run one group step (group_madd, 16 rows
+//     as lanes) over weights unpacked straight into the tile layout (unpack_il); they differ only in how they
+//     reach the activations (packed panels, or the rows as they are).
 //   scalar (S = 1): the same sequence without fused multiply-adds (acc = acc + (float)isum_g * sd_g, then
 //     acc = acc + m_g * xm_g). One kernel for every N.
 // The kernels leave the S sets in acc; the caller (matmul.cpp, reduce_sets) adds them in the order above. Each path is
@@ -68,6 +70,7 @@ struct XGroups {
   int ng;        // groups per activation row
   int g0;        // first group of the chunk being computed
   int n_panels;
+  int last_cols; // real (unpadded) columns of the last panel described (1 .. CB): kernels may skip the rest
 };
 
 // Small-N activation tables, already offset to the chunk: the same per-group values the tile path packs
@@ -88,6 +91,10 @@ using UnpackFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc,
                           int sw);
 // unpacks kc float-type weights of one row into out[kc]
 using UnpackFloatFn = void (*)(const uint8_t* row, int kc, float* out);
+// unpacks kc weights (whole blocks) of rows w + r * row_bytes, r < nrows <= 16, straight into the tile layout
+// (what unpack + interleave16 give): u_il [kc/4][16][4], s [kc/G][16] and, for types with a min, m [kc/G][16].
+// Lanes nrows..15 hold copies of row nrows - 1 (their outputs are never read).
+using UnpackIlFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int kc, uint8_t* u_il, float* s, float* m);
 
 struct KernelTable {
   const char* name;
@@ -96,6 +103,7 @@ struct KernelTable {
   // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
   // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
+  UnpackIlFn unpack_il[40];  // by QType id (optional: nullptr where unpack + interleave16 serve)
   // adds the chunk's groups to acc in the canonical order (above), for r < 16 and every (padded) column c
   // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][acc_sets][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
@@ -114,6 +122,7 @@ struct KernelTable {
   void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
+  int gemv_max_n;     // products of up to this many activation rows run the small-N kernels (where there are some)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);

@@ -590,6 +590,7 @@ const KernelTable* kernels_avx2() {
     k.qgemm_cb = avx2::CB;
     k.acc_sets = avx2::ACC_SETS;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
+    k.gemv_max_n = 4;  // up to 4 activation rows the lanes-along-k kernels beat the tile path (measured)
     k.interleave16 = avx2::interleave16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack

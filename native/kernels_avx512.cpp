@@ -61,31 +61,84 @@ static const TransposeIdx& transpose_idx() {
   return t;
 }
 
-static void interleave16_avx512(const uint8_t* u_rows, int kc, uint8_t* u_il) {
-  const TransposeIdx& T = transpose_idx();
-  for (int k0 = 0; k0 < kc; k0 += 32) {
-    __m512i A[8], C[8], D[8];
-    for (int i = 0; i < 8; ++i) {
-      __m256i lo = _mm256_loadu_si256((const __m256i*)(u_rows + (2 * i) * kc + k0));
-      __m256i hi = _mm256_loadu_si256((const __m256i*)(u_rows + (2 * i + 1) * kc + k0));
-      A[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+// the 16 rows a tile reads: row r at p[r] (rows past nr repeat row nr - 1, so every load stays inside the tensor)
+struct Rows16 {
+  const uint8_t* p[TILE_M];
+  __m512i off;  // int32 lanes: p[r] - p[0], for gathers
+  Rows16(const uint8_t* w, size_t row_bytes, int nr) {
+    alignas(64) int32_t o[TILE_M];
+    for (int r = 0; r < TILE_M; ++r) {
+      const size_t rr = (size_t)(r < nr ? r : nr - 1);
+      p[r] = w + rr * row_bytes;
+      o[r] = (int32_t)(rr * row_bytes);
     }
-    // C[2p + h]: rows 4p..4p+3, dwords 4h..4h+3
-    for (int p = 0; p < 4; ++p)
-      for (int h = 0; h < 2; ++h) C[2 * p + h] = _mm512_permutex2var_epi32(A[2 * p], T.s1[h], A[2 * p + 1]);
-    // D[4q + 2h + e]: rows 8q..8q+7, dwords 4h+2e..4h+2e+1
-    for (int q = 0; q < 2; ++q)
-      for (int h = 0; h < 2; ++h)
-        for (int e = 0; e < 2; ++e)
-          D[4 * q + 2 * h + e] = _mm512_permutex2var_epi32(C[4 * q + h], T.s2[e], C[4 * q + 2 + h]);
-    uint8_t* out = u_il + (k0 >> 2) * 64;
+    off = _mm512_load_si512(o);
+  }
+  // lanes = rows: the dword at byte b of each row
+  __m512i dword(size_t b) const { return _mm512_i32gather_epi32(off, (const void*)(p[0] + b), 1); }
+};
+
+// 32 bytes at byte b of each of the 16 rows -> T[j], j < 8: lane r = bytes 4j .. 4j + 3 of row r
+static inline void t16x32(const Rows16& R, size_t b, const TransposeIdx& X, __m512i T[8]) {
+  __m512i A[8], C[8], D[8];
+  for (int i = 0; i < 8; ++i) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i*)(R.p[2 * i] + b));
+    const __m256i hi = _mm256_loadu_si256((const __m256i*)(R.p[2 * i + 1] + b));
+    A[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  // C[2p + h]: rows 4p..4p+3, dwords 4h..4h+3
+  for (int p = 0; p < 4; ++p)
+    for (int h = 0; h < 2; ++h) C[2 * p + h] = _mm512_permutex2var_epi32(A[2 * p], X.s1[h], A[2 * p + 1]);
+  // D[4q + 2h + e]: rows 8q..8q+7, dwords 4h+2e..4h+2e+1
+  for (int q = 0; q < 2; ++q)
     for (int h = 0; h < 2; ++h)
       for (int e = 0; e < 2; ++e)
-        for (int f = 0; f < 2; ++f) {
-          const int j = 4 * h + 2 * e + f;
-          _mm512_storeu_si512((__m512i*)(out + j * 64),
-                              _mm512_permutex2var_epi32(D[2 * h + e], T.s3[f], D[4 + 2 * h + e]));
-        }
+        D[4 * q + 2 * h + e] = _mm512_permutex2var_epi32(C[4 * q + h], X.s2[e], C[4 * q + 2 + h]);
+  for (int h = 0; h < 2; ++h)
+    for (int e = 0; e < 2; ++e)
+      for (int f = 0; f < 2; ++f)
+        T[4 * h + 2 * e + f] = _mm512_permutex2var_epi32(D[2 * h + e], X.s3[f], D[4 + 2 * h + e]);
+}
+
+// the same for 16 bytes a row: T[j], j < 4
+struct TransposeIdx16 {
+  __m512i s1[2], s2[2];
+};
+static const TransposeIdx16& transpose16_idx() {
+  static TransposeIdx16 t = [] {
+    TransposeIdx16 x;
+    // stage 1: A (rows 0..3 | j 0..3, by row) + B (rows 4..7) -> C_h: rows 0..7, j 2h..2h+1, by j
+    auto A = lanes_of(0, 4, 0, 4, true), B = lanes_of(4, 4, 0, 4, true);
+    for (int h = 0; h < 2; ++h) x.s1[h] = index_for(A, B, lanes_of(0, 8, 2 * h, 2, false));
+    // stage 2: C (rows 0..7, j 0..1 by j) + C' (rows 8..15) -> T_f: rows 0..15, j f, by row
+    auto C0 = lanes_of(0, 8, 0, 2, false), C1 = lanes_of(8, 8, 0, 2, false);
+    for (int f = 0; f < 2; ++f) x.s2[f] = index_for(C0, C1, lanes_of(0, 16, f, 1, true));
+    return x;
+  }();
+  return t;
+}
+static inline void t16x16(const Rows16& R, size_t b, const TransposeIdx16& X, __m512i T[4]) {
+  __m512i A[4], C[4];
+  for (int i = 0; i < 4; ++i) {
+    __m512i a = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(R.p[4 * i] + b)));
+    a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i*)(R.p[4 * i + 1] + b)), 1);
+    a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i*)(R.p[4 * i + 2] + b)), 2);
+    A[i] = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i*)(R.p[4 * i + 3] + b)), 3);
+  }
+  // C[2p + h]: rows 8p..8p+7, dwords 2h..2h+1
+  for (int p = 0; p < 2; ++p)
+    for (int h = 0; h < 2; ++h) C[2 * p + h] = _mm512_permutex2var_epi32(A[2 * p], X.s1[h], A[2 * p + 1]);
+  for (int h = 0; h < 2; ++h)
+    for (int f = 0; f < 2; ++f) T[2 * h + f] = _mm512_permutex2var_epi32(C[h], X.s2[f], C[2 + h]);
+}
+
+static void interleave16_avx512(const uint8_t* u_rows, int kc, uint8_t* u_il) {
+  const TransposeIdx& X = transpose_idx();
+  const Rows16 R(u_rows, (size_t)kc, TILE_M);
+  for (int k0 = 0; k0 < kc; k0 += 32) {
+    __m512i T[8];
+    t16x32(R, (size_t)k0, X, T);
+    for (int j = 0; j < 8; ++j) _mm512_storeu_si512((void*)(u_il + (size_t)(k0 / 4 + j) * 64), T[j]);
   }
 }
 
@@ -265,44 +318,230 @@ static void unpack_q6_K_v(const uint8_t* __restrict p, int kc, uint8_t* __restri
   }
 }
 
-// ---- VNNI micro-kernel: 16 rows x CB columns of one panel, one group of G weights per step -------
-constexpr int CB = 8;
+// ---- unpack straight to the tile layout (UnpackIlFn, kernels.h) ------------------------------------
+// The 16 rows' packed bytes are transposed as they are (a 4-bit type moves half the bytes of its unpacked
+// weights) and split into weights with rows as lanes. The results equal unpack + interleave16 bit for bit.
+static inline __m512 f16_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+static inline __m512 f16_hi(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+static inline __m512i lo4(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+static inline __m512i hi4(__m512i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+static inline void put(uint8_t* u, size_t v, __m512i x) { _mm512_storeu_si512((void*)(u + v * 64), x); }
+// bits 4i .. 4i+3 of each lane's u32 -> 0x10 in bytes 0..3 (the fifth bit of four consecutive weights)
+static inline __m512i bit5x4(__m512i qh, int i) {
+  alignas(64) static const int32_t spread[16] = {  // entry n: 0x10 in byte t where bit t of n is set
+      0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010, 0x00101000, 0x00101010,
+      0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000, 0x10100010, 0x10101000, 0x10101010};
+  const __m512i lut = _mm512_load_si512(spread);
+  return _mm512_permutexvar_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 4 * i), _mm512_set1_epi32(15)), lut);
+}
 
-template <int G, bool MIN>
-static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
-                        float* acc) {
-  __m512 af[CB];
-  for (int j = 0; j < CB; ++j) af[j] = _mm512_loadu_ps(acc + (p * CB + j) * TILE_M);
-  for (int g = 0; g < ng; ++g) {
-    const size_t gi = (size_t)p * X.ng + X.g0 + g;
-    const int8_t* xg = X.xq + gi * CB * G;  // [CB][G]
-    const int32_t* xc = X.xc + gi * CB;
-    const float* xd = X.xd + gi * CB;
-    __m512i ai[CB];
-    for (int j = 0; j < CB; ++j) ai[j] = _mm512_set1_epi32(xc[j]);
-    for (int q = 0; q < G / 4; ++q) {
-      const __m512i wv = _mm512_loadu_si512((const void*)(w + (size_t)(g * (G / 4) + q) * 64));
-      for (int j = 0; j < CB; ++j) {
-        int32_t xv;
-        std::memcpy(&xv, xg + j * G + 4 * q, 4);
-        ai[j] = _mm512_dpbusd_epi32(ai[j], wv, _mm512_set1_epi32(xv));
+// 32-weight blocks with 16 bytes of nibbles at QS, the f16 scale at 0 (and the f16 min at 2: MIN), the 32 fifth
+// bits at QH (QH >= 0); LUT: the iq4_nl code book
+template <class Block, int QS, int QH, bool MIN, bool LUT>
+static void unpack_il_nibbles(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float* m) {
+  const Rows16 R(w, rb, nr);
+  const TransposeIdx16& X = transpose16_idx();
+  const __m512i tbl = _mm512_broadcast_i32x4(
+      _mm_add_epi8(_mm_load_si128((const __m128i*)kvalues_iq4nl), _mm_set1_epi8((char)128)));
+  for (int i = 0; i < kc / QK; ++i) {
+    const size_t b = (size_t)i * sizeof(Block);
+    const __m512i dm = R.dword(b);
+    _mm512_storeu_ps(s + i * 16, f16_lo(dm));
+    if (MIN) _mm512_storeu_ps(m + i * 16, f16_hi(dm));
+    __m512i T[4];
+    t16x16(R, b + QS, X, T);
+    const __m512i qh = QH >= 0 ? R.dword(b + (QH >= 0 ? QH : 0)) : _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      __m512i lo = lo4(T[j]), hi = hi4(T[j]);  // weights 4j.. and 16 + 4j..
+      if (LUT) {
+        lo = _mm512_shuffle_epi8(tbl, lo);
+        hi = _mm512_shuffle_epi8(tbl, hi);
       }
-    }
-    const __m512 sv = _mm512_loadu_ps(s + g * TILE_M);
-    for (int j = 0; j < CB; ++j)
-      af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), _mm512_mul_ps(sv, _mm512_set1_ps(xd[j])), af[j]);
-    if (MIN) {
-      const float* xm = X.xm + gi * CB;
-      const __m512 mv = _mm512_loadu_ps(m + g * TILE_M);
-      for (int j = 0; j < CB; ++j) af[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xm[j]), af[j]);
+      if (QH >= 0) {
+        lo = _mm512_or_si512(lo, bit5x4(qh, j));
+        hi = _mm512_or_si512(hi, bit5x4(qh, 4 + j));
+      }
+      put(u, (size_t)i * 8 + j, lo);
+      put(u, (size_t)i * 8 + 4 + j, hi);
     }
   }
-  for (int j = 0; j < CB; ++j) _mm512_storeu_ps(acc + (p * CB + j) * TILE_M, af[j]);
+}
+
+static void unpack_il_q8_0(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float*) {
+  const Rows16 R(w, rb, nr);
+  const TransposeIdx& X = transpose_idx();
+  for (int i = 0; i < kc / QK; ++i) {
+    const size_t b = (size_t)i * sizeof(block_q8_0);
+    _mm512_storeu_ps(s + i * 16, f16_lo(R.dword(b)));
+    __m512i T[8];
+    t16x32(R, b + 2, X, T);
+    for (int j = 0; j < 8; ++j) put(u, (size_t)i * 8 + j, _mm512_xor_si512(T[j], _mm512_set1_epi8((char)0x80)));
+  }
+}
+
+// byte j of each lane as a float (SIGNED: int8)
+template <bool SIGNED>
+static inline __m512 byte_f(__m512i v, int j) {
+  if (SIGNED) return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * j), 24));
+  return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), _mm512_set1_epi32(255)));
+}
+
+static void unpack_il_q4_K(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float* m) {
+  const Rows16 R(w, rb, nr);
+  const TransposeIdx& X = transpose_idx();
+  const TransposeIdx16& X16 = transpose16_idx();
+  for (int i = 0; i < kc / QK_K; ++i) {
+    const size_t b = (size_t)i * sizeof(block_q4_K);
+    for (int jj = 0; jj < 4; ++jj) {  // qs[32 jj ..]: weights 64 jj .. (low nibbles), 64 jj + 32 .. (high)
+      __m512i T[8];
+      t16x32(R, b + 16 + 32 * jj, X, T);
+      for (int j = 0; j < 8; ++j) {
+        put(u, (size_t)i * 64 + jj * 16 + j, lo4(T[j]));
+        put(u, (size_t)i * 64 + jj * 16 + 8 + j, hi4(T[j]));
+      }
+    }
+    // the 12 scale bytes as dwords D0 D1 D2 (ggml's get_scale_min_k4 on 16 rows at once)
+    __m512i D[4];
+    t16x16(R, b + 4, X16, D);
+    const __m512i k63 = _mm512_set1_epi8(63), k15 = _mm512_set1_epi8(15), k3 = _mm512_set1_epi8(3);
+    const __m512i sc03 = _mm512_and_si512(D[0], k63), mn03 = _mm512_and_si512(D[1], k63);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(D[2], k15),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(D[0], 6), k3), 4));
+    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(D[2], 4), k15),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(D[1], 6), k3), 4));
+    const __m512i dd = R.dword(b);
+    const __m512 d = f16_lo(dd), ndmin = _mm512_xor_ps(f16_hi(dd), _mm512_set1_ps(-0.f));
+    for (int g = 0; g < 8; ++g) {
+      const __m512i sc = g < 4 ? sc03 : sc47, mn = g < 4 ? mn03 : mn47;
+      _mm512_storeu_ps(s + (i * 8 + g) * 16, _mm512_mul_ps(d, byte_f<false>(sc, g % 4)));
+      _mm512_storeu_ps(m + (i * 8 + g) * 16, _mm512_mul_ps(ndmin, byte_f<false>(mn, g % 4)));
+    }
+  }
+}
+
+static void unpack_il_q6_K(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float*) {
+  const Rows16 R(w, rb, nr);
+  const TransposeIdx& X = transpose_idx();
+  const TransposeIdx16& X16 = transpose16_idx();
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  // (a & 15) | (h & 0x30), as one ternary-logic op: bits of a where the mask is set, else of h
+  auto merge = [&](__m512i a, __m512i h) {
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi8(15), a, _mm512_and_si512(h, m30), 0xCA);
+  };
+  for (int i = 0; i < kc / QK_K; ++i) {
+    const size_t b = (size_t)i * sizeof(block_q6_K);
+    for (int n = 0; n < 2; ++n) {  // weights 128 n .. 128 n + 127
+      __m512i QA[8], QB[8], QH[8];
+      t16x32(R, b + 64 * n, X, QA);
+      t16x32(R, b + 64 * n + 32, X, QB);
+      t16x32(R, b + 128 + 32 * n, X, QH);
+      const size_t v = (size_t)i * 64 + n * 32;
+      for (int j = 0; j < 8; ++j) {
+        put(u, v + j, merge(QA[j], _mm512_slli_epi16(QH[j], 4)));
+        put(u, v + 8 + j, merge(QB[j], _mm512_slli_epi16(QH[j], 2)));
+        put(u, v + 16 + j, merge(_mm512_srli_epi16(QA[j], 4), QH[j]));
+        put(u, v + 24 + j, merge(_mm512_srli_epi16(QB[j], 4), _mm512_srli_epi16(QH[j], 2)));
+      }
+    }
+    __m512i SC[4];
+    t16x16(R, b + 192, X16, SC);
+    const __m512 d = f16_hi(R.dword(b + 206));  // bytes 206..209: scales[14..15], d
+    for (int g = 0; g < 16; ++g) _mm512_storeu_ps(s + (i * 16 + g) * 16, _mm512_mul_ps(d, byte_f<true>(SC[g / 4], g % 4)));
+  }
+}
+
+// any type: unpack + interleave (for the types without a hand-written unpack_il), kc <= CHUNK_K
+template <UnpackFn U, bool MIN>
+static void unpack_il_rows(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float* m) {
+  alignas(64) uint8_t ur[TILE_M * CHUNK_K];
+  alignas(64) float sr[TILE_M * 16], mr[TILE_M * 16];
+  U(w, rb, nr, kc, ur, sr, mr, 16);
+  interleave16_avx512(ur, kc, u);
+  interleave16_avx512((const uint8_t*)sr, 64, (uint8_t*)s);
+  if (MIN) interleave16_avx512((const uint8_t*)mr, 64, (uint8_t*)m);
+}
+
+// ---- VNNI micro-kernel: 16 rows x NC activation columns, one group of G weights per step ------------
+// The canonical order of this path (kernels.h, S = 1): per output, groups in k order,
+//   acc = fma((float)isum_g, s_g * dx_g, acc), then acc = fma(m_g, xm_g, acc) for types with a min.
+// Both the tile path (activations packed in panels: XGroups) and the small-N path (activation rows as they are:
+// XLanes) run group_madd, so a row's result does not depend on which ran it.
+constexpr int CB = 8;
+
+// X: for column j of this group, q(j) -> its G int8 activations, c(j) -> -offset * sum, d(j) -> dx, m(j) -> xm
+template <int G, bool MIN, int NC, class XG>
+__attribute__((always_inline)) static inline void group_madd(const uint8_t* w, const float* s, const float* m, int g,
+                                                             const XG& X, __m512* af) {
+  __m512i ai[NC];
+  for (int j = 0; j < NC; ++j) ai[j] = _mm512_set1_epi32(X.c(j));
+  for (int q = 0; q < G / 4; ++q) {
+    const __m512i wv = _mm512_loadu_si512((const void*)(w + (size_t)(g * (G / 4) + q) * 64));
+    for (int j = 0; j < NC; ++j) {
+      int32_t xv;
+      std::memcpy(&xv, X.q(j) + 4 * q, 4);
+      ai[j] = _mm512_dpbusd_epi32(ai[j], wv, _mm512_set1_epi32(xv));
+    }
+  }
+  const __m512 sv = _mm512_loadu_ps(s + g * TILE_M);
+  for (int j = 0; j < NC; ++j)
+    af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), _mm512_mul_ps(sv, _mm512_set1_ps(X.d(j))), af[j]);
+  if (MIN) {
+    const __m512 mv = _mm512_loadu_ps(m + g * TILE_M);
+    for (int j = 0; j < NC; ++j) af[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(X.m(j)), af[j]);
+  }
+}
+
+// the tile path's activations: group gi of panel column j
+template <int G>
+struct PanelX {
+  const XGroups& X;
+  size_t gi;
+  const int8_t* q(int j) const { return X.xq + (gi * CB + j) * G; }
+  int32_t c(int j) const { return X.xc[gi * CB + j]; }
+  float d(int j) const { return X.xd[gi * CB + j]; }
+  float m(int j) const { return X.xm[gi * CB + j]; }
+};
+
+template <int G, bool MIN, int NC>
+static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
+                        float* acc) {
+  __m512 af[NC];
+  for (int j = 0; j < NC; ++j) af[j] = _mm512_loadu_ps(acc + (p * CB + j) * TILE_M);
+  for (int g = 0; g < ng; ++g) group_madd<G, MIN, NC>(w, s, m, g, PanelX<G>{X, (size_t)p * X.ng + X.g0 + g}, af);
+  for (int j = 0; j < NC; ++j) _mm512_storeu_ps(acc + (p * CB + j) * TILE_M, af[j]);
+}
+
+// fn<NC>() for NC = nc (1 .. CB)
+template <template <int> class F, class... A>
+static inline void with_nc(int nc, A&&... a) {
+  switch (nc) {
+    case 1: F<1>::run(a...); break;
+    case 2: F<2>::run(a...); break;
+    case 3: F<3>::run(a...); break;
+    case 4: F<4>::run(a...); break;
+    case 5: F<5>::run(a...); break;
+    case 6: F<6>::run(a...); break;
+    case 7: F<7>::run(a...); break;
+    default: F<8>::run(a...); break;
+  }
 }
 
 template <int G, bool MIN>
+struct Panel {
+  template <int NC>
+  struct K {
+    static void run(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p, float* acc) {
+      qgemm_panel<G, MIN, NC>(w, s, m, ng, X, p, acc);
+    }
+  };
+};
+
+template <int G, bool MIN>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
-  for (int p = 0; p < X.n_panels; ++p) qgemm_panel<G, MIN>(w, s, m, kc / G, X, p, acc);
+  for (int p = 0; p < X.n_panels; ++p) {  // the padding columns of the last panel are skipped
+    const int nc = p + 1 == X.n_panels ? X.last_cols : CB;
+    with_nc<Panel<G, MIN>::template K>(nc, w, s, m, kc / G, X, p, acc);
+  }
 }
 
 static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
@@ -313,6 +552,58 @@ static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const flo
   } else {
     if (L.has_min) qgemm_layout<16, true>(w, s, m, kc, X, acc);
     else qgemm_layout<16, false>(w, s, m, kc, X, acc);
+  }
+}
+
+// ---- small N: the same micro-kernel over activation rows as they are (qgemv_fused, kernels.h) -------
+// Per 256 weights of the 16 rows: unpack_il into L1, then every column (up to CB at a time) multiplies it. No
+// activation packing, and the products of one step share one dispatch (matmul.cpp, gemv_jobs).
+template <int G>
+struct LaneX {
+  const XLanes& X;
+  int c0, g;  // first column, group within the row
+  const int8_t* q(int j) const { return X.xq + (size_t)(c0 + j) * X.ldx + (size_t)g * G; }
+  int32_t c(int j) const { return X.xc[(size_t)(c0 + j) * X.ldg + g]; }
+  float d(int j) const { return X.xd[(size_t)(c0 + j) * X.ldg + g]; }
+  float m(int j) const { return X.xm[(size_t)(c0 + j) * X.ldg + g]; }
+};
+
+template <int G, bool MIN>
+struct Lanes {
+  template <int NC>
+  struct K {
+    // groups g0 .. g0 + ng - 1 of the row (unpacked from the chunk's first group), columns c0 .. c0 + NC - 1
+    static void run(const uint8_t* u, const float* s, const float* m, int ng, int g0, const XLanes& X, int c0,
+                    float* acc) {
+      __m512 af[NC];
+      for (int j = 0; j < NC; ++j) af[j] = _mm512_loadu_ps(acc + (size_t)(c0 + j) * TILE_M);
+      for (int g = 0; g < ng; ++g) group_madd<G, MIN, NC>(u, s, m, g, LaneX<G>{X, c0, g0 + g}, af);
+      for (int j = 0; j < NC; ++j) _mm512_storeu_ps(acc + (size_t)(c0 + j) * TILE_M, af[j]);
+    }
+  };
+};
+
+// always inlined: GCC otherwise finds the function free of side effects and drops its calls (kernels_avx2.cpp)
+__attribute__((always_inline)) static inline void prefetch_span(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
+}
+
+// Block: the type's block struct (BW weights); U its unpack_il; acc: [n][16] (kernels.h, qgemv_fused)
+template <class Block, int BW, UnpackIlFn U, int G, bool MIN>
+static void qgemv_fused_il(const uint8_t* w, size_t rb, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
+  alignas(64) uint8_t u[CHUNK_K / 4 * 64];
+  alignas(64) float s[CHUNK_K / G * TILE_M], m[MIN ? CHUNK_K / G * TILE_M : TILE_M];
+  if (init) std::memset(acc, 0, sizeof(float) * TILE_M * n);
+  for (int k0 = 0; k0 < kc; k0 += CHUNK_K) {
+    const int kcc = std::min(CHUNK_K, kc - k0);
+    const uint8_t* wc = w + (size_t)(k0 / BW) * sizeof(Block);
+    // the next tile's rows of this chunk (a prefetch past the tensor is harmless; into L1 measured a little
+    // faster than into L2 here)
+    const size_t cb = (size_t)(kcc / BW) * sizeof(Block);
+    for (int r = 0; r < TILE_M; ++r) prefetch_span(wc + (TILE_M + r) * rb, cb);
+    U(wc, rb, nr, kcc, u, s, m);
+    for (int c0 = 0; c0 < n; c0 += CB)
+      with_nc<Lanes<G, MIN>::template K>(std::min(CB, n - c0), u, s, m, kcc / G, k0 / G, X, c0, acc);
   }
 }
 
@@ -347,11 +638,9 @@ const KernelTable* kernels_avx512() {
     k.interleave16 = avx512::interleave16_avx512;
     k.qgemm_chunk = avx512::qgemm_chunk_avx512;
     k.qgemm_cb = avx512::CB;
-    // No small-N kernels (qgemv_chunk and qgemv_fused stay null): every N runs the tile kernel above, which
-    // follows the canonical reduction of kernels.h, so results are batch-invariant by construction. The lanes-
-    // along-k kernels this path had summed in another order, and a port of the AVX2 ones (kernels_avx2.cpp)
-    // could not be run where it was written (no AVX-512 there): decode on this path is slower until one is
-    // written and measured on an AVX-512 machine (issue 18).
+    // small N: qgemv_fused_il for every quantized type (the tile micro-kernel without activation packing)
+    k.fused_chunk_k = 0;
+    k.gemv_max_n = 8;  // 16 measured no faster than the tile path at N = 9..16
     k.int8_peak = avx512::int8_peak_avx512;
     k.int8_peak_macs = PEAK_CHAINS * 64;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
@@ -364,6 +653,33 @@ const KernelTable* kernels_avx512() {
     k.unpack[(int)QType::Q4_K] = avx512::unpack_rows<avx512::unpack_q4_K_v>;
     k.unpack[(int)QType::Q5_K] = avx512::unpack_rows<avx512::unpack_q5_K_v>;
     k.unpack[(int)QType::Q6_K] = avx512::unpack_rows<avx512::unpack_q6_K_v>;
+    using namespace avx512;
+    auto il = [&](QType t, UnpackIlFn f, auto fused) {
+      k.unpack_il[(int)t] = f;
+      k.qgemv_fused[(int)t] = fused;
+    };
+    il(QType::Q4_0, unpack_il_nibbles<block_q4_0, 2, -1, false, false>,
+       qgemv_fused_il<block_q4_0, QK, unpack_il_nibbles<block_q4_0, 2, -1, false, false>, 32, false>);
+    il(QType::Q4_1, unpack_il_nibbles<block_q4_1, 4, -1, true, false>,
+       qgemv_fused_il<block_q4_1, QK, unpack_il_nibbles<block_q4_1, 4, -1, true, false>, 32, true>);
+    il(QType::Q5_0, unpack_il_nibbles<block_q5_0, 6, 2, false, false>,
+       qgemv_fused_il<block_q5_0, QK, unpack_il_nibbles<block_q5_0, 6, 2, false, false>, 32, false>);
+    il(QType::Q5_1, unpack_il_nibbles<block_q5_1, 8, 4, true, false>,
+       qgemv_fused_il<block_q5_1, QK, unpack_il_nibbles<block_q5_1, 8, 4, true, false>, 32, true>);
+    il(QType::IQ4_NL, unpack_il_nibbles<block_iq4_nl, 2, -1, false, true>,
+       qgemv_fused_il<block_iq4_nl, QK, unpack_il_nibbles<block_iq4_nl, 2, -1, false, true>, 32, false>);
+    il(QType::Q8_0, unpack_il_q8_0, qgemv_fused_il<block_q8_0, QK, unpack_il_q8_0, 32, false>);
+    il(QType::Q4_K, unpack_il_q4_K, qgemv_fused_il<block_q4_K, QK_K, unpack_il_q4_K, 32, true>);
+    il(QType::Q6_K, unpack_il_q6_K, qgemv_fused_il<block_q6_K, QK_K, unpack_il_q6_K, 16, false>);
+    // the rest: their unpack, interleaved (small N only; the tile path does the same itself)
+    k.qgemv_fused[(int)QType::Q2_K] =
+        qgemv_fused_il<block_q2_K, QK_K, unpack_il_rows<unpack_rows<unpack_q2_K>, true>, 16, true>;
+    k.qgemv_fused[(int)QType::Q3_K] =
+        qgemv_fused_il<block_q3_K, QK_K, unpack_il_rows<unpack_rows<unpack_q3_K>, false>, 16, false>;
+    k.qgemv_fused[(int)QType::Q5_K] =
+        qgemv_fused_il<block_q5_K, QK_K, unpack_il_rows<unpack_rows<unpack_q5_K_v>, true>, 32, true>;
+    k.qgemv_fused[(int)QType::IQ4_XS] =
+        qgemv_fused_il<block_iq4_xs, QK_K, unpack_il_rows<unpack_rows<unpack_iq4_xs_v>, false>, 32, false>;
     return k;
   }();
   return &t;

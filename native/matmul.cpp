@@ -14,8 +14,7 @@ namespace lll {
 
 namespace {
 
-constexpr int GEMV_MAX_N = 4;      // up to this many activation rows the lanes-along-k kernels are faster (measured)
-constexpr int GEMV_CHUNK_K = 1024;  // it needs no interleave, so it takes longer chunks
+constexpr int GEMV_CHUNK_K = 1024;  // the small-N kernels need no interleave, so they take longer chunks
 // int8 activation bytes per column block of the tile path (their per-group dx, offset and min tables add 8-12 bytes
 // per group: up to 75% more for 16-weight groups): with the tile's decoded rows and its accumulators, about the
 // L2 of the cores this runs on (512 KiB on Zen 3, 1-2 MiB on Zen 4 and recent Xeons); measured, not derived
@@ -170,12 +169,12 @@ static inline void reduce_sets16(const float* a, int S, int nr, float* y) {
   std::memcpy(y, t, sizeof(float) * nr);
 }
 
-// whether a product of n activation rows with weights of type_id runs the small-N (lanes-along-k) kernels
+// whether a product of n activation rows with weights of type_id runs the small-N kernels
 static bool small_n(const KernelTable& kt, int type_id, int n) {
-  return n <= GEMV_MAX_N && kt.qgemv_chunk && kt.unpack[type_id];
+  return n <= kt.gemv_max_n && kt.unpack[type_id] && (kt.qgemv_fused[type_id] || kt.qgemv_chunk);
 }
 
-// small N (small_n: up to GEMV_MAX_N activation rows): lanes along k, no interleave. Several products sharing x
+// small N (small_n: up to the table's gemv_max_n activation rows), no activation packing. Several products sharing x
 // (q/k/v, gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to
 // back, and each dispatch costs a wake-up and a wait for the slowest thread. Every output is computed whole by
 // one kernel call sequence in the canonical order (kernels.h), the same bits the tile path gives.
@@ -298,6 +297,7 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
                        const float* x, int n, float* y, ThreadPool& pool, TileActivations& A) {
   const QuantLayout L = quant_layout(ti.type);
   const UnpackFn unpack = kt.unpack[(int)ti.type];
+  const UnpackIlFn unpack_il = kt.unpack_il[(int)ti.type];
   QuantizedX& X = A.X;
   if (!A.quantized) {
     quantize_x(kt, x, n, k, k, X, pool);
@@ -379,6 +379,11 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
             __builtin_prefetch(w + (size_t)(r0 + TILE_M + r) * row_bytes + boff + off, 0, 2);
       }
       const size_t slot = blocked ? c : 0;
+      if (unpack_il) {
+        unpack_il(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, u_il + slot * il_stride, s + slot * s_stride,
+                  mm + slot * s_stride);
+        return;
+      }
       unpack(w + (size_t)r0 * row_bytes + boff, row_bytes, nr, kc, u_rows, s_rows, m_rows, sw);
       kt.interleave16(u_rows, kc, u_il + slot * il_stride);
       kt.interleave16((const uint8_t*)s_rows, 4 * sw, (uint8_t*)(s + slot * s_stride));
@@ -388,8 +393,9 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
     auto multiply = [&](int c, size_t slot, int p0, int np) {
       const int k0 = c * ck, kc = std::min(ck, k - k0);
       const size_t po = (size_t)p0 * ng * CB;  // the block's first slot in xd, xc, xm (in xp: G times that)
+      const int last_cols = p0 + np == n_panels ? n - (n_panels - 1) * CB : CB;
       const XGroups Xg{xp.data() + po * G, xd.data() + po, xc.data() + po, L.has_min ? xm.data() + po : nullptr,
-                       ng, k0 / G, np};
+                       ng, k0 / G, np, last_cols};
       kt.qgemm_chunk(L, u_il + slot * il_stride, s + slot * s_stride, mm + slot * s_stride, kc, Xg,
                      acc + (size_t)p0 * CB * S * TILE_M);
     };

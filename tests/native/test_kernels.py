@@ -171,6 +171,33 @@ def test_tile_column_blocks_leave_columns_unchanged(qt, path):
     kernels.configure()
 
 
+UNPACK_IL_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q6_K]
+
+
+@pytest.mark.parametrize("qt", UNPACK_IL_TYPES, ids=lambda t: t.name)
+def test_unpack_straight_to_tiles_equals_unpack_and_interleave(qt):
+    """The AVX-512 path unpacks 16 rows' packed bytes straight into the tile layout (unpack_il, used by its tile
+    and small-N kernels): weights, scales and mins must be the bits that unpack + interleave16 give, for whole
+    and partial tiles (lanes past the rows are unspecified)."""
+    if "avx512" not in kernels.available_paths():
+        pytest.skip("this CPU cannot run the avx512 path")
+    kernels.configure(path="avx512", threads=1)
+    rng = np.random.default_rng(3000 + int(qt))
+    bs = GGML_QUANT_SIZES[qt][0]
+    try:
+        for k in [bs, 2 * bs, 4864] if bs == 256 else [32, 96, 896]:
+            for nr in (1, 7, 16):
+                rows = random_rows(qt, nr, k, rng)
+                direct = kernels.testing.unpack_tile(int(qt), rows, k, True)
+                ref = kernels.testing.unpack_tile(int(qt), rows, k, False)
+                np.testing.assert_array_equal(direct[0][:, :nr], ref[0][:, :nr], err_msg=f"weights k={k} nr={nr}")
+                for a, b, what in ((direct[1], ref[1], "scales"), (direct[2], ref[2], "mins")):
+                    np.testing.assert_array_equal(a[:, :nr].view(np.uint32), b[:, :nr].view(np.uint32),
+                                                  err_msg=f"{what} k={k} nr={nr}")
+    finally:
+        kernels.configure()
+
+
 def test_unsupported_type_names_type_and_tensor():
     rows = np.zeros((2, 66), dtype=np.uint8)
     with pytest.raises(kernels.UnsupportedTypeError, match=r"blk\.0\.attn_q\.weight.*IQ2_XXS"):
