@@ -192,8 +192,9 @@ def test_unpack_straight_to_tiles_equals_unpack_and_interleave(qt):
                 ref = kernels.testing.unpack_tile(int(qt), rows, k, False)
                 np.testing.assert_array_equal(direct[0][:, :nr], ref[0][:, :nr], err_msg=f"weights k={k} nr={nr}")
                 for a, b, what in ((direct[1], ref[1], "scales"), (direct[2], ref[2], "mins")):
-                    np.testing.assert_array_equal(a[:, :nr].view(np.uint32), b[:, :nr].view(np.uint32),
-                                                  err_msg=f"{what} k={k} nr={nr}")
+                    np.testing.assert_array_equal(
+                        a[:, :nr].view(np.uint32), b[:, :nr].view(np.uint32), err_msg=f"{what} k={k} nr={nr}"
+                    )
     finally:
         kernels.configure()
 
