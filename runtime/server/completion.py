@@ -108,19 +108,30 @@ async def run(
 
 async def begin(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
     """chunks with the first one already read: what fails before the request starts (a bad field, a prompt that
-    does not fit) raises here, while the response can still be an error status rather than a broken stream."""
+    does not fit) raises here, while the response can still be an error status rather than a broken stream.
+    Its aclose() closes chunks (cancelling the request) even when it was never iterated."""
     try:
         first = await chunks.__anext__()
     except StopAsyncIteration:
-        first = None
-    return _prepend(first, chunks)
+        return _Begun(None, chunks, done=True)
+    return _Begun(first, chunks)
 
 
-async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    try:
-        if first is not None:
-            yield first
-            async for chunk in rest:
-                yield chunk
-    finally:
-        await rest.aclose()
+class _Begun:
+    def __init__(self, first: Chunk | None, rest: AsyncIterator[Chunk], done: bool = False):
+        self._first, self._rest, self._done = first, rest, done
+
+    def __aiter__(self) -> _Begun:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        if self._done:
+            raise StopAsyncIteration
+        return await self._rest.__anext__()
+
+    async def aclose(self) -> None:
+        self._done, self._first = True, None
+        await self._rest.aclose()

@@ -7,7 +7,7 @@ its keep-alive (Ollama's keep_alive: 5 minutes unless a request says otherwise);
     await host.start()                          # loads the default model (health: "loading" until then)
     lease = await host.acquire("qwen2.5-coder:0.5b")   # APIError 404 naming an unknown model, 503 when busy
     lease.keep_alive = 30.0                     # optional: idle seconds before unloading (None: never, 0: at once)
-    lease.name, lease.llm; ...; lease.release()       # or return lease.hold(async_gen): released when it ends
+    lease.name, lease.llm; ...; lease.release()       # or return lease.stream(body, closing=...): released when it is over
     host.models()                               # the store's models, for /v1/models and /api/tags
 """
 
@@ -21,6 +21,8 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+
+from fastapi.responses import StreamingResponse
 
 from ..engine.draft_model import DraftMismatchError
 from ..gguf import GGUFFile
@@ -66,13 +68,28 @@ class Lease:
             if self._entry.in_flight == 0:
                 self._idle(self._entry)
 
-    async def hold(self, agen: AsyncIterator) -> AsyncIterator:
-        """agen's items; the lease is released when it ends, fails or is closed (a streaming response)."""
+    def stream(self, body: AsyncIterator, media_type: str, closing: tuple = (), **kw) -> StreamingResponse:
+        """A streaming response of body that holds this lease until the response is over, however it ends: sent
+        whole, failed, or the client gone before the body was first read (an async generator that never started
+        runs no finally, so a release inside one would leak the lease). closing: the async generators body reads
+        from (the engine's chunks), closed then too, which cancels the request in the engine at once."""
+        return _LeasedStream(self, (body, *closing), body, media_type=media_type, **kw)
+
+
+class _LeasedStream(StreamingResponse):
+    def __init__(self, lease: Lease, gens: tuple, body: AsyncIterator, **kw):
+        super().__init__(body, **kw)
+        self._lease, self._gens = lease, gens
+
+    async def __call__(self, scope, receive, send) -> None:
         try:
-            async for item in agen:
-                yield item
+            await super().__call__(scope, receive, send)
         finally:
-            self.release()
+            try:
+                for g in self._gens:
+                    await g.aclose()
+            finally:
+                self._lease.release()
 
 
 class ModelHost:

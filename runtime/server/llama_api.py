@@ -8,7 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from .completion import begin, run, sampling_params
 from .errors import APIError
@@ -71,7 +71,7 @@ async def infill(body: InfillRequest, request: Request):
                 yield f"data: {json.dumps(_result(chunk.text, chunk, lease.name))}\n\n"
 
         streaming = True
-        return StreamingResponse(lease.hold(events()), media_type="text/event-stream")
+        return lease.stream(events(), media_type="text/event-stream", closing=(chunks,))
     finally:
         if not streaming:
             lease.release()

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..chat_template import ChatTemplateError
@@ -245,8 +245,8 @@ async def _serve(request: Request, body, prepare) -> object:
         started = time.perf_counter()
         if body.stream:
             chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative))
-            lines = lease.hold(_lines(lease.name, chunks, shape, started))
-            response = StreamingResponse(lines, media_type="application/x-ndjson")
+            lines = _lines(lease.name, chunks, shape, started)
+            response = lease.stream(lines, media_type="application/x-ndjson", closing=(chunks,))
             streaming = True
             return response
         text, last = [], None

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from ..chat_template import ChatTemplateError
 from ..engine import Chunk, Stats
@@ -267,9 +267,10 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
         chunks = await begin(run(llm, ids, params, app.metrics, n_top, speculative=body.speculative))
         head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        response = StreamingResponse(
-            lease.hold(_events(head, streamed, chunks, include_usage)),
+        response = lease.stream(
+            _events(head, streamed, chunks, include_usage),
             media_type="text/event-stream",
+            closing=(chunks,),
             headers={"Cache-Control": "no-cache"},
         )
         lease = None  # the stream holds it now

@@ -4,6 +4,7 @@ leave every stream well-formed and the KV pool with nothing but cached blocks.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -213,3 +214,72 @@ def test_a_full_queue_is_503_with_retry_after_and_a_large_body_413():
         assert pre.headers["access-control-allow-origin"] == "http://localhost:3000"
         other = h.get("/v1/models", headers={"Origin": "http://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def _in_flight(app) -> int:
+    return sum(e.in_flight for e in app.state.host.resident())
+
+
+@pytest.mark.parametrize(
+    "route,body",
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "stream": True}),
+        ("/api/generate", {"prompt": "Hi", "stream": True, "options": {"num_predict": 40}}),
+    ],
+)
+def test_a_client_gone_before_the_stream_starts_releases_the_model(server, route, body):
+    """The response of a streaming request is called after its client has gone: sending the headers fails, so
+    the body is never iterated (an async generator that never started runs no finally). The model's lease (the
+    in-flight count behind the 503 limit and idle unloading) and the engine request must end all the same."""
+    import asyncio
+    import time
+
+    url, app = server
+    httpx.post(url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=60)  # the server's loop
+    payload = json.dumps({"model": str(model_file(SMOL)), **body}).encode()
+    sends = []
+
+    async def call():
+        got = False
+
+        async def receive():
+            nonlocal got
+            if not got:
+                got = True
+                return {"type": "http.request", "body": payload, "more_body": False}
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            sends.append((message["type"], message.get("status")))
+            if message["type"] == "http.response.start":
+                raise OSError("the client has gone")
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.4"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": route,
+            "raw_path": route.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
+        with contextlib.suppress(Exception):
+            await app(scope, receive, send)
+
+    asyncio.run_coroutine_threadsafe(call(), app.state.host._loop).result(60)
+    assert sends == [("http.response.start", 200)]  # the headers failed: the body was never read
+    llm = app.state.host.resident()[0].llm
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        p = llm.pool_stats()
+        if _in_flight(app) == 0 and p["running"] == 0 and p["waiting"] == 0 and p["blocks_used"] == 0:
+            break
+        time.sleep(0.05)
+    assert _in_flight(app) == 0, f"{route}: the lease is still held"
+    p = llm.pool_stats()
+    assert p["running"] == 0 and p["waiting"] == 0 and p["blocks_used"] == 0, p
