@@ -27,7 +27,7 @@
 //     once into one vector whose lane j is set j. Eight independent sets let the small-N kernels convert and
 //     scale 8 groups with one instruction each.
 //   avx512 (S = 1): the groups in k order, acc = fma((float)isum_g, sd_g, acc), then acc = fma(m_g, xm_g, acc);
-//     y = acc. The tile kernel and the small-N kernel (qgemv_fused, N <= 8) run one group step (group_madd, 16 rows
+//     y = acc. The tile kernel and the small-N kernel (qgemv_fused, N <= 16) run one group step (group_madd, 16 rows
 //     as lanes) over weights unpacked straight into the tile layout (unpack_il); they differ only in how they
 //     reach the activations (packed panels, or the rows as they are).
 //   scalar (S = 1): the same sequence without fused multiply-adds (acc = acc + (float)isum_g * sd_g, then
