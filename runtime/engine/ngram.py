@@ -1,7 +1,7 @@
 """Prompt-lookup drafting for one sequence: propose the tokens that followed the most recent earlier occurrence of
 its last n tokens (n from max_n down to min_n, longest first), as many as its adaptive draft length allows.
 
-    d = NgramDrafter(max_n=4, min_n=1, max_draft=8)
+    d = NgramDrafter(max_n=4, min_n=1, max_draft=16)
     drafts = d.propose(seq.token_ids)        # [] or up to d.draft_len tokens; the index catches up with new tokens
     d.observe(proposed=len(drafts), accepted=a)   # the verified prefix length: adapts draft_len, backs off
 
@@ -28,7 +28,9 @@ from .ngram_table import NgramTable
 
 DEFAULT_MAX_N = 4
 DEFAULT_MIN_N = 1
-DEFAULT_MAX_DRAFT = 8
+# whole-file edits on the AVX-512 Xeon, 1.5B: 16 decoded 2.9-3.1x plain against 2.6-2.7x with 8 (a step of 17 rows
+# costs about 2.5x a step of one there); drafts that fail shorten at once, so prose does not pay for it
+DEFAULT_MAX_DRAFT = 16
 
 
 class DraftPacer:
