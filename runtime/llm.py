@@ -166,7 +166,11 @@ class LLM:
         tok = Tokenizer.from_metadata(f.metadata, name=self.draft_path)
         check_draft_vocab(self.tokenizer, tok, self.path, self.draft_path)
         model = Model(f, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type, v_type=self.v_type)
-        return DraftModel(model, n_tokens=self.tokenizer.vocab_size, catch_up_chunk=chunk, name=self.draft_path)
+        # a decode step reads the weights once: the files' sizes give a draft position's cost in target steps
+        cost = os.path.getsize(self.draft_path) / os.path.getsize(self.path)
+        return DraftModel(
+            model, n_tokens=self.tokenizer.vocab_size, catch_up_chunk=chunk, name=self.draft_path, cost=cost
+        )
 
     @property
     def n_vocab(self) -> int:

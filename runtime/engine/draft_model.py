@@ -58,6 +58,7 @@ class DraftModel:
         p_min: float = DEFAULT_P_MIN,
         catch_up_chunk: int = DEFAULT_CATCH_UP_CHUNK,
         name: str = "draft",
+        cost: float = 0.0,
     ):
         if not 0.0 <= p_min < 1.0:
             raise ValueError(f"p_min must be in [0, 1), got {p_min!r}")
@@ -65,6 +66,7 @@ class DraftModel:
         self.name = name
         self.n_tokens = min(n_tokens, model.n_vocab)
         self.p_min = p_min
+        self.cost = cost  # one draft position's cost in decode steps of the model it drafts for (ModelDrafter's policy)
         self.catch_up_chunk = catch_up_chunk
         self._bm = BlockManager(model.n_blocks, model.block_size)
         self._states: dict[Hashable, _State] = {}
@@ -198,14 +200,45 @@ class ModelDrafter(DraftPacer):
     own text (or the shared table) drafts instead of the model that step: free, and on edits of given text
     longer and surer than what a small model guesses. The engine batches the model's proposals (propose_batch)."""
 
+    # Cost policy: the model's first draft of a step costs a draft position (draft.cost) and a verification row
+    # (VERIFY_ROW_COST) and saves one decode step when it is kept, so the model drafts while the share of its first
+    # drafts kept (decayed over about the last ten proposals) exceeds that cost; deeper drafts are gated by the
+    # draft's own confidence (DraftModel.p_min). Below it the model rests and probes once every PROBE_EVERY steps.
+    VERIFY_ROW_COST = 0.1  # a row beyond the first of a target step, in one-row steps (AVX-512 Xeon: N = 8 ~ 1.6x)
+    PROBE_EVERY = 16
+    DECAY = 0.9
+
     def __init__(self, draft: DraftModel, ngram: NgramDrafter | None = None, max_draft: int = 8, start_draft: int = 4):
         super().__init__(max_draft=max_draft, start_draft=start_draft)
         self.draft = draft
         self.ngram = ngram
+        self._kept = self._tries = 0.0  # decayed counts: proposals by the model, those whose first draft was kept
+        self._from_model = False  # whether the proposal being verified came from the model
+        self._idle = 0  # steps the model has rested under the cost policy
 
     def wants(self) -> int:
         """Drafts wanted this step (0 while resting)."""
         return 0 if self.resting() else self.draft_len
+
+    def model_pays(self) -> bool:
+        """Whether the model drafts this step under the cost policy (above); False while it rests."""
+        if self._tries < 4 or self._kept / self._tries > self.draft.cost + self.VERIFY_ROW_COST:
+            return True
+        self._idle += 1
+        if self._idle >= self.PROBE_EVERY:
+            self._idle = 0
+            return True
+        return False
+
+    def proposing(self, from_model: bool) -> None:
+        """Where this step's drafts come from: the model (its acceptance feeds the cost policy) or n-grams."""
+        self._from_model = from_model
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if self._from_model and proposed > 0:
+            self._kept = self.DECAY * self._kept + (accepted > 0)
+            self._tries = self.DECAY * self._tries + 1
+        super().observe(proposed, accepted)
 
 
 def propose_batch(items: Seq[tuple[Hashable, list[int], int, DraftModel]]) -> dict[Hashable, list[int]]:

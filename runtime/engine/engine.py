@@ -300,8 +300,10 @@ class Engine:
                 own = d.ngram.draft(seq.token_ids, k) if d.ngram is not None and self.draft_with_ngrams else []
                 if own:
                     seq.draft_token_ids = own
-                else:
+                    d.proposing(from_model=False)
+                elif d.model_pays():
                     by_model.append((seq.seq_id, seq.token_ids, k, d.draft))
+                    d.proposing(from_model=True)
         if by_model:
             for seq_id, drafts in propose_batch(by_model).items():
                 active[seq_id].seq.draft_token_ids = drafts

@@ -14,6 +14,7 @@ import threading
 
 import pytest
 from conftest import model_file
+from localllm.engine.draft_model import ModelDrafter
 from localllm.llm import LLM
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -32,6 +33,8 @@ def smol_pair(tmp_path_factory):
     copy = tmp_path_factory.mktemp("draft") / "smol-draft.gguf"
     shutil.copyfile(src, copy)
     with LLM(src, n_threads=2, ctx_size=512, parallel=4, speculative=str(copy)) as llm:
+        assert llm._engine._draft.cost == pytest.approx(1.0)  # a copy costs a whole step: never worth it
+        llm._engine._draft.cost = 0.0  # these tests check the bookkeeping, so the model drafts regardless
         yield llm
 
 
@@ -150,3 +153,42 @@ def test_qwen_0_5b_drafting_for_1_5b_gives_the_same_tokens():
         on = [t for c in chunks for t in c.token_ids]
         assert on == off
         assert chunks[-1].stats.draft_accepted > 0, chunks[-1].stats
+
+
+class _Costly:
+    """Stands in for a DraftModel in the cost policy: only its cost is read."""
+
+    def __init__(self, cost: float):
+        self.cost = cost
+
+
+def _verify(d: ModelDrafter, from_model: bool, k: int, accepted: int) -> None:
+    d.proposing(from_model=from_model)
+    d.observe(k, accepted)
+
+
+def test_the_model_rests_while_its_first_drafts_do_not_pay_and_probes_again():
+    """A draft position costing 0.4 of a step: first drafts kept half the time or less do not pay (0.4 + a verified
+    row's 0.1), so after a few proposals the model rests, probing once every PROBE_EVERY steps; kept often again, it
+    drafts every step. n-gram drafts verified meanwhile do not count toward the model's record."""
+    d = ModelDrafter(_Costly(0.4))
+    proposals = 0
+    while d.model_pays():  # a first draft kept one time in three
+        _verify(d, True, 2, int(proposals % 3 == 2))
+        proposals += 1
+        assert proposals <= 8, "still drafting at a loss"
+    assert proposals >= 4  # it gathers a few proposals' evidence first
+    for _ in range(40):
+        _verify(d, False, 4, 4)  # n-gram drafts all kept: no evidence about the model
+    calls = [d.model_pays() for _ in range(2 * ModelDrafter.PROBE_EVERY)]
+    assert calls.count(True) == 2 and calls[ModelDrafter.PROBE_EVERY - 2] and calls[-2]
+    for _ in range(12):  # the probes' drafts are kept now: the record climbs back over the cost
+        _verify(d, True, 2, 2)
+    assert all(d.model_pays() for _ in range(5))
+
+
+def test_a_cheap_draft_model_drafts_even_when_half_its_first_drafts_fail():
+    d = ModelDrafter(_Costly(0.1))
+    for i in range(30):
+        assert d.model_pays(), i
+        _verify(d, True, 3, i % 2)
