@@ -350,14 +350,15 @@ static void unpack_il_nibbles(const uint8_t* w, size_t rb, int nr, int kc, uint8
     if (MIN) _mm512_storeu_ps(m + i * 16, f16_hi(dm));
     __m512i T[4];
     t16x16(R, b + QS, X, T);
-    const __m512i qh = QH >= 0 ? R.dword(b + (QH >= 0 ? QH : 0)) : _mm512_setzero_si512();
+    __m512i qh = _mm512_setzero_si512();
+    if constexpr (QH >= 0) qh = R.dword(b + QH);
     for (int j = 0; j < 4; ++j) {
       __m512i lo = lo4(T[j]), hi = hi4(T[j]);  // weights 4j.. and 16 + 4j..
-      if (LUT) {
+      if constexpr (LUT) {
         lo = _mm512_shuffle_epi8(tbl, lo);
         hi = _mm512_shuffle_epi8(tbl, hi);
       }
-      if (QH >= 0) {
+      if constexpr (QH >= 0) {
         lo = _mm512_or_si512(lo, bit5x4(qh, j));
         hi = _mm512_or_si512(hi, bit5x4(qh, 4 + j));
       }
@@ -628,6 +629,13 @@ static uint64_t int8_peak_avx512(int64_t iters) {
   return lane_sum<uint32_t>(x, PEAK_CHAINS);
 }
 
+// a hand-written unpack_il for type t: the tile path's unpack and the small-N kernel over it
+template <class Block, int BW, UnpackIlFn U, int G, bool MIN>
+static void use_il(KernelTable& k, QType t) {
+  k.unpack_il[(int)t] = U;
+  k.qgemv_fused[(int)t] = qgemv_fused_il<Block, BW, U, G, MIN>;
+}
+
 }  // namespace avx512
 
 const KernelTable* kernels_avx512() {
@@ -640,7 +648,7 @@ const KernelTable* kernels_avx512() {
     k.qgemm_cb = avx512::CB;
     // small N: qgemv_fused_il for every quantized type (the tile micro-kernel without activation packing)
     k.fused_chunk_k = 0;
-    k.gemv_max_n = 16;  // a step of 9-16 rows (a sequence and 8 drafts) 4-9% faster than by the tile path
+    k.gemv_max_n = 16;  // a step of 9-16 rows 1-11% faster than by the tile path (bench kernels --step-n, 2 runs)
     k.int8_peak = avx512::int8_peak_avx512;
     k.int8_peak_macs = PEAK_CHAINS * 64;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
@@ -654,24 +662,14 @@ const KernelTable* kernels_avx512() {
     k.unpack[(int)QType::Q5_K] = avx512::unpack_rows<avx512::unpack_q5_K_v>;
     k.unpack[(int)QType::Q6_K] = avx512::unpack_rows<avx512::unpack_q6_K_v>;
     using namespace avx512;
-    auto il = [&](QType t, UnpackIlFn f, auto fused) {
-      k.unpack_il[(int)t] = f;
-      k.qgemv_fused[(int)t] = fused;
-    };
-    il(QType::Q4_0, unpack_il_nibbles<block_q4_0, 2, -1, false, false>,
-       qgemv_fused_il<block_q4_0, QK, unpack_il_nibbles<block_q4_0, 2, -1, false, false>, 32, false>);
-    il(QType::Q4_1, unpack_il_nibbles<block_q4_1, 4, -1, true, false>,
-       qgemv_fused_il<block_q4_1, QK, unpack_il_nibbles<block_q4_1, 4, -1, true, false>, 32, true>);
-    il(QType::Q5_0, unpack_il_nibbles<block_q5_0, 6, 2, false, false>,
-       qgemv_fused_il<block_q5_0, QK, unpack_il_nibbles<block_q5_0, 6, 2, false, false>, 32, false>);
-    il(QType::Q5_1, unpack_il_nibbles<block_q5_1, 8, 4, true, false>,
-       qgemv_fused_il<block_q5_1, QK, unpack_il_nibbles<block_q5_1, 8, 4, true, false>, 32, true>);
-    il(QType::IQ4_NL, unpack_il_nibbles<block_iq4_nl, 2, -1, false, true>,
-       qgemv_fused_il<block_iq4_nl, QK, unpack_il_nibbles<block_iq4_nl, 2, -1, false, true>, 32, false>);
-    il(QType::Q8_0, unpack_il_q8_0, qgemv_fused_il<block_q8_0, QK, unpack_il_q8_0, 32, false>);
-    il(QType::Q4_K, unpack_il_q4_K, qgemv_fused_il<block_q4_K, QK_K, unpack_il_q4_K, 32, true>);
-    il(QType::Q6_K, unpack_il_q6_K, qgemv_fused_il<block_q6_K, QK_K, unpack_il_q6_K, 16, false>);
-    // the rest: their unpack, interleaved (small N only; the tile path does the same itself)
+    use_il<block_q4_0, QK, unpack_il_nibbles<block_q4_0, 2, -1, false, false>, 32, false>(k, QType::Q4_0);
+    use_il<block_q4_1, QK, unpack_il_nibbles<block_q4_1, 4, -1, true, false>, 32, true>(k, QType::Q4_1);
+    use_il<block_q5_0, QK, unpack_il_nibbles<block_q5_0, 6, 2, false, false>, 32, false>(k, QType::Q5_0);
+    use_il<block_q5_1, QK, unpack_il_nibbles<block_q5_1, 8, 4, true, false>, 32, true>(k, QType::Q5_1);
+    use_il<block_iq4_nl, QK, unpack_il_nibbles<block_iq4_nl, 2, -1, false, true>, 32, false>(k, QType::IQ4_NL);
+    use_il<block_q8_0, QK, unpack_il_q8_0, 32, false>(k, QType::Q8_0);
+    use_il<block_q4_K, QK_K, unpack_il_q4_K, 32, true>(k, QType::Q4_K);
+    use_il<block_q6_K, QK_K, unpack_il_q6_K, 16, false>(k, QType::Q6_K);
     k.qgemv_fused[(int)QType::Q2_K] =
         qgemv_fused_il<block_q2_K, QK_K, unpack_il_rows<unpack_rows<unpack_q2_K>, true>, 16, true>;
     k.qgemv_fused[(int)QType::Q3_K] =
