@@ -18,19 +18,13 @@
 
 #include "../quant_formats.h"
 #include "cuda_api.h"
+#include "device_ops.cuh"
 
 namespace lll::cuda {
 namespace {
 
-constexpr int MAXN = 8;
+constexpr int MAXN = QGEMV_MAX_N;
 constexpr int ROWS_PER_BLOCK = 4;  // warps per thread block, one weight row each
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
-  }
-}
 
 __device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 // the 32-bit word at a 2-byte aligned address
@@ -45,7 +39,7 @@ __device__ __forceinline__ int spread_bit4(uint32_t h) {
 }
 
 // activations: xq [n][k] int8, xd [n][k / 32]
-__global__ void quantize_x(const float* x, int k, int8_t* xq, float* xd) {
+__global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) {
   const int b = blockIdx.x, c = blockIdx.y, i = threadIdx.x;
   const size_t at = (size_t)c * k + (size_t)b * 32 + i;
   const float v = x[at];
@@ -266,7 +260,28 @@ bool qgemv_supports(int type_id) {
   }
 }
 
-void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
+void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream) {
+  quantize_x_kernel<<<dim3(k / 32, n), 32, 0, stream>>>(x, k, xq, xd);
+  check_launch("quantize_x");
+}
+
+void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
+           float* y, cudaStream_t stream) {
+  const X xs{xq, xd, k};
+  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), block(32, ROWS_PER_BLOCK);
+  switch ((QType)type_id) {
+    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    case QType::Q6_K: qgemv_kernel<(int)QType::Q6_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
+    default: throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
+  }
+  check_launch("qgemv");
+}
+
+void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
   if (!qgemv_supports(type_id)) throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
   if (n < 1 || n > MAXN) throw std::invalid_argument("qgemv: n must be in [1, 8], got " + std::to_string(n));
   if (m < 1 || k < 32 || k % 32) throw std::invalid_argument("qgemv: k must be a positive multiple of 32");
@@ -275,19 +290,8 @@ void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
   DevicePtr<int8_t> dq((size_t)n * k);
   check(cudaMemcpy(dw.p, w, (size_t)m * row_bytes, cudaMemcpyHostToDevice), "copy weights");
   check(cudaMemcpy(dx.p, x, sizeof(float) * n * k, cudaMemcpyHostToDevice), "copy x");
-  quantize_x<<<dim3(k / 32, n), 32>>>(dx.p, k, dq.p, dd.p);
-  check(cudaGetLastError(), "quantize_x launch");
-  const X xs{dq.p, dd.p, k};
-  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), block(32, ROWS_PER_BLOCK);
-  switch ((QType)type_id) {
-    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-    default: qgemv_kernel<(int)QType::Q6_K><<<grid, block>>>(dw.p, row_bytes, m, xs, n, dy.p); break;
-  }
-  check(cudaGetLastError(), "qgemv launch");
+  quantize_x(dx.p, n, k, dq.p, dd.p, nullptr);
+  qgemv(type_id, dw.p, row_bytes, m, k, dq.p, dd.p, n, dy.p, nullptr);
   check(cudaMemcpy(y, dy.p, sizeof(float) * n * m, cudaMemcpyDeviceToHost), "copy y");
 }
 

@@ -1,0 +1,104 @@
+// The device-side pieces of the CUDA stage (cuda_stage.cu), each the twin of a named CPU reference. Every pointer
+// is a device pointer unless it says host; every launch goes on `stream` and returns at once; a failed launch is a
+// std::runtime_error carrying the CUDA error string (check_launch). Shapes are checked by the caller (the Model
+// checks the batch and the weights before a stage runs).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "../attention.h"
+#include "../kv_format.h"
+
+namespace lll::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// ---- the block's elementwise and per-row ops (ops.cu): twins of ops.h ----
+
+// out [rows][n] = x * (1 / sqrt(mean(x^2) + eps)) * w per row (in place allowed)
+void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream);
+// y [rows][n] += bias [n] (bias nullptr: nothing)
+void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream);
+// h [n] += a [n]
+void add(float* h, const float* a, size_t n, cudaStream_t stream);
+// x [T][n_heads][head_dim]: the leading n_rot dims of each head rotated by the angles cs, sn [T][n_rot / 2]
+// (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
+void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
+          cudaStream_t stream);
+// g [n] = act(g) * u: silu_mul when silu, else gelu_tanh_mul
+void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream);
+// x [n] = cap * tanh(x / cap)
+void softcap(float* x, size_t n, float cap, cudaStream_t stream);
+// out [n][d] = rows rows[i] of x [.][d]
+void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, cudaStream_t stream);
+
+// ---- products (qgemv.cu, gemm.cu, dequant.cuh) ----
+
+// activations per 32 as on the CPU (kernels.h): x [n][k] float -> xq [n][k] int8, xd [n][k / 32] with
+// x ~= xd * xq, xd = amax / 127, xq = round-to-nearest(x / xd)
+void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream);
+// the types the decode product takes (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
+bool qgemv_supports(int type_id);
+constexpr int QGEMV_MAX_N = 8;
+// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_N, x given quantized (quantize_x); W: m rows of row_bytes
+void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
+           float* y, cudaStream_t stream);
+
+// the types qgemm and dequant_rows take: every type the CPU computes (quant_formats.h)
+bool qgemm_supports(int type_id);
+// y [n][m] = x [n][k] . W^T for any n >= 1 (prefill, verification): W's blocks dequantized to f16 tiles in shared
+// memory, x rounded to f16, tensor-core products with float accumulation (gemm.cu). k is whole blocks of the type.
+void qgemm(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y,
+           cudaStream_t stream);
+// the embedding: out [n][k] = rows ids[i] of W dequantized (exactly as gguf's dequantize) times scale
+void dequant_rows(int type_id, const uint8_t* w, size_t row_bytes, int k, const int32_t* ids, int n, float scale,
+                  float* out, cudaStream_t stream);
+
+// ---- KV cache (kv.cu): twins of kv_format.h, kv_cache.h and kv_transforms.h ----
+
+// x [T][row] float (row = n_kv_head * head_dim) -> the rows slots[t] of one layer's pool, each row_bytes bytes
+// (kv_row_bytes(t, row)), quantized per head_dim-long head exactly as kv_quantize_row (same bytes)
+void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes,
+              cudaStream_t stream);
+
+// One layer's KV transforms (kv_transforms.h), as KvTransforms::to_cache / from_cache do them on the CPU.
+struct KvTransformsDev {
+  bool rotate_k = false, rotate_v = false, center_k = false, center_v = false;
+  const float* k_scale = nullptr;  // [n_kv_head * head_dim] this layer's K divisors, nullptr: not equalized
+  const float* k_bias = nullptr;   // [n_kv_head * head_dim] (center_k), as the CPU's to_cache gets it
+  const float* v_bias = nullptr;   // [n_kv_head * head_dim] (center_v: added back by from_cache)
+};
+// q [n][n_head][head_dim], k, v [n][n_kv_head][head_dim] after RoPE -> what the cache stores and the queries
+void kv_to_cache(const KvTransformsDev& tf, float* q, float* k, float* v, int n, int n_head, int n_kv_head,
+                 int head_dim, cudaStream_t stream);
+// att [n][n_head][head_dim]: the attention over the stored V -> over the true V
+void kv_from_cache(const KvTransformsDev& tf, float* att, int n, int n_head, int n_kv_head, int head_dim,
+                   cudaStream_t stream);
+
+// Which cached positions each query row sees, as attention.h's AttentionRows, with device arrays;
+// max_context: the largest context_lens entry of the step (host-known, for sizing launches).
+struct AttentionRowsDev {
+  int T;
+  const int32_t* positions;     // [T]
+  const int32_t* seq_index;     // [T]
+  const int32_t* block_tables;  // [n_seq][max_blocks]
+  int max_blocks;
+  int max_context;
+};
+// paged_attention (attention.h) on the device: q [T][n_head][head_dim] float; k_cache / v_cache views of one
+// layer's device pools; out [T][n_head][head_dim]. Online softmax over the visible keys (causal, window,
+// soft-cap as AttentionShape says), float accumulation.
+void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
+                     const KvView& v_cache, float* out, cudaStream_t stream);
+
+}  // namespace lll::cuda

@@ -1,0 +1,474 @@
+// The KV cache and the attention on the device (device_ops.cuh): the quantizing write of K / V rows into one
+// layer's pool (kv_write: kv_format.cpp's kv_quantize_row, the same bytes), the KV transforms around it
+// (kv_to_cache / kv_from_cache: KvTransforms::to_cache / from_cache with hadamard_rotate, the same float32
+// operations in the same order, so the same bits), the paged attention over the pools (paged_attention:
+// attention.cpp's result to float rounding), and their host test entry points (cuda_api.h).
+//
+// Bit-exactness with the CPU (built with -ffp-contract=off): every float / double operation whose rounding the
+// bytes depend on is written as an _rn intrinsic, which nvcc never contracts into an FMA nor relaxes under
+// fast-math flags. Inputs are taken to be finite, as on the CPU (a NaN or inf in a quantized block is undefined
+// there too).
+//
+// Alignment: q8_0 / q4_0 blocks are 34 / 18 bytes, so only 2-byte aligned; every row and head of a pool starts at
+// an even offset (whole blocks or f16 values), so a block's f16 scale is read and written as one uint16_t.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../quant_formats.h"
+#include "cuda_api.h"
+#include "device_ops.cuh"
+
+namespace lll::cuda {
+namespace {
+
+constexpr unsigned FULL = 0xffffffffu;
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// ops.cpp's f32_to_f16: round to nearest even (an overflow is inf), a NaN the quiet NaN of its sign
+__device__ __forceinline__ uint16_t f2h(float f) {
+  if (isnan(f)) return (uint16_t)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
+  return __half_as_ushort(__float2half_rn(f));
+}
+__device__ __forceinline__ int clampi(int v, int lo, int hi) { return max(lo, min(hi, v)); }
+
+// ---- kv_write ----
+
+// f16 rows: x [T][row] -> row slots[t] of the pool; thread i of grid column y converts value y * blockDim + i
+__global__ void kv_write_f16(const float* x, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes) {
+  const int t = blockIdx.x, i = blockIdx.y * blockDim.x + threadIdx.x;
+  if (i >= row) return;
+  uint16_t* y = reinterpret_cast<uint16_t*>(pool + (size_t)slots[t] * row_bytes);
+  y[i] = f2h(x[(size_t)t * row + i]);
+}
+
+// q8_0: one warp per 32-value block b of row t, lane j quantizing value j (kv_quantize_row's q8_0 branch:
+// d = amax / 127, q = roundf(x * (1 / d)))
+__global__ void __launch_bounds__(32) kv_write_q8_0(const float* x, int row, const int32_t* slots, uint8_t* pool,
+                                                    size_t row_bytes) {
+  const int t = blockIdx.x, b = blockIdx.y, j = threadIdx.x;
+  const float v = x[(size_t)t * row + (size_t)b * QK + j];
+  float amax = fabsf(v);  // a max: exact in any order
+  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, o));
+  const float d = __fdiv_rn(amax, 127.f), id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+  uint8_t* blk = pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q8_0);
+  if (j == 0) *reinterpret_cast<uint16_t*>(blk) = f2h(d);
+  blk[2 + j] = (uint8_t)(int8_t)(int)roundf(__fmul_rn(v, id));
+}
+
+// the sum of (x_j - d16 * q_j)^2 in double, j = 0 .. 31 in order, q_j = clamp(lround(x_j / d16), -8, 7) with x_j
+// in lane j; every lane of the warp computes it for its own d16 (q4_0_scale's refinement, kv_format.cpp)
+__device__ double q4_0_error(float xl, float d16) {
+  const float idd = d16 != 0.f ? __fdiv_rn(1.f, d16) : 0.f;
+  double err = 0;
+  for (int j = 0; j < QK; ++j) {
+    const float xj = __shfl_sync(FULL, xl, j);
+    const int qq = clampi((int)lroundf(__fmul_rn(xj, idd)), -8, 7);
+    const double e = __dsub_rn((double)xj, __dmul_rn((double)d16, (double)qq));
+    err = __dadd_rn(err, __dmul_rn(e, e));
+  }
+  return err;
+}
+
+// kv_format.cpp's q4_0_scale for the block whose value j is xl of lane j, the same in every lane: lane c < 21
+// evaluates the search's candidate is = c - 10 (its two scales rounded to f16 and their errors, each sum in the
+// CPU's order), then every lane walks the 42 candidates in the CPU's order with its comparison (a double error
+// against the best error kept as float), so ties resolve alike.
+__device__ float q4_0_scale(float xl, int lane) {
+  float amax = 0.f, max = 0.f;  // the first value of largest magnitude
+  for (int j = 0; j < QK; ++j) {
+    const float xj = __shfl_sync(FULL, xl, j);
+    if (fabsf(xj) > amax) {
+      amax = fabsf(xj);
+      max = xj;
+    }
+  }
+  if (amax == 0.f) return 0.f;
+  const int is = min(lane, 20) - 10;  // lanes 21 .. 31 repeat is = 10 and are never read
+  const float id = __fdiv_rn(-__fadd_rn(8.f, __fmul_rn(0.1f, (float)is)), max);
+  double sxq = 0, sqq = 0;
+  for (int j = 0; j < QK; ++j) {
+    const float xj = __shfl_sync(FULL, xl, j);
+    const int q = clampi((int)lroundf(__fmul_rn(xj, id)), -8, 7);
+    sxq = __dadd_rn(sxq, __dmul_rn((double)xj, (double)q));
+    sqq = __dadd_rn(sqq, __dmul_rn((double)q, (double)q));
+  }
+  const int valid = sqq > 0;
+  // the candidates (float)(sxq / sqq) and 1 / id, each as stored (f16); with sqq == 0 the first is NaN, unused
+  const float d0 = h2f(f2h(__double2float_rn(__ddiv_rn(sxq, sqq)))), d1 = h2f(f2h(__fdiv_rn(1.f, id)));
+  const double e0 = q4_0_error(xl, d0), e1 = q4_0_error(xl, d1);
+  float best_d = __fdiv_rn(max, -8.f), best_err = INFINITY;
+  for (int c = 0; c <= 20; ++c) {
+    const int ok = __shfl_sync(FULL, valid, c);
+    const double ce[2] = {__shfl_sync(FULL, e0, c), __shfl_sync(FULL, e1, c)};
+    const float cd[2] = {__shfl_sync(FULL, d0, c), __shfl_sync(FULL, d1, c)};
+    for (int k = 0; k < 2; ++k)
+      if (ok && ce[k] < (double)best_err) {
+        best_err = __double2float_rn(ce[k]);
+        best_d = cd[k];
+      }
+  }
+  return best_d;
+}
+
+// q4_0: one warp per 32-value block b of row t (kv_quantize_row's q4_0 branch): the searched scale d, then lane
+// j < 16 packs values j (low nibble) and j + 16 (high nibble), q = clamp(lround(x * (1 / d)) + 8, 0, 15)
+__global__ void __launch_bounds__(32) kv_write_q4_0(const float* x, int row, const int32_t* slots, uint8_t* pool,
+                                                    size_t row_bytes) {
+  const int t = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
+  const float v = x[(size_t)t * row + (size_t)b * QK + lane];
+  const float d = q4_0_scale(v, lane), id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+  const float v_hi = __shfl_down_sync(FULL, v, 16);  // value lane + 16 (for lanes < 16)
+  uint8_t* blk = pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q4_0);
+  if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = f2h(d);
+  if (lane < QK / 2) {
+    const int q0 = clampi((int)lroundf(__fmul_rn(v, id)) + 8, 0, 15);
+    const int q1 = clampi((int)lroundf(__fmul_rn(v_hi, id)) + 8, 0, 15);
+    blk[2 + lane] = (uint8_t)(q0 | q1 << 4);
+  }
+}
+
+// ---- KV transforms ----
+
+// What head_transform does to each vector, every pointer optional (nullptr: skipped). Vector i is head
+// h = i % heads of its row; sub and div are [heads * hd], read at head h; mul and add are [heads / group * hd],
+// read at head h / group (a query head's kv head).
+struct HeadOps {
+  const float* sub = nullptr;
+  const float* div = nullptr;
+  const float* mul = nullptr;
+  bool rotate = false;
+  const float* add = nullptr;
+  int group = 1;
+};
+
+// x [n_vec][hd] in place, one thread block per vector staged in shared memory (hd floats): x = (x - sub) / div *
+// mul, then when rotate hadamard_rotate's butterflies (stride 1, 2, 4, ... within each group of m = the largest
+// power of two dividing hd, each stage's pairs independent, so any thread order gives the CPU's values) and its
+// scale 1 / sqrt(m), then x += add.
+__global__ void head_transform(float* x, int heads, int hd, HeadOps op) {
+  extern __shared__ float v[];
+  const int h = blockIdx.x % heads;
+  float* xv = x + (size_t)blockIdx.x * hd;
+  const size_t own = (size_t)h * hd, kv = (size_t)(h / op.group) * hd;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    float e = xv[i];
+    if (op.sub) e = __fsub_rn(e, op.sub[own + i]);
+    if (op.div) e = __fdiv_rn(e, op.div[own + i]);
+    if (op.mul) e = __fmul_rn(e, op.mul[kv + i]);
+    v[i] = e;
+  }
+  const int m = hd & -hd;
+  if (op.rotate) {  // uniform over the block: every thread reaches each __syncthreads
+    __syncthreads();
+    for (int s = 1; s < m; s *= 2) {
+      for (int p = threadIdx.x; p < hd / 2; p += blockDim.x) {  // pair p: group p / (m / 2), r-th pair in it
+        const int r = p % (m / 2), j = p / (m / 2) * m + r / s * 2 * s + r % s;
+        const float a = v[j], b = v[j + s];
+        v[j] = __fadd_rn(a, b);
+        v[j + s] = __fsub_rn(a, b);
+      }
+      __syncthreads();
+    }
+  }
+  const float scale = __fdiv_rn(1.f, __fsqrt_rn((float)m));
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {  // without rotate each thread reads back its own v[i]
+    float e = v[i];
+    if (op.rotate) e = __fmul_rn(e, scale);
+    if (op.add) e = __fadd_rn(e, op.add[kv + i]);
+    xv[i] = e;
+  }
+}
+
+constexpr int TRANSFORM_THREADS = 128;
+
+void launch_head_transform(float* x, int n_vec, int heads, int hd, const HeadOps& op, cudaStream_t stream) {
+  head_transform<<<n_vec, TRANSFORM_THREADS, (size_t)hd * sizeof(float), stream>>>(x, heads, hd, op);
+  check_launch("kv transform");
+}
+
+// ---- paged attention ----
+
+constexpr int ATT_WARPS = 8;      // warps per (row, head): each takes every ATT_WARPS-th visible key
+constexpr int ATT_MAX_DIM = 256;  // head_dim: a multiple of 32 up to this
+constexpr int ATT_STEPS = ATT_MAX_DIM / 32;
+
+// value 32 * i + lane of one head's row in type t, as kv_dequantize_row gives it: the half, d * q (q8_0) or
+// d * (q - 8) (q4_0, values 0 .. 15 of a block in the low nibbles, 16 .. 31 in the high). Block i of a quantized
+// row holds exactly the values 32 * i .. 32 * i + 31.
+__device__ __forceinline__ float kv_value(KvType t, const uint8_t* head, int i, int lane) {
+  if (t == KvType::F16) return h2f(reinterpret_cast<const uint16_t*>(head)[32 * i + lane]);
+  if (t == KvType::Q8_0) {
+    const uint8_t* b = head + (size_t)i * sizeof(block_q8_0);
+    return h2f(*reinterpret_cast<const uint16_t*>(b)) * (float)(int8_t)b[2 + lane];
+  }
+  const uint8_t* b = head + (size_t)i * sizeof(block_q4_0);
+  const int byte = b[2 + (lane & 15)];
+  return h2f(*reinterpret_cast<const uint16_t*>(b)) * (float)((lane < 16 ? byte & 15 : byte >> 4) - 8);
+}
+
+// One thread block per (query row t = blockIdx.x, query head h = blockIdx.y), ATT_WARPS warps. Lane l holds dims
+// l, l + 32, ... of q and of its warp's running output. Warp w walks keys lo + w, lo + w + ATT_WARPS, ... <= p
+// with its own online softmax (score: the lanes' partial dot products summed by a butterfly shuffle, identical in
+// every lane, times scale, then the soft-cap); the warps' states (max, sum of weights, output) are merged at the
+// end through shared memory and the output divided by the total weight, as attention.cpp does.
+__global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(AttentionShape a, AttentionRowsDev rows,
+                                                                         const float* q, KvView kc, KvView vc,
+                                                                         float* out) {
+  __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+  __shared__ float sm_acc[ATT_WARPS][ATT_MAX_DIM];
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int D = a.head_dim, steps = D / 32, bs = a.block_size;
+  const size_t g = (size_t)(h / (a.n_head / a.n_kv_head));  // kv head
+  const int p = rows.positions[t];
+  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+  const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[t] * rows.max_blocks;
+  const size_t at = ((size_t)t * a.n_head + h) * D;
+
+  float qv[ATT_STEPS], acc[ATT_STEPS];
+#pragma unroll
+  for (int i = 0; i < ATT_STEPS; ++i) {
+    qv[i] = i < steps ? q[at + 32 * i + lane] : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int j = lo + w; j <= p; j += ATT_WARPS) {  // warp-uniform: the shuffles below see all 32 lanes
+    const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
+    const uint8_t* kh = kc.data + slot * kc.row_bytes + g * kc.head_bytes;
+    const uint8_t* vh = vc.data + slot * vc.row_bytes + g * vc.head_bytes;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < ATT_STEPS; ++i)
+      if (i < steps) s += qv[i] * kv_value(kc.type, kh, i, lane);
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    s *= a.scale;
+    if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+    const float mn = fmaxf(m, s);
+    const float corr = m == -INFINITY ? 0.f : expf(m - mn), e = expf(s - mn);
+    l = l * corr + e;
+#pragma unroll
+    for (int i = 0; i < ATT_STEPS; ++i)
+      if (i < steps) acc[i] = acc[i] * corr + e * kv_value(vc.type, vh, i, lane);
+    m = mn;
+  }
+
+  if (lane == 0) {
+    sm_m[w] = m;
+    sm_l[w] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < ATT_STEPS; ++i)
+    if (i < steps) sm_acc[w][32 * i + lane] = acc[i];
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int u = 0; u < ATT_WARPS; ++u) mx = fmaxf(mx, sm_m[u]);  // finite: key p is always visible
+  float wt[ATT_WARPS], total = 0.f;
+  for (int u = 0; u < ATT_WARPS; ++u) {  // a warp that saw no key has weight 0
+    wt[u] = sm_m[u] == -INFINITY ? 0.f : expf(sm_m[u] - mx);
+    total += sm_l[u] * wt[u];
+  }
+  const float inv = 1.f / total;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.f;
+    for (int u = 0; u < ATT_WARPS; ++u) o += sm_acc[u][d] * wt[u];
+    out[at + d] = o * inv;
+  }
+}
+
+// ---- host test entry points ----
+
+// cudaMalloc'd bytes on the current device, freed on scope exit (also when a later step throws)
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
+  DeviceBuffer(const void* host, size_t bytes) : DeviceBuffer(bytes) {
+    if (bytes) check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "copy to device");
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class P>
+  P* as() const { return static_cast<P*>(p); }
+  void to_host(void* host, size_t bytes) const {
+    if (bytes) check(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost), "copy to host");
+  }
+};
+
+// the KvType of a GGML type id; std::invalid_argument naming `what` for any other id
+KvType kv_type_id(int id, const char* what) {
+  for (KvType t : {KvType::F16, KvType::Q8_0, KvType::Q4_0})
+    if (id == (int)t) return t;
+  throw std::invalid_argument(std::string(what) + ": type id " + std::to_string(id) +
+                              " is not a KV type (f16 = 1, q8_0 = 8, q4_0 = 2)");
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+// the head shape every entry point takes: positive sizes, whole groups of query heads per kv head
+void check_heads(int n_head, int n_kv_head, int head_dim) {
+  require(n_kv_head > 0, "n_kv_head must be positive, got " + std::to_string(n_kv_head));
+  require(n_head > 0 && n_head % n_kv_head == 0,
+          "n_head must be a positive multiple of n_kv_head, got " + std::to_string(n_head));
+  require(head_dim > 0, "head_dim must be positive, got " + std::to_string(head_dim));
+}
+
+}  // namespace
+
+void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes,
+              cudaStream_t stream) {
+  if (T <= 0) return;
+  // the row is quantized as consecutive 32-blocks: the same as per head, since head_dim is whole blocks
+  if (t == KvType::F16)
+    kv_write_f16<<<dim3(T, (row + 255) / 256), 256, 0, stream>>>(x, row, slots, pool, row_bytes);
+  else if (t == KvType::Q8_0)
+    kv_write_q8_0<<<dim3(T, row / QK), 32, 0, stream>>>(x, row, slots, pool, row_bytes);
+  else
+    kv_write_q4_0<<<dim3(T, row / QK), 32, 0, stream>>>(x, row, slots, pool, row_bytes);
+  check_launch("kv_write");
+}
+
+void kv_to_cache(const KvTransformsDev& tf, float* q, float* k, float* v, int n, int n_head, int n_kv_head,
+                 int head_dim, cudaStream_t stream) {
+  if (n <= 0) return;
+  const bool equalize = tf.k_scale != nullptr;
+  // per vector the CPU's order: center K, equalize K and q, rotate q and K; rotate V
+  if (tf.center_k || equalize || tf.rotate_k) {
+    HeadOps ko;
+    ko.sub = tf.center_k ? tf.k_bias : nullptr;
+    ko.div = tf.k_scale;
+    ko.rotate = tf.rotate_k;
+    launch_head_transform(k, n * n_kv_head, n_kv_head, head_dim, ko, stream);
+  }
+  if (equalize || tf.rotate_k) {
+    HeadOps qo;
+    qo.mul = tf.k_scale;
+    qo.rotate = tf.rotate_k;
+    qo.group = n_head / n_kv_head;
+    launch_head_transform(q, n * n_head, n_head, head_dim, qo, stream);
+  }
+  if (tf.rotate_v) {
+    HeadOps vo;
+    vo.rotate = true;
+    launch_head_transform(v, n * n_kv_head, n_kv_head, head_dim, vo, stream);
+  }
+}
+
+void kv_from_cache(const KvTransformsDev& tf, float* att, int n, int n_head, int n_kv_head, int head_dim,
+                   cudaStream_t stream) {
+  if (n <= 0 || !(tf.rotate_v || tf.center_v)) return;
+  HeadOps ao;  // rotate back, then add the V bias of each head's kv head
+  ao.rotate = tf.rotate_v;
+  ao.add = tf.center_v ? tf.v_bias : nullptr;
+  ao.group = n_head / n_kv_head;
+  launch_head_transform(att, n * n_head, n_head, head_dim, ao, stream);
+}
+
+void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
+                     const KvView& v_cache, float* out, cudaStream_t stream) {
+  if (a.head_dim <= 0 || a.head_dim % 32 || a.head_dim > ATT_MAX_DIM)
+    throw std::invalid_argument("paged_attention: head_dim must be a multiple of 32 up to " +
+                                std::to_string(ATT_MAX_DIM) + ", got " + std::to_string(a.head_dim));
+  if (rows.T <= 0) return;
+  paged_attention_kernel<<<dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream>>>(a, rows, q, k_cache, v_cache, out);
+  check_launch("paged_attention");
+}
+
+void kv_write_host(int kv_type, const float* x, int T, int row, int head_dim, const int32_t* slots, int n_slots,
+                   uint8_t* pool) {
+  const KvType t = kv_type_id(kv_type, "kv_type");
+  kv_check_len(t, head_dim, "head_dim");
+  require(row > 0 && row % head_dim == 0, "row must be whole heads of head_dim " + std::to_string(head_dim) +
+                                              " values, got " + std::to_string(row));
+  require(T >= 0, "T must not be negative");
+  require(n_slots > 0, "n_slots must be positive");
+  std::vector<bool> seen(n_slots);
+  for (int i = 0; i < T; ++i) {  // a slot written twice would be a race on the device
+    require(slots[i] >= 0 && slots[i] < n_slots && !seen[slots[i]],
+            "slots: entry " + std::to_string(i) + " (" + std::to_string(slots[i]) +
+                ") is out of range or written twice");
+    seen[slots[i]] = true;
+  }
+  const size_t rb = kv_row_bytes(t, row), pool_bytes = (size_t)n_slots * rb;
+  DeviceBuffer dx(x, sizeof(float) * T * (size_t)row), ds(slots, sizeof(int32_t) * T), dp(pool, pool_bytes);
+  kv_write(t, dx.as<float>(), T, row, ds.as<int32_t>(), dp.as<uint8_t>(), rb, 0);
+  dp.to_host(pool, pool_bytes);
+}
+
+void kv_transforms_host(bool rotate_k, bool rotate_v, bool center_k, bool center_v, const float* k_scale,
+                        const float* k_bias, const float* v_bias, float* q, float* k, float* v, float* att, int n,
+                        int n_head, int n_kv_head, int head_dim) {
+  check_heads(n_head, n_kv_head, head_dim);
+  require(n >= 0, "n must not be negative");
+  require(!center_k || k_bias, "k_bias: center_k needs it");
+  require(!center_v || v_bias, "v_bias: center_v needs it");
+  const size_t qn = (size_t)n * n_head * head_dim, kn = (size_t)n * n_kv_head * head_dim;
+  const size_t cn = (size_t)n_kv_head * head_dim;  // a per-channel vector
+  DeviceBuffer dq(q, sizeof(float) * qn), dk(k, sizeof(float) * kn), dv(v, sizeof(float) * kn);
+  DeviceBuffer datt(att, att ? sizeof(float) * qn : 0);
+  DeviceBuffer dks(k_scale, k_scale ? sizeof(float) * cn : 0), dkb(k_bias, k_bias ? sizeof(float) * cn : 0);
+  DeviceBuffer dvb(v_bias, v_bias ? sizeof(float) * cn : 0);
+  KvTransformsDev tf;
+  tf.rotate_k = rotate_k;
+  tf.rotate_v = rotate_v;
+  tf.center_k = center_k;
+  tf.center_v = center_v;
+  tf.k_scale = k_scale ? dks.as<float>() : nullptr;
+  tf.k_bias = k_bias ? dkb.as<float>() : nullptr;
+  tf.v_bias = v_bias ? dvb.as<float>() : nullptr;
+  kv_to_cache(tf, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, n_head, n_kv_head, head_dim, 0);
+  if (att) kv_from_cache(tf, datt.as<float>(), n, n_head, n_kv_head, head_dim, 0);
+  dq.to_host(q, sizeof(float) * qn);
+  dk.to_host(k, sizeof(float) * kn);
+  dv.to_host(v, sizeof(float) * kn);
+  if (att) datt.to_host(att, sizeof(float) * qn);
+}
+
+void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
+                          int window, int T, const int32_t* positions, const int32_t* seq_index,
+                          const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
+                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
+  check_heads(n_head, n_kv_head, head_dim);
+  require(head_dim % 32 == 0 && head_dim <= ATT_MAX_DIM, "head_dim must be a multiple of 32 up to " +
+                                                             std::to_string(ATT_MAX_DIM) + ", got " +
+                                                             std::to_string(head_dim));
+  const KvType kt = kv_type_id(k_type, "k_type"), vt = kv_type_id(v_type, "v_type");
+  require(block_size > 0, "block_size must be positive");
+  require(softcap >= 0.f, "softcap must not be negative");
+  require(window >= 0, "window must not be negative");
+  require(T >= 0, "T must not be negative");
+  require(n_seq > 0 && max_blocks > 0 && n_slots > 0, "n_seq, max_blocks and n_slots must be positive");
+  int max_context = 0;
+  for (int t = 0; t < T; ++t) {  // every block a row reads (those of its visible keys) lies in the pools
+    const int p = positions[t], s = seq_index[t];
+    require(s >= 0 && s < n_seq, "seq_index: entry " + std::to_string(t) + " is out of range");
+    require(p >= 0 && p / block_size < max_blocks,
+            "positions: entry " + std::to_string(t) + " is negative or past the block table");
+    const int lo = window > 0 ? std::max(0, p - window + 1) : 0;
+    for (int b = lo / block_size; b <= p / block_size; ++b) {
+      const int blk = block_tables[(size_t)s * max_blocks + b];
+      require(blk >= 0 && ((int64_t)blk + 1) * block_size <= n_slots,
+              "block_tables: sequence " + std::to_string(s) + " block " + std::to_string(b) + " is out of the pool");
+    }
+    max_context = std::max(max_context, p + 1);
+  }
+  const int row = n_kv_head * head_dim;
+  const size_t k_row = kv_row_bytes(kt, row), v_row = kv_row_bytes(vt, row);
+  const size_t qn = (size_t)T * n_head * head_dim;
+  DeviceBuffer dq(q, sizeof(float) * qn), dout(sizeof(float) * qn);
+  DeviceBuffer dpos(positions, sizeof(int32_t) * T), dseq(seq_index, sizeof(int32_t) * T);
+  DeviceBuffer dbt(block_tables, sizeof(int32_t) * n_seq * (size_t)max_blocks);
+  DeviceBuffer dk(k_pool, k_row * n_slots), dv(v_pool, v_row * n_slots);
+  const AttentionShape a{n_head, n_kv_head, head_dim, block_size, scale, softcap, window};
+  const AttentionRowsDev r{T, dpos.as<int32_t>(), dseq.as<int32_t>(), dbt.as<int32_t>(), max_blocks, max_context};
+  const KvView kc{dk.as<uint8_t>(), kt, k_row, k_row / n_kv_head}, vc{dv.as<uint8_t>(), vt, v_row, v_row / n_kv_head};
+  paged_attention(a, r, dq.as<float>(), kc, vc, dout.as<float>(), 0);
+  dout.to_host(out, sizeof(float) * qn);
+}
+
+}  // namespace lll::cuda

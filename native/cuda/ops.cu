@@ -1,0 +1,124 @@
+// The decoder block's elementwise and per-row ops on the device: twins of ops.h (rms_norm, rope, silu_mul,
+// gelu_tanh_mul, softcap) plus the glue of the step (bias and residual adds, gathering the logits rows). The CPU
+// functions are the reference; reductions here sum in a different order (float per thread, then a tree), so
+// results agree to rounding. rms_norm sums squares in double as the CPU does.
+#include <cuda_runtime.h>
+
+#include "device_ops.cuh"
+
+namespace lll::cuda {
+namespace {
+
+constexpr int THREADS = 256;
+
+int blocks_for(size_t n) { return (int)((n + THREADS - 1) / THREADS); }
+
+// one block per row: out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w
+__global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out) {
+  const float* xr = x + (size_t)blockIdx.x * n;
+  float* o = out + (size_t)blockIdx.x * n;
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+  __shared__ double part[THREADS];
+  part[threadIdx.x] = ss;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float inv = (float)(1.0 / sqrt(part[0] / n + eps));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int rows, int n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < (size_t)rows * n) y[i] += bias[i % n];
+}
+
+__global__ void add_kernel(float* h, const float* a, size_t n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) h[i] += a[i];
+}
+
+// x [T][n_heads][head_dim]; thread per (row, head, pair)
+__global__ void rope_kernel(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs,
+                            const float* sn) {
+  const int half = n_rot / 2;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (size_t)T * n_heads * half) return;
+  const int p = (int)(i % half);
+  const size_t th = i / half;  // row * n_heads + head
+  const int t = (int)(th / n_heads);
+  float* xh = x + th * head_dim;
+  const int ia = neox ? p : 2 * p, ib = neox ? p + half : 2 * p + 1;
+  const float a = xh[ia], b = xh[ib], c = cs[(size_t)t * half + p], s = sn[(size_t)t * half + p];
+  xh[ia] = a * c - b * s;
+  xh[ib] = a * s + b * c;
+}
+
+__global__ void act_mul_kernel(float* g, const float* u, size_t n, bool silu) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = g[i];
+  if (silu) {
+    const float h = expf(-0.5f * fabsf(x));
+    g[i] = (x >= 0.f ? x : x * h * h) / (1.0f + h * h) * u[i];
+  } else {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+  }
+}
+
+__global__ void softcap_kernel(float* x, size_t n, float cap) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, int d, float* out) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < (size_t)n * d) out[i] = x[(size_t)rows[i / d] * d + i % d];
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out);
+  check_launch("rms_norm");
+}
+
+void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream) {
+  if (!bias || rows <= 0) return;
+  add_bias_kernel<<<blocks_for((size_t)rows * n), THREADS, 0, stream>>>(y, bias, rows, n);
+  check_launch("add_bias");
+}
+
+void add(float* h, const float* a, size_t n, cudaStream_t stream) {
+  add_kernel<<<blocks_for(n), THREADS, 0, stream>>>(h, a, n);
+  check_launch("add");
+}
+
+void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
+          cudaStream_t stream) {
+  rope_kernel<<<blocks_for((size_t)T * n_heads * (n_rot / 2)), THREADS, 0, stream>>>(x, T, n_heads, head_dim, n_rot,
+                                                                                    neox, cs, sn);
+  check_launch("rope");
+}
+
+void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream) {
+  act_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu);
+  check_launch("act_mul");
+}
+
+void softcap(float* x, size_t n, float cap, cudaStream_t stream) {
+  softcap_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, n, cap);
+  check_launch("softcap");
+}
+
+void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  gather_rows_kernel<<<blocks_for((size_t)n * d), THREADS, 0, stream>>>(x, rows, n, d, out);
+  check_launch("gather_rows");
+}
+
+}  // namespace lll::cuda
