@@ -2,6 +2,7 @@
 // missing or mistyped key), checks the step's integer arrays, and runs the step with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <climits>
 #include <cstring>
@@ -123,7 +124,8 @@ struct PyModel {
   std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
 
   PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, int n_blocks, int block_size,
-          const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads) {
+          const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads,
+          const std::vector<std::pair<std::string, int>>& placement) {
     ModelConfig c;
 #define LLL_READ(type, name) c.name = get_key<type>(cfg, #name, "config");
     LLL_CONFIG_FIELDS(LLL_READ)
@@ -159,7 +161,9 @@ struct PyModel {
     kv.rotate = kv_rotate;
     kv.center = kv_center;
     kv.equalize = kv_equalize;
-    model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads));
+    std::vector<Model::Placement> place;
+    for (const auto& p : placement) place.push_back({p.first, p.second});
+    model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads, place));
   }
 
   py::array_t<float> forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
@@ -212,17 +216,27 @@ void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model",
                       "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model)")
       .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, const std::string&,
-                    const std::string&, bool, bool, bool, int>(),
+                    const std::string&, bool, bool, bool, int, const std::vector<std::pair<std::string, int>>&>(),
            py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"),
-           py::arg("k_type"), py::arg("v_type"), py::arg("kv_rotate"), py::arg("kv_center"), py::arg("kv_equalize"), py::arg("threads"))
+           py::arg("k_type"), py::arg("v_type"), py::arg("kv_rotate"), py::arg("kv_center"), py::arg("kv_equalize"), py::arg("threads"),
+           py::arg("placement") = std::vector<std::pair<std::string, int>>{},
+           "placement: [(device, last layer)] per stage in order ('cpu' | 'cuda'); empty: all on the CPU")
       .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),
            py::arg("seq_index"), py::arg("block_tables"), py::arg("context_lens"), py::arg("logits_rows"),
            "one engine step -> logits [len(logits_rows), n_vocab] float32")
-      .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_cache().n_blocks(); })
-      .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_cache().block_size(); })
-      .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_cache().bytes(); })
-      .def_property_readonly("k_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().k_type()); })
-      .def_property_readonly("v_type", [](const PyModel& p) { return kv_type_name(p.model->kv_cache().v_type()); })
+      .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
+      .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })
+      .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_bytes(); })
+      .def_property_readonly("k_type", [](const PyModel& p) { return kv_type_name(p.model->kv_pool().k_type); })
+      .def_property_readonly("v_type", [](const PyModel& p) { return kv_type_name(p.model->kv_pool().v_type); })
+      .def_property_readonly(
+          "stages",
+          [](const PyModel& p) {
+            py::list out;
+            for (const Model::StageInfo& s : p.model->stages()) out.append(py::make_tuple(s.device, s.first, s.last));
+            return out;
+          },
+          "[(device, first layer, last layer)]: where the layers run, in step order")
       .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->kv_transforms().rotate_k(); })
       .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->kv_transforms().rotate_v(); })
       .def_property_readonly("center_k", [](const PyModel& p) { return p.model->kv_transforms().center_k(); })

@@ -151,11 +151,24 @@ def new_model(
     kv_center: bool,
     kv_equalize: bool,
     threads: int,
+    placement: list[tuple[str, int]],
 ):
     """The native Model (native/forward.h) on the current CPU path: config and layers keyed by model_fields(),
-    weights as (type_id, rows uint8 [n_rows, row_bytes], row_len); localllm.model.Model is its only caller."""
+    weights as (type_id, rows uint8 [n_rows, row_bytes], row_len), placement [(device, last layer)] per stage
+    (localllm.placement); localllm.model.Model is its only caller."""
     return _native.Model(
-        config, weights, layers, n_blocks, block_size, k_type, v_type, kv_rotate, kv_center, kv_equalize, threads
+        config,
+        weights,
+        layers,
+        n_blocks,
+        block_size,
+        k_type,
+        v_type,
+        kv_rotate,
+        kv_center,
+        kv_equalize,
+        threads,
+        placement,
     )
 
 

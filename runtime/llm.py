@@ -44,6 +44,7 @@ from .kv_types import kv_types
 from .model import BLOCK_SIZE, Model, kv_block_bytes
 from .models import spec_from_gguf
 from .one_sequence import OneSequence
+from .placement import DEFAULT_DEVICE
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
@@ -69,6 +70,8 @@ class LLM:
         parallel: int = DEFAULT_PARALLEL,
         max_batch_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         speculative: str = "ngram",
+        device: str = DEFAULT_DEVICE,
+        gpu_layers: int | None = None,
     ):
         """kv_type: the KV cache's K and V type, "f16", "q8_0" or "q4_0"; k_type / v_type override it for one
         of them. kv_center, kv_equalize, kv_rotate: exact transforms of what a quantized K and V store (minus the
@@ -81,7 +84,8 @@ class LLM:
         verified in its step: the same tokens, fewer steps when text repeats), "off", or a draft model (a .gguf
         path or store name of a small model with the target's vocabulary: it proposes tokens, the model verifies
         them, the output is unchanged); a request may override it ("ngram", "off", or "draft" when a draft model
-        was loaded).
+        was loaded). device: "cpu", "cuda" or "auto" (CUDA when built in and a GPU is found); gpu_layers: with
+        CUDA, the first N layers on the GPU and the rest on the CPU (default all): localllm.placement.
         """
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")
@@ -121,6 +125,8 @@ class LLM:
                 kv_rotate=kv_rotate,
                 kv_center=kv_center,
                 kv_equalize=kv_equalize,
+                device=device,
+                gpu_layers=gpu_layers,
             )
         except Exception:
             self._file.close()
@@ -132,7 +138,7 @@ class LLM:
         try:
             draft = None
             if speculative not in SPECULATIVE:
-                draft = self._load_draft(speculative, n_blocks, n_threads, max(max_batch_tokens, parallel))
+                draft = self._load_draft(speculative, n_blocks, n_threads, max(max_batch_tokens, parallel), device)
                 speculative = "draft"
             self._engine = Engine(
                 self.model,
@@ -153,8 +159,9 @@ class LLM:
         self.parallel = self._engine.max_num_seqs
         self._n_vocab = self.model.n_vocab
 
-    def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int) -> DraftModel:
-        """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's."""
+    def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int, device: str) -> DraftModel:
+        """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's, all
+        of it on `device` (it is small)."""
         if not isinstance(name, (str, os.PathLike)) or not os.fspath(name):
             raise ValueError(f"speculative must be 'ngram', 'off' or a draft model's path or name, got {name!r}")
         self.draft_path = _model_path(name)
@@ -165,7 +172,7 @@ class LLM:
         self._draft_file = f = GGUFFile(self.draft_path)
         tok = Tokenizer.from_metadata(f.metadata, name=self.draft_path)
         check_draft_vocab(self.tokenizer, tok, self.path, self.draft_path)
-        model = Model(f, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type, v_type=self.v_type)
+        model = Model(f, n_blocks=n_blocks, threads=n_threads, k_type=self.k_type, v_type=self.v_type, device=device)
         # a decode step reads the weights once: the files' sizes give a draft position's cost in target steps
         cost = os.path.getsize(self.draft_path) / os.path.getsize(self.path)
         return DraftModel(

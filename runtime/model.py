@@ -20,6 +20,8 @@ from . import kernels, quant_types
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
+from .placement import DEFAULT_DEVICE
+from .placement import placement as plan_placement
 
 BLOCK_SIZE = 16  # tokens per KV block
 
@@ -59,8 +61,13 @@ class Model:
         kv_rotate: bool = True,
         kv_center: bool = True,
         kv_equalize: bool = True,
+        device: str = DEFAULT_DEVICE,
+        gpu_layers: int | None = None,
+        placement: list[tuple[str, int]] | None = None,
     ):
         """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
+        device (cpu | cuda | auto) and gpu_layers: where the layers run (localllm.placement); placement, when
+        given, is that plan spelt out ([(device, last layer)] per stage) and overrides both.
         A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
         channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
         when kv_rotate; none changes the attention output beyond rounding (native/kv_transforms.h)."""
@@ -88,6 +95,8 @@ class Model:
                 if tensor_name is not None:
                     d[name] = _view(f, f.tensor(tensor_name))
             layers.append(d)
+        if placement is None:
+            placement = plan_placement(device, gpu_layers, s.n_layers)
         self._impl = kernels.new_model(
             config,
             weights,
@@ -100,6 +109,7 @@ class Model:
             kv_center,
             kv_equalize,
             threads or kernels.physical_cores(),
+            placement,
         )
 
     @property
@@ -149,6 +159,19 @@ class Model:
     @property
     def threads(self) -> int:
         return self._impl.threads
+
+    @property
+    def stages(self) -> list[tuple[str, int, int]]:
+        """[(device, first layer, last layer)] in step order, e.g. [("cuda:0", 0, 16), ("cpu", 16, 24)]."""
+        return [tuple(s) for s in self._impl.stages]
+
+    @property
+    def device(self) -> str:
+        """Where the layers run: "cpu", "cuda:0", or "cuda:0 0-15 + cpu 16-23" for a split."""
+        st = self.stages
+        if len(st) == 1:
+            return st[0][0]
+        return " + ".join(f"{d} {a}-{b - 1}" for d, a, b in st)
 
     def forward(
         self, token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows

@@ -52,13 +52,14 @@ def bench_llm(
         llm.k_type if llm.k_type == llm.v_type else f"{llm.k_type}/{llm.v_type}"
     ),
 ) -> dict:
-    """Best of reps. kv: LLM's KV cache keyword arguments. ids: the prompt (default prompt_ids). between(rep):
+    """Best of reps. kv: LLM's KV cache (and device) keyword arguments. ids: the prompt (default prompt_ids). between(rep):
     called after each of our repetitions (--compare runs llama.cpp's there, so the two alternate and share the
     machine's drifting load). kv_label(llm): the result's "kv"."""
     t0 = time.perf_counter()
     llm = LLM(path, n_threads=threads, ctx_size=max(n_prompt, n_gen + 1) + 16, **(kv or {}))
     load_s = time.perf_counter() - t0
     kv_name = kv_label(llm)
+    device = llm.model.device
     if ids is None:
         ids = prompt_ids(llm.n_vocab, n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
@@ -88,6 +89,7 @@ def bench_llm(
         "model": path.name,
         "threads": threads,
         "kv": kv_name,
+        "device": device,
         "load_s": load_s,
         "pp_tps": n_prompt / pp,
         "tg_tps": n_gen / tg,

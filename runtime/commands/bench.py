@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from localllm.commands.device import add_device_arguments, device_kwargs
 from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
 
 DEFAULT_MODELS = ["qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"]
@@ -76,6 +77,7 @@ def register(sub) -> None:
         "~/.cache/localllm/llama-venv/bin/python)",
     )
     add_kv_arguments(p)  # bench MODEL only
+    add_device_arguments(p)
     p.add_argument(
         "--bandwidth-mib",
         type=int,
@@ -245,6 +247,15 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _where(r: dict, threads: int) -> str:
+    """'2 threads, kernel path avx512', or the device ('cuda:0', 'cuda:0 0-15 + cpu 16-23') and the threads."""
+    from localllm import kernels
+
+    if r.get("device", "cpu") == "cpu":
+        return f"{threads} threads, kernel path {kernels.current_path()}"
+    return f"device {r['device']}, {threads} CPU threads"
+
+
 def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
     """bench MODEL --parallel N... / --multi-turn: the engine under concurrent clients and follow-up turns."""
     from localllm import kernels
@@ -256,7 +267,14 @@ def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
         if min(args.parallel) < 1:
             raise ValueError("--parallel values must be positive")
         levels = parallel_levels(
-            path, threads, args.parallel, n_prompt=64, n_gen=args.n_gen, reps=args.repetitions, **kv_kwargs(args)
+            path,
+            threads,
+            args.parallel,
+            n_prompt=64,
+            n_gen=args.n_gen,
+            reps=args.repetitions,
+            **kv_kwargs(args),
+            **device_kwargs(args),
         )
         result["parallel"] = levels
         if not args.json:
@@ -269,7 +287,7 @@ def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
                     f"{r['aggregate_tps'] / base:>5.2f}x {r['ttft_s']:>7.2f}"
                 )
     if args.multi_turn:
-        r = multi_turn(path, threads, reps=args.repetitions, **kv_kwargs(args))
+        r = multi_turn(path, threads, reps=args.repetitions, **kv_kwargs(args), **device_kwargs(args))
         result["multi_turn"] = r
         if not args.json:
             print(f"{head}; a follow-up turn of {r['prompt_tokens']} prompt tokens")
@@ -429,7 +447,7 @@ def run_model(args: argparse.Namespace) -> int:
         args.n_gen,
         args.repetitions,
         args.bandwidth_mib,
-        kv_kwargs(args),
+        {**kv_kwargs(args), **device_kwargs(args)},
         ids=ids,
         between=between,
         kv_label=kv_label,
@@ -439,10 +457,7 @@ def run_model(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**r, "llama_cpp": lr} if lr else r, indent=1))
     elif lr:
-        print(
-            f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}; "
-            f"llama-cpp-python {lr['version']}, same run"
-        )
+        print(f"{r['model']}: {_where(r, threads)}, kv {r['kv']}; llama-cpp-python {lr['version']}, same run")
         print(f"  {'':<22}{'localllm':>10}{'llama.cpp':>11}{'ratio':>8}")
         rows = [
             ("load s", "load_s"),
@@ -454,7 +469,7 @@ def run_model(args: argparse.Namespace) -> int:
         for label, key in rows:
             print(f"  {label:<22}{r[key]:>10.2f}{lr[key]:>11.2f}{r[key] / lr[key]:>7.2f}x")
     else:
-        print(f"{r['model']}: {threads} threads, kernel path {kernels.current_path()}, kv {r['kv']}")
+        print(f"{r['model']}: {_where(r, threads)}, kv {r['kv']}")
         print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
         print(f"  pp{r['n_prompt']:<10} {r['pp_tps']:.1f} tok/s")
         print(

@@ -16,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from localllm.commands.device import add_device_arguments, device_kwargs
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
 from localllm.commands.sampling_options import add_sampling_arguments, add_speculative_argument, sampling_params
 
@@ -28,6 +29,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
     add_kv_arguments(p)
+    add_device_arguments(p)
     add_speculative_argument(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("--no-save", action="store_true", help="do not save conversations (no side panel)")
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from localllm.llm import LLM
 
     def open_llm(p: Path, first: bool = False) -> LLM:
-        kw = dict(n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args))
+        kw = dict(n_threads=args.threads, ctx_size=args.ctx_size, **kv_kwargs(args), **device_kwargs(args))
         try:
             return LLM(p, speculative=args.speculative, **kw)
         except DraftMismatchError as e:

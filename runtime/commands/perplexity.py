@@ -8,6 +8,7 @@ import json
 import os
 import stat
 
+from localllm.commands.device import add_device_arguments, device_kwargs
 from localllm.commands.kv import add_kv_arguments, kv_kwargs, kv_label
 
 
@@ -19,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("--chunks", type=int, default=4, help="chunks to evaluate, 0 = all (default 4)")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
     add_kv_arguments(p)
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.set_defaults(func=run)
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--chunks must be 0 (all) or positive")
     path = resolve_model(args.model, pull=args.pull)
     kv = kv_kwargs(args)
-    with LLM(path, n_threads=args.threads, ctx_size=args.ctx, **kv) as llm:
+    with LLM(path, n_threads=args.threads, ctx_size=args.ctx, **kv, **device_kwargs(args)) as llm:
         # --chunks N needs N * ctx tokens: at most that many times the longest token's bytes of text
         text = read_text(args.file, args.chunks * args.ctx * llm.tokenizer.max_piece_bytes if args.chunks else None)
         r = perplexity(llm, text, ctx=args.ctx, max_chunks=args.chunks or None)

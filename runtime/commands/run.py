@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from localllm.commands.device import add_device_arguments, device_kwargs
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
 from localllm.commands.sampling_options import add_sampling_arguments, add_speculative_argument, sampling_params
 
@@ -26,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (default 4096)")
     add_speculative_argument(p)
     add_kv_arguments(p)
+    add_device_arguments(p)
     p.add_argument("--pull", action="store_true", help="pull a catalog model that is not in the store yet")
     p.add_argument("-v", "--verbose", action="store_true", help="print prompt and decode tokens/s to stderr")
     p.set_defaults(func=run)
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt:
         raise ValueError("empty prompt: give one as an argument or on stdin")
     llm_kwargs = {"n_threads": args.threads, "ctx_size": args.ctx_size, "speculative": args.speculative}
-    with LLM(path, **llm_kwargs, **kv_kwargs(args)) as llm:
+    with LLM(path, **llm_kwargs, **kv_kwargs(args), **device_kwargs(args)) as llm:
         prompt = args.prompt if args.prompt is not None else read_stdin(llm)
         if not prompt:
             raise ValueError("empty prompt: give one as an argument or on stdin")

@@ -8,6 +8,7 @@ import argparse
 import ipaddress
 import sys
 
+from localllm.commands.device import add_device_arguments, device_kwargs
 from localllm.commands.kv import add_kv_arguments, kv_kwargs
 from localllm.commands.sampling_options import add_speculative_argument
 
@@ -33,6 +34,7 @@ def register(sub) -> None:
     p.add_argument("--pull", action="store_true", help="pull the model first if it is a catalog model not stored")
     add_speculative_argument(p)
     add_kv_arguments(p)
+    add_device_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -58,7 +60,13 @@ def run(args: argparse.Namespace) -> int:
     resolve_model(model, pull=args.pull)  # an unknown or unpulled model is one error line before anything starts
     if not _loopback(args.host) and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who can reach it can use it", file=sys.stderr)
-    llm_kwargs = {"n_threads": args.threads, "ctx_size": args.ctx_size, "parallel": args.parallel, **kv_kwargs(args)}
+    llm_kwargs = {
+        "n_threads": args.threads,
+        "ctx_size": args.ctx_size,
+        "parallel": args.parallel,
+        **kv_kwargs(args),
+        **device_kwargs(args),
+    }
     llm_kwargs["speculative"] = args.speculative
     host = ModelHost(model, llm_kwargs=llm_kwargs, max_models=args.max_models, max_queue=args.max_queue)
     app = create_app(host, api_key=args.api_key, cors_origins=args.cors_origin)

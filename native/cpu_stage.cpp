@@ -1,0 +1,224 @@
+// The CPU stage (stage.h): layers [first, last) of the decoder block on the CPU, laid out as
+// runtime/models/spec.py's block, over the weights as they lie in the file map and the model's thread pool, with
+// the KV cache of those layers.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+
+#include "attention.h"
+#include "kv_cache.h"
+#include "matmul.h"
+#include "ops.h"
+#include "scratch_buffer.h"
+#include "stage.h"
+
+namespace lll {
+
+namespace {
+
+class CpuStage final : public Stage {
+ public:
+  CpuStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, ThreadPool& pool)
+      : m_(m),
+        first_(first),
+        last_(last),
+        pool_(pool),
+        kv_(last - first, kv.n_blocks, kv.block_size, m.cfg.n_kv_head, m.cfg.head_dim, kv.k_type, kv.v_type) {}
+
+  void run(const StepBatch& b, float* h_io, float* logits) override;
+  size_t kv_bytes() const override { return kv_.bytes(); }
+  std::string device() const override { return "cpu"; }
+
+ private:
+  void matmul(const WeightView& w, const float* x, int n, float* y) {
+    lll::matmul(*m_.kt, w.type, w.data, w.row_bytes, w.rows, w.row_len, x, n, y, pool_);
+  }
+  // several products of one input x [n][row_len] (q/k/v, gate/up: at most 4), each into its own y
+  void matmul(std::initializer_list<std::pair<const WeightView*, float*>> products, const float* x, int n) {
+    MatmulJob jobs[4];
+    int nj = 0, k = 0;
+    for (const auto& p : products) {
+      jobs[nj++] = {p.first->type, p.first->data, p.first->row_bytes, p.first->rows, p.second};
+      k = p.first->row_len;  // the products of one call share x, so their row lengths agree (checked at load)
+    }
+    matmul_multi(*m_.kt, jobs, nj, k, x, n, pool_);
+  }
+
+  const ModelParts& m_;
+  const int first_, last_;
+  ThreadPool& pool_;
+  KvCache kv_;           // layers [first, last): layer l at l - first
+  ScratchBuffer act_;    // the step's activations
+};
+
+void CpuStage::run(const StepBatch& b, float* h_io, float* logits) {
+  const ModelConfig& c = m_.cfg;
+  const KernelTable* kt_ = m_.kt;
+  const KvTransforms& kv_tf_ = m_.kv_tf;
+  const std::vector<LayerNorms>& norms_ = m_.norms;
+  const int T = b.n_tokens, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
+  const int half = c.n_rot / 2;
+  // activations: h, a: [T][d]; q, att: [T][n_head][head_dim]; k, v: [T][n_kv_head][head_dim]; g, u: [T][n_ff],
+  // carved from one scratch buffer kept across calls (every one is written before it is read)
+  struct Span {
+    float* p;
+    size_t n;
+    float* data() const { return p; }
+    size_t size() const { return n; }
+    float& operator[](size_t i) const { return p[i]; }
+  };
+  const size_t sizes[8] = {(size_t)T * d, (size_t)T * d, (size_t)T * qd, (size_t)T * qd,
+                           (size_t)T * kvd, (size_t)T * kvd, (size_t)T * c.n_ff, (size_t)T * c.n_ff};
+  size_t total = 0;
+  for (size_t n : sizes) total += (n + 15) / 16 * 16;  // 64-byte aligned pieces
+  float* cur = act_.floats(total);
+  Span sp[8];
+  for (int i = 0; i < 8; ++i) {
+    sp[i] = {cur, sizes[i]};
+    cur += (sizes[i] + 15) / 16 * 16;
+  }
+  const Span h = sp[0], a = sp[1], q = sp[2], att = sp[3], k = sp[4], v = sp[5], g = sp[6], u = sp[7];
+  struct Trim {  // a long prompt's scratch is not kept for the decode steps after it
+    ScratchBuffer& buf;
+    ~Trim() {
+      if (buf.bytes() > (size_t(64) << 20)) buf.release();
+    }
+  } trim{act_};
+
+  if (first_ == 0) {
+    const WeightView& E = m_.w.token_embd;
+    for (int t = 0; t < T; ++t) {
+      float* ht = h.data() + (size_t)t * d;
+      dequantize(*kt_, E.type, E.data + (size_t)b.token_ids[t] * E.row_bytes, E.row_bytes, 1, d, ht);
+      if (c.embed_scale != 1.f)
+        for (int i = 0; i < d; ++i) ht[i] *= c.embed_scale;
+    }
+  } else {
+    std::memcpy(h.data(), h_io, sizeof(float) * T * d);
+  }
+
+  const RopeTables ropes(m_, b, first_, last_);
+
+  auto add_bias = [](float* y, const float* bias, int rows, int n) {
+    if (!bias) return;
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i) y[(size_t)r * n + i] += bias[i];
+  };
+  // the per-row work between the products (norms, biases, RoPE, the K/V transforms and cache write, residual
+  // adds): fn(t0, t1) over row ranges split across the pool for a prompt, inline for a few rows. Every row's
+  // arithmetic is the same whatever the split.
+  const int row_parts = T >= 64 ? 4 * pool_.size() : 1;
+  // (a template, not a std::function: a decode step calls it five times a layer, inline)
+  auto by_rows = [&](auto&& fn) {
+    if (row_parts == 1) return (void)fn(0, T);
+    pool_.run(row_parts, [&](int p, int) { fn((int)((int64_t)T * p / row_parts), (int)((int64_t)T * (p + 1) / row_parts)); });
+  };
+  const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
+
+  for (int l = first_; l < last_; ++l) {
+    const LayerWeights& L = m_.w.layers[l];
+    const LayerNorms& N = norms_[l];
+    // a = rms_norm(h, attn_norm): for later layers of the stage it runs with the previous layer's residual add
+    if (l == first_)
+      by_rows([&](int t0, int t1) { rms_norm(h.data() + (size_t)t0 * d, N.attn_norm, t1 - t0, d, c.rms_eps, a.data() + (size_t)t0 * d); });
+    // q, k, v = a @ attn_{q,k,v}.T (+ biases); per-head rms_norm; rope; K and V into the cache
+    matmul({{&L.attn_q, q.data()}, {&L.attn_k, k.data()}, {&L.attn_v, v.data()}}, a.data(), T);
+    const RopeTables::Table& R = ropes.at(l, first_);
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *qt = q.data() + (size_t)t0 * qd, *kt = k.data() + (size_t)t0 * kvd, *vt = v.data() + (size_t)t0 * kvd;
+      add_bias(qt, N.q_bias, n, qd);
+      add_bias(kt, N.k_bias, n, kvd);
+      add_bias(vt, kv_tf_.v_bias(N.v_bias), n, kvd);
+      if (N.q_norm) {
+        rms_norm(qt, N.q_norm, n * c.n_head, hd, c.rms_eps, qt);
+        rms_norm(kt, N.k_norm, n * c.n_kv_head, hd, c.rms_eps, kt);
+      }
+      for (int t = t0; t < t1; ++t) {
+        const float* cs = R.cs.data() + (size_t)t * half;
+        const float* sn = R.sn.data() + (size_t)t * half;
+        rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
+        rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
+      }
+      kv_tf_.to_cache(l, N.k_bias, qt, kt, vt, n);
+      kv_.write(l - first_, kt, vt, b.slot_mapping + t0, n);  // distinct slots (check): ranges write disjoint rows
+    });
+    // att = softmax(q k^T * attn_scale, soft-capped, masked) v over the cached positions
+    const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
+                               c.attn_softcap, L.sliding ? c.sliding_window : 0};
+    paged_attention(shape, rows, q.data(), kv_.k(l - first_), kv_.v(l - first_), att.data(), pool_);
+    if (kv_tf_.changes_output())
+      by_rows([&](int t0, int t1) { kv_tf_.from_cache(N.v_bias, att.data() + (size_t)t0 * qd, t1 - t0); });
+    // h = h + rms_norm(att @ attn_output.T (+ bias), post_attention_norm); a = rms_norm(h, ffn_norm)
+    matmul(L.attn_output, att.data(), T, a.data());
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
+      add_bias(at, N.o_bias, n, d);
+      if (N.post_attn) rms_norm(at, N.post_attn, n, d, c.rms_eps, at);
+      for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
+      rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
+    });
+    // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm)
+    matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
+    {  // elementwise: split over the pool for prompts (one exp / tanh per element)
+      const size_t n = g.size();
+      const int parts = n >= (1u << 16) ? 4 * pool_.size() : 1;
+      const bool silu = c.ffn_act == FfnAct::Silu;
+      pool_.run(parts, [&](int p, int) {
+        const size_t lo = n * p / parts, hi = n * (p + 1) / parts;
+        if (silu) silu_mul(g.data() + lo, u.data() + lo, hi - lo);
+        else gelu_tanh_mul(g.data() + lo, u.data() + lo, hi - lo);
+      });
+    }
+    matmul(L.ffn_down, g.data(), T, a.data());
+    const float* next_norm = l + 1 < last_ ? norms_[l + 1].attn_norm : nullptr;
+    by_rows([&](int t0, int t1) {
+      const int n = t1 - t0;
+      float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
+      if (N.post_ffn) rms_norm(at, N.post_ffn, n, d, c.rms_eps, at);
+      for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
+      if (next_norm) rms_norm(ht, next_norm, n, d, c.rms_eps, at);  // the next layer's input
+    });
+  }
+
+  if (last_ < c.n_layers) {
+    std::memcpy(h_io, h.data(), sizeof(float) * T * d);
+    return;
+  }
+  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
+  if (b.n_logits == 0) return;
+  std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
+  for (int i = 0; i < b.n_logits; ++i)
+    rms_norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, 1, d, c.rms_eps, x.data() + (size_t)i * d);
+  matmul(m_.w.output, x.data(), b.n_logits, logits);
+  if (c.final_softcap > 0.f) softcap(logits, (size_t)b.n_logits * c.n_vocab, c.final_softcap);
+}
+
+}  // namespace
+
+std::unique_ptr<Stage> make_cpu_stage(const ModelParts& m, int first, int last, const KvPoolShape& kv,
+                                      ThreadPool& pool) {
+  return std::make_unique<CpuStage>(m, first, last, kv, pool);
+}
+
+RopeTables::RopeTables(const ModelParts& m, const StepBatch& b, int first, int last) {
+  const int T = b.n_tokens, half = m.cfg.n_rot / 2;
+  for (int l = first; l < last; ++l) {
+    const LayerWeights& L = m.w.layers[l];
+    int r = 0;
+    while (r < (int)tables.size() && !(tables[r].base == L.rope_base && tables[r].scale == L.rope_scale)) ++r;
+    if (r == (int)tables.size()) {
+      Table t{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half), std::vector<float>((size_t)T * half)};
+      for (int i = 0; i < T; ++i)
+        rope_angles(b.positions[i], m.cfg.n_rot, L.rope_base, L.rope_scale, m.freq_factors,
+                    t.cs.data() + (size_t)i * half, t.sn.data() + (size_t)i * half);
+      tables.push_back(std::move(t));
+    }
+    of_layer.push_back(r);
+  }
+}
+
+}  // namespace lll

@@ -1,0 +1,308 @@
+// The CUDA stage (stage.h): layers [first, last) of the decoder block on one NVIDIA GPU, the same step as
+// cpu_stage.cpp with each piece replaced by its device twin (device_ops.cuh).
+//
+// Weights go to the device lazily, tensor by tensor on first use, copied from the file map as they are (GGUF
+// blocks, never dequantized in device memory); the 1-D weights (norms, biases) and the KV transforms' K divisors
+// likewise from the Model's float copies. The KV cache of the stage's layers lives in device memory in the CPU's
+// paged layout and row formats. One step: the batch's index arrays and RoPE angles (computed on the host as the
+// CPU computes them) go up in one copy each, the hidden state goes up (or the embedding is looked up on the
+// device), every layer runs on one stream, and either the hidden state or the logits rows come back.
+// Products: n <= 8 rows by qgemv (int8 dot products, activations quantized on the device), more by qgemm (tensor
+// cores over f16 tiles).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../stage.h"
+#include "cuda_api.h"
+#include "device_ops.cuh"
+
+namespace lll {
+
+namespace {
+
+using cuda::check;
+
+// device memory, grown on demand (contents not kept across a growth)
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(p_); }
+  void* ensure(size_t bytes) {
+    if (bytes > bytes_) {
+      cudaFree(p_);
+      p_ = nullptr;
+      bytes_ = 0;
+      check(cudaMalloc(&p_, bytes), "cudaMalloc");
+      bytes_ = bytes;
+    }
+    return p_;
+  }
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// a carve of float / int scratch from one buffer: 256-byte aligned pieces
+class Carver {
+ public:
+  explicit Carver(DeviceBuffer& buf) : buf_(buf) {}
+  size_t add(size_t bytes) {
+    const size_t at = total_;
+    total_ += (bytes + 255) / 256 * 256;
+    return at;
+  }
+  uint8_t* base() { return static_cast<uint8_t*>(buf_.ensure(std::max<size_t>(total_, 256))); }
+
+ private:
+  DeviceBuffer& buf_;
+  size_t total_ = 0;
+};
+
+class CudaStage final : public Stage {
+ public:
+  CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device);
+  ~CudaStage() override;
+
+  void run(const StepBatch& b, float* h_io, float* logits) override;
+  size_t kv_bytes() const override { return kv_bytes_; }
+  std::string device() const override { return "cuda:" + std::to_string(device_); }
+
+ private:
+  // the device copy of a weight matrix / a host float vector, uploaded on first use
+  const uint8_t* weight(const WeightView& w);
+  const float* vec(const float* host, size_t n);
+  // y [n][rows of w] = x [n][w.row_len] . W^T; several products of one x share its quantization
+  void products(std::initializer_list<std::pair<const WeightView*, float*>> ps, const float* x, int n);
+  void check_type(const WeightView& w, const std::string& name) const;
+
+  const ModelParts& m_;
+  const int first_, last_, device_;
+  const KvPoolShape kv_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<const void*, std::unique_ptr<DeviceBuffer>> uploads_;  // host address -> device copy
+  std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
+  size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
+  DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
+};
+
+CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
+    : m_(m), first_(first), last_(last), device_(device), kv_(kv) {
+  std::string error;
+  const auto devices = cuda::devices(&error);
+  if ((int)devices.size() <= device)
+    throw std::runtime_error("CUDA device " + std::to_string(device) + " not found: " +
+                             (error.empty() ? "only " + std::to_string(devices.size()) + " devices" : error));
+  const ModelConfig& c = m.cfg;
+  if (first == 0) check_type(m.w.token_embd, "token_embd");
+  if (last == c.n_layers) check_type(m.w.output, "output");
+  for (int l = first; l < last; ++l) {
+    const LayerWeights& L = m.w.layers[l];
+    const std::string b = "blk." + std::to_string(l) + ".";
+    check_type(L.attn_q, b + "attn_q");
+    check_type(L.attn_k, b + "attn_k");
+    check_type(L.attn_v, b + "attn_v");
+    check_type(L.attn_output, b + "attn_output");
+    check_type(L.ffn_gate, b + "ffn_gate");
+    check_type(L.ffn_up, b + "ffn_up");
+    check_type(L.ffn_down, b + "ffn_down");
+  }
+  check(cudaSetDevice(device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  const int kvd = c.n_kv_head * c.head_dim;
+  kv_check_len(kv.k_type, c.head_dim, "k_type");
+  kv_check_len(kv.v_type, c.head_dim, "v_type");
+  k_row_ = kv_row_bytes(kv.k_type, kvd);
+  v_row_ = kv_row_bytes(kv.v_type, kvd);
+  const size_t slots = (size_t)kv.n_blocks * kv.block_size;
+  for (int l = first; l < last; ++l) {
+    for (auto [pool, row] : {std::make_pair(&k_pool_, k_row_), std::make_pair(&v_pool_, v_row_)}) {
+      pool->push_back(std::make_unique<DeviceBuffer>());
+      check(cudaMemset(pool->back()->ensure(slots * row), 0, slots * row), "cudaMemset (KV pool)");
+    }
+  }
+  kv_bytes_ = (size_t)(last - first) * slots * (k_row_ + v_row_);
+}
+
+CudaStage::~CudaStage() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaStage::check_type(const WeightView& w, const std::string& name) const {
+  if (!cuda::qgemm_supports(w.type)) {
+    const TypeInfo* ti = type_info(w.type);
+    throw std::invalid_argument(name + ": tensor type " + (ti ? ti->name : std::to_string(w.type)) +
+                                " is not supported by the CUDA backend");
+  }
+}
+
+const uint8_t* CudaStage::weight(const WeightView& w) {
+  auto& slot = uploads_[w.data];
+  if (!slot) {
+    const size_t bytes = (size_t)w.rows * w.row_bytes;
+    auto buf = std::make_unique<DeviceBuffer>();
+    check(cudaMemcpy(buf->ensure(bytes), w.data, bytes, cudaMemcpyHostToDevice), "upload weights");
+    slot = std::move(buf);
+  }
+  return static_cast<const uint8_t*>(slot->get());
+}
+
+const float* CudaStage::vec(const float* host, size_t n) {
+  if (!host) return nullptr;
+  auto& slot = uploads_[host];
+  if (!slot) {
+    auto buf = std::make_unique<DeviceBuffer>();
+    check(cudaMemcpy(buf->ensure(n * sizeof(float)), host, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    slot = std::move(buf);
+  }
+  return static_cast<const float*>(slot->get());
+}
+
+void CudaStage::products(std::initializer_list<std::pair<const WeightView*, float*>> ps, const float* x, int n) {
+  const int k = ps.begin()->first->row_len;  // one x: the row lengths agree (checked at load)
+  const bool small = n <= cuda::QGEMV_MAX_N &&
+                     std::all_of(ps.begin(), ps.end(), [](const auto& p) { return cuda::qgemv_supports(p.first->type); });
+  if (small) {
+    uint8_t* q = static_cast<uint8_t*>(xq_.ensure((size_t)n * k + 256 + (size_t)n * (k / 32) * sizeof(float)));
+    int8_t* xq = reinterpret_cast<int8_t*>(q);
+    float* xd = reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256);
+    cuda::quantize_x(x, n, k, xq, xd, stream_);
+    for (const auto& p : ps)
+      cuda::qgemv(p.first->type, weight(*p.first), p.first->row_bytes, p.first->rows, k, xq, xd, n, p.second, stream_);
+    return;
+  }
+  for (const auto& p : ps)
+    cuda::qgemm(p.first->type, weight(*p.first), p.first->row_bytes, p.first->rows, k, x, n, p.second, stream_);
+}
+
+void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  const ModelConfig& c = m_.cfg;
+  const KvTransforms& tf = m_.kv_tf;
+  const int T = b.n_tokens, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
+  const int half = c.n_rot / 2, nl = b.n_logits;
+  const bool head = last_ == c.n_layers;
+
+  // host side: the index arrays in one block, the RoPE angles of the stage's layers
+  std::vector<int32_t> ints;
+  auto put = [&](const int32_t* p, size_t n) {
+    const size_t at = ints.size();
+    ints.insert(ints.end(), p, p + n);
+    return at;
+  };
+  const size_t i_ids = put(b.token_ids, T), i_pos = put(b.positions, T), i_slots = put(b.slot_mapping, T),
+               i_seq = put(b.seq_index, T), i_bt = put(b.block_tables, (size_t)b.n_seq * b.max_blocks),
+               i_rows = put(b.logits_rows, nl);
+  const RopeTables ropes(m_, b, first_, last_);
+  std::vector<float> angles;
+  for (const auto& t : ropes.tables) {
+    angles.insert(angles.end(), t.cs.begin(), t.cs.end());
+    angles.insert(angles.end(), t.sn.begin(), t.sn.end());
+  }
+  const int max_context = *std::max_element(b.context_lens, b.context_lens + b.n_seq);
+
+  // device side: one carve of the step's buffers
+  Carver cv(act_);
+  const size_t o_ints = cv.add(ints.size() * 4), o_ang = cv.add(angles.size() * 4);
+  const size_t o_h = cv.add((size_t)T * d * 4), o_a = cv.add((size_t)T * d * 4), o_q = cv.add((size_t)T * qd * 4),
+               o_att = cv.add((size_t)T * qd * 4), o_k = cv.add((size_t)T * kvd * 4),
+               o_v = cv.add((size_t)T * kvd * 4), o_g = cv.add((size_t)T * c.n_ff * 4),
+               o_u = cv.add((size_t)T * c.n_ff * 4), o_x = cv.add((size_t)std::max(nl, 1) * d * 4),
+               o_y = cv.add(head ? (size_t)std::max(nl, 1) * c.n_vocab * 4 : 0);
+  uint8_t* base = cv.base();
+  auto F = [&](size_t o) { return reinterpret_cast<float*>(base + o); };
+  int32_t* di = reinterpret_cast<int32_t*>(base + o_ints);
+  float *h = F(o_h), *a = F(o_a), *q = F(o_q), *att = F(o_att), *k = F(o_k), *v = F(o_v), *g = F(o_g), *u = F(o_u);
+  check(cudaMemcpyAsync(di, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
+  if (!angles.empty())
+    check(cudaMemcpyAsync(F(o_ang), angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
+
+  if (first_ == 0) {
+    const WeightView& E = m_.w.token_embd;
+    cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, di + i_ids, T, c.embed_scale, h, stream_);
+  } else {
+    check(cudaMemcpyAsync(h, h_io, sizeof(float) * T * d, cudaMemcpyHostToDevice, stream_), "copy h");
+  }
+
+  const cuda::AttentionRowsDev rows{T, di + i_pos, di + i_seq, di + i_bt, b.max_blocks, max_context};
+  for (int l = first_; l < last_; ++l) {
+    const LayerWeights& L = m_.w.layers[l];
+    const LayerNorms& N = m_.norms[l];
+    auto V = [&](const float* p, size_t n) { return vec(p, n); };
+    if (l == first_) cuda::rms_norm(h, V(N.attn_norm, d), T, d, c.rms_eps, a, stream_);
+    products({{&L.attn_q, q}, {&L.attn_k, k}, {&L.attn_v, v}}, a, T);
+    cuda::add_bias(q, V(N.q_bias, qd), T, qd, stream_);
+    cuda::add_bias(k, V(N.k_bias, kvd), T, kvd, stream_);
+    cuda::add_bias(v, V(tf.v_bias(N.v_bias), kvd), T, kvd, stream_);
+    if (N.q_norm) {
+      cuda::rms_norm(q, V(N.q_norm, hd), T * c.n_head, hd, c.rms_eps, q, stream_);
+      cuda::rms_norm(k, V(N.k_norm, hd), T * c.n_kv_head, hd, c.rms_eps, k, stream_);
+    }
+    const int r = ropes.of_layer[l - first_];
+    const float* cs = F(o_ang) + (size_t)r * 2 * T * half;
+    const float* sn = cs + (size_t)T * half;
+    cuda::rope(q, T, c.n_head, hd, c.n_rot, c.neox, cs, sn, stream_);
+    cuda::rope(k, T, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn, stream_);
+    cuda::KvTransformsDev dtf;
+    dtf.rotate_k = tf.rotate_k();
+    dtf.rotate_v = tf.rotate_v();
+    dtf.center_k = tf.center_k();
+    dtf.center_v = tf.center_v();
+    dtf.k_scale = tf.equalize_k() ? V(tf.k_scale(l).data(), kvd) : nullptr;
+    dtf.k_bias = V(N.k_bias, kvd);
+    dtf.v_bias = V(N.v_bias, kvd);
+    cuda::kv_to_cache(dtf, q, k, v, T, c.n_head, c.n_kv_head, hd, stream_);
+    uint8_t* kp = static_cast<uint8_t*>(k_pool_[l - first_]->get());
+    uint8_t* vp = static_cast<uint8_t*>(v_pool_[l - first_]->get());
+    cuda::kv_write(kv_.k_type, k, T, kvd, di + i_slots, kp, k_row_, stream_);
+    cuda::kv_write(kv_.v_type, v, T, kvd, di + i_slots, vp, v_row_, stream_);
+    const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size, c.attn_scale,
+                               c.attn_softcap, L.sliding ? c.sliding_window : 0};
+    const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};
+    const KvView vview{vp, kv_.v_type, v_row_, v_row_ / c.n_kv_head};
+    cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
+    if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
+    products({{&L.attn_output, a}}, att, T);
+    cuda::add_bias(a, V(N.o_bias, d), T, d, stream_);
+    if (N.post_attn) cuda::rms_norm(a, V(N.post_attn, d), T, d, c.rms_eps, a, stream_);
+    cuda::add(h, a, (size_t)T * d, stream_);
+    cuda::rms_norm(h, V(N.ffn_norm, d), T, d, c.rms_eps, a, stream_);
+    products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T);
+    cuda::act_mul(g, u, (size_t)T * c.n_ff, c.ffn_act == FfnAct::Silu, stream_);
+    products({{&L.ffn_down, a}}, g, T);
+    if (N.post_ffn) cuda::rms_norm(a, V(N.post_ffn, d), T, d, c.rms_eps, a, stream_);
+    cuda::add(h, a, (size_t)T * d, stream_);
+    if (l + 1 < last_) cuda::rms_norm(h, V(m_.norms[l + 1].attn_norm, d), T, d, c.rms_eps, a, stream_);
+  }
+
+  if (!head) {
+    check(cudaMemcpyAsync(h_io, h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
+  } else if (nl > 0) {
+    // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
+    float *x = F(o_x), *y = F(o_y);
+    cuda::gather_rows(h, di + i_rows, nl, d, x, stream_);
+    cuda::rms_norm(x, vec(m_.output_norm, d), nl, d, c.rms_eps, x, stream_);
+    products({{&m_.w.output, y}}, x, nl);
+    if (c.final_softcap > 0.f) cuda::softcap(y, (size_t)nl * c.n_vocab, c.final_softcap, stream_);
+    check(cudaMemcpyAsync(logits, y, sizeof(float) * nl * c.n_vocab, cudaMemcpyDeviceToHost, stream_), "copy logits");
+  }
+  check(cudaStreamSynchronize(stream_), "the step");
+}
+
+}  // namespace
+
+std::unique_ptr<Stage> make_cuda_stage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device) {
+  return std::make_unique<CudaStage>(m, first, last, kv, device);
+}
+
+}  // namespace lll

@@ -1,0 +1,239 @@
+"""Where the layers run (localllm.placement, native/stage.h): the --device / --gpu-layers policy, the stage seam
+itself (a model cut into CPU stages computes exactly what one stage does: the hidden state handed from stage to
+stage, each stage's own KV cache), clean errors where CUDA is missing, and, on a machine with an NVIDIA GPU
+(tests marked gpu, skipped without one), the CUDA stage against the CPU: whole-model logits, --gpu-layers
+splits, and the engine's concurrent streams and prefix cache on the device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import MODEL_NAMES, model_file
+from localllm import kernels, placement
+from localllm.gguf import GGUFFile
+from localllm.llm import LLM
+from localllm.model import Model
+from localllm.placement import DeviceUnavailableError
+from localllm.sampling import SamplingParams
+from localllm.tokenizer import Tokenizer
+from test_forward import one_sequence, write_qhead_model
+
+
+def _cuda_devices() -> list:
+    return kernels.backends()["cuda"]["devices"]
+
+
+gpu = pytest.mark.skipif(not _cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """backends() reporting a compiled CUDA backend with one device (the policy only, nothing runs on it)."""
+    real = kernels.backends
+
+    def with_gpu():
+        b = real()
+        b["cuda"] = {"compiled": True, "devices": [{"index": 0, "name": "fake"}], "error": ""}
+        return b
+
+    monkeypatch.setattr(kernels, "backends", with_gpu)
+
+
+def test_placement_with_a_gpu(fake_gpu):
+    assert placement.placement("cuda", None, 24) == [("cuda", 24)]
+    assert placement.placement("auto", None, 24) == [("cuda", 24)]
+    assert placement.placement("cuda", 16, 24) == [("cuda", 16), ("cpu", 24)]
+    assert placement.placement("cuda", 24, 24) == [("cuda", 24)]
+    assert placement.placement("cuda", 99, 24) == [("cuda", 24)]
+    assert placement.placement("auto", 0, 24) == [("cpu", 24)]
+    assert placement.placement("cpu", None, 24) == [("cpu", 24)]
+
+
+def test_placement_without_cuda(monkeypatch):
+    monkeypatch.setattr(
+        kernels, "backends", lambda: {"cuda": {"compiled": False, "devices": [], "error": "built without nvcc"}}
+    )
+    assert placement.placement("auto", None, 24) == [("cpu", 24)]
+    assert placement.placement("auto", 8, 24) == [("cpu", 24)]
+    with pytest.raises(DeviceUnavailableError, match="not in this build.*built without nvcc"):
+        placement.placement("cuda", None, 24)
+    monkeypatch.setattr(
+        kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": [], "error": "no NVIDIA driver found"}}
+    )
+    with pytest.raises(DeviceUnavailableError, match="no CUDA device: no NVIDIA driver found"):
+        placement.placement("cuda", 4, 24)
+
+
+@pytest.mark.parametrize(
+    "device,gpu_layers,match",
+    [
+        ("tpu", None, "device must be one of cpu, cuda, auto"),
+        ("cuda", -1, "gpu_layers must be a non-negative integer"),
+        ("cuda", 2.5, "gpu_layers must be a non-negative integer"),
+        ("cuda", True, "gpu_layers must be a non-negative integer"),
+        ("cpu", 4, "gpu_layers 4 needs device 'cuda' or 'auto'"),
+    ],
+)
+def test_placement_refuses_bad_values(device, gpu_layers, match):
+    with pytest.raises(ValueError, match=match):
+        placement.placement(device, gpu_layers, 24)
+
+
+def _steps(model: Model) -> list[np.ndarray]:
+    """A 70-token prompt of one sequence (split over the pool by rows), then decode steps of it mixed with a
+    second sequence's prefill: every logit row of each step."""
+    out = [one_sequence(model, [(7 * i + 3) % 10 for i in range(70)])]
+    bs = model.block_size
+    nb = model.n_blocks  # sequence 0's table is one_sequence's (blocks nb-1, nb-2, ...); sequence 1 counts up
+    tables = np.array([list(range(nb - 1, -1, -1)), list(range(nb))], dtype=np.int32)
+    for step in range(3):
+        pos = np.array([70 + step] + list(range(4 * step, 4 * step + 4)))
+        seq = np.array([0, 1, 1, 1, 1])
+        slots = tables[seq, pos // bs] * bs + pos % bs
+        ids = [(5 * step + 1) % 10, 2, 7, 1, 8]
+        out.append(model.forward(ids, pos, slots, seq, tables, [71 + step, 4 * step + 4], np.arange(5)))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
+def test_cpu_stages_compute_what_one_stage_does(tmp_path, arch):
+    """A model cut after its first layer into two CPU stages (the seam a GPU stage sits behind) gives the same
+    logits bit for bit as the whole model in one stage, with q4_0 K and V and every KV transform: the hidden
+    state crosses intact and each stage's KV cache holds its own layers."""
+    path = write_qhead_model(tmp_path / "m.gguf", arch)
+    with GGUFFile(path) as f:
+        kw = dict(n_blocks=40, threads=2, block_size=4, k_type="q4_0", v_type="q4_0")
+        one = Model(f, **kw)
+        two = Model(f, placement=[("cpu", 1), ("cpu", 2)], **kw)
+        assert one.stages == [("cpu", 0, 2)] and two.stages == [("cpu", 0, 1), ("cpu", 1, 2)]
+        assert two.device == "cpu 0-0 + cpu 1-1"
+        assert two.kv_bytes == one.kv_bytes
+        for a, b in zip(_steps(one), _steps(two)):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.model
+def test_a_real_model_cut_in_two_cpu_stages_is_unchanged():
+    with GGUFFile(model_file(QWEN)) as f:
+        one = Model(f, n_blocks=8, threads=2)
+        two = Model(f, n_blocks=8, threads=2, placement=[("cpu", 12), ("cpu", 24)])
+        ids = [9707, 11, 1879, 0, 3555, 374, 279, 6722]
+        np.testing.assert_array_equal(one_sequence(one, ids), one_sequence(two, ids))
+        for i, t in enumerate((11, 13, 17)):
+            np.testing.assert_array_equal(one_sequence(one, [t], start=8 + i), one_sequence(two, [t], start=8 + i))
+
+
+@pytest.mark.parametrize(
+    "plan,error,match",
+    [
+        ([("tpu", 2)], ValueError, "unknown device 'tpu'"),
+        ([("cpu", 1)], ValueError, "the stages end at layer 1, not at n_layers 2"),
+        ([("cpu", 1), ("cpu", 1)], ValueError, r"ends at layer 1, not in \(1, 2\]"),
+        ([("cpu", 3)], ValueError, r"ends at layer 3, not in \(0, 2\]"),
+    ],
+)
+def test_bad_placements_are_refused(tmp_path, plan, error, match):
+    path = write_qhead_model(tmp_path / "m.gguf", "llama")
+    with GGUFFile(path) as f, pytest.raises(error, match=match):
+        Model(f, n_blocks=2, threads=1, placement=plan)
+
+
+@pytest.mark.skipif(bool(_cuda_devices()), reason="a CUDA device is present")
+def test_a_cuda_stage_without_a_device_is_a_clear_error(tmp_path):
+    path = write_qhead_model(tmp_path / "m.gguf", "llama")
+    with GGUFFile(path) as f:
+        with pytest.raises(RuntimeError, match="CUDA"):
+            Model(f, n_blocks=2, threads=1, placement=[("cuda", 2)])
+        with pytest.raises(DeviceUnavailableError, match="device 'cuda' asked for"):
+            Model(f, n_blocks=2, threads=1, device="cuda")
+        assert Model(f, n_blocks=2, threads=1, device="auto").stages == [("cpu", 0, 2)]
+
+
+# -- on a GPU -----------------------------------------------------------------------------------------------------
+
+QWEN = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+
+
+def _prompt_logits(model: Model, ids: list[int]) -> np.ndarray:
+    """Every row of a prefill, then three decode steps (greedy from the prefill): [len(ids) + 3, n_vocab]."""
+    rows = [one_sequence(model, ids)]
+    tok = int(np.argmax(rows[0][-1]))
+    for i in range(3):
+        rows.append(one_sequence(model, [tok], start=len(ids) + i))
+        tok = int(np.argmax(rows[-1][-1]))
+    return np.concatenate(rows)
+
+
+def _assert_top1_agrees(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """top-1 equal on every row where the CPU's margin between its first two logits is at least 0.1."""
+    for r in range(len(want)):
+        top2 = np.argsort(want[r])[-2:]
+        if want[r][top2[1]] - want[r][top2[0]] >= 0.1:
+            assert int(np.argmax(got[r])) == int(top2[1]), f"{what}: row {r} top-1 differs"
+    scale = float(np.abs(want).max())
+    assert float(np.abs(got - want).max()) < 0.05 * scale, f"{what}: logits far from the CPU's"
+
+
+def _ids(f: GGUFFile) -> list[int]:
+    return Tokenizer.from_metadata(f.metadata, name=str(f.path)).encode(PROMPT)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_cuda_logits_match_the_cpu(name):
+    with GGUFFile(model_file(name)) as f:
+        ids = _ids(f)
+        cpu = _prompt_logits(Model(f, n_blocks=8, threads=2), ids)
+        cuda_model = Model(f, n_blocks=8, threads=2, device="cuda")
+        assert cuda_model.stages == [("cuda:0", 0, cuda_model.spec.n_layers)]
+        _assert_top1_agrees(_prompt_logits(cuda_model, ids), cpu, f"{name} on cuda")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+@pytest.mark.parametrize("kv", ["q8_0", "q4_0"])
+def test_cuda_quantized_kv_matches_the_cpu(kv):
+    with GGUFFile(model_file(QWEN)) as f:
+        ids = _ids(f)
+        kw = dict(n_blocks=8, threads=2, k_type=kv, v_type=kv)
+        cpu = _prompt_logits(Model(f, **kw), ids)
+        _assert_top1_agrees(_prompt_logits(Model(f, device="cuda", **kw), ids), cpu, f"kv {kv} on cuda")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+@pytest.mark.parametrize("gpu_layers", [1, 12, 23])
+def test_gpu_layers_split_matches_the_cpu(gpu_layers):
+    with GGUFFile(model_file(QWEN)) as f:
+        ids = _ids(f)
+        cpu = _prompt_logits(Model(f, n_blocks=8, threads=2), ids)
+        split = Model(f, n_blocks=8, threads=2, device="cuda", gpu_layers=gpu_layers)
+        assert split.stages == [("cuda:0", 0, gpu_layers), ("cpu", gpu_layers, 24)]
+        _assert_top1_agrees(_prompt_logits(split, ids), cpu, f"--gpu-layers {gpu_layers}")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+def test_engine_streams_and_prefix_cache_on_the_device():
+    """Four greedy requests at once on the GPU give what each gives alone there, and a follow-up that reuses a
+    cached prefix gives what it gives cold."""
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    prompts = ["Write a haiku about rain.", "What is 17 * 23?", "Name three rivers.", "Say hello in French."]
+
+    def text(chunks) -> str:
+        return "".join(c.text for c in chunks)
+
+    with LLM(model_file(QWEN), ctx_size=1024, parallel=4, device="cuda") as llm:
+        alone = [text(llm.generate(p, greedy)) for p in prompts]
+        streams = [llm.submit(llm.tokenize(p), greedy) for p in prompts]
+        assert [text(s) for s in streams] == alone
+        follow = prompts[0] + " " + alone[0] + " Now one about snow."
+        warm = text(llm.generate(follow, greedy))
+    with LLM(model_file(QWEN), ctx_size=1024, device="cuda") as cold_llm:
+        assert text(cold_llm.generate(follow, greedy)) == warm
