@@ -40,6 +40,7 @@ py::dict cuda_info() {
     e["index"] = di.index;
     e["name"] = di.name;
     e["total_memory"] = di.total_memory;
+    e["free_memory"] = di.free_memory;
     e["compute_capability"] = py::make_tuple(di.major, di.minor);
     devs.append(e);
   }

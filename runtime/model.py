@@ -20,7 +20,7 @@ from . import kernels, quant_types
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
-from .placement import DEFAULT_DEVICE
+from .placement import DEFAULT_DEVICE, Footprint
 from .placement import placement as plan_placement
 
 BLOCK_SIZE = 16  # tokens per KV block
@@ -40,6 +40,20 @@ def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = 
     types = [quant_types.get(t) for t in (k_type, v_type)]  # the KV types are GGML types
     per_token = sum(row // t.block_size * t.type_size for t in types)
     return spec.n_layers * block_size * per_token
+
+
+def footprint(f: GGUFFile, spec: ModelSpec, n_blocks: int, block_size: int, k_type: str, v_type: str) -> Footprint:
+    """The device bytes of the model's parts (localllm.placement.Footprint): tensors as stored, KV pools per layer."""
+
+    def size(name: str | None) -> int:
+        return f.tensor(name).nbytes if name is not None else 0
+
+    kv_layer = n_blocks * kv_block_bytes(spec, k_type, v_type, block_size) // spec.n_layers
+    layers = tuple(
+        sum(size(getattr(layer, name)) for name in _FIELDS["layer_weights"]) + kv_layer for layer in spec.layers
+    )
+    output = 0 if spec.output == spec.token_embd else size(spec.output)
+    return Footprint(embed=size(spec.token_embd), layers=layers, head=output + size(spec.output_norm))
 
 
 def _view(f: GGUFFile, t: TensorInfo) -> tuple[int, np.ndarray, int]:
@@ -96,7 +110,8 @@ class Model:
                     d[name] = _view(f, f.tensor(tensor_name))
             layers.append(d)
         if placement is None:
-            placement = plan_placement(device, gpu_layers, s.n_layers)
+            fp = None if device == "cpu" else footprint(f, s, n_blocks, block_size, k_type, v_type)
+            placement = plan_placement(device, gpu_layers, s.n_layers, fp)
         self._impl = kernels.new_model(
             config,
             weights,

@@ -18,7 +18,12 @@ std::vector<DeviceInfo> devices(std::string* error) {
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-    out.push_back({i, p.name, p.totalGlobalMem, p.major, p.minor});
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      free = 0;
+      cudaGetLastError();
+    }
+    out.push_back({i, p.name, p.totalGlobalMem, free, p.major, p.minor});
   }
   if (out.empty() && error) *error = "no CUDA device found";
   return out;

@@ -12,8 +12,8 @@ from conftest import MODEL_NAMES, model_file
 from localllm import kernels, placement
 from localllm.gguf import GGUFFile
 from localllm.llm import LLM
-from localllm.model import Model
-from localllm.placement import DeviceUnavailableError
+from localllm.model import Model, footprint, kv_block_bytes
+from localllm.placement import DeviceUnavailableError, Footprint
 from localllm.sampling import SamplingParams
 from localllm.tokenizer import Tokenizer
 from test_forward import one_sequence, write_qhead_model
@@ -47,6 +47,48 @@ def test_placement_with_a_gpu(fake_gpu):
     assert placement.placement("cuda", 99, 24) == [("cuda", 24)]
     assert placement.placement("auto", 0, 24) == [("cpu", 24)]
     assert placement.placement("cpu", None, 24) == [("cpu", 24)]
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    "free,gpu_layers,expected",
+    [
+        (100 * GIB, None, [("cuda", 4)]),  # everything fits
+        (4 * GIB, None, [("cuda", 2), ("cpu", 4)]),  # room 3.1 GiB: embedding 1 + two layers of 1
+        (2 * GIB, None, [("cpu", 4)]),  # room 1.3 GiB: the embedding and no layer
+        (4 * GIB, 2, [("cuda", 2), ("cpu", 4)]),
+        (0, 3, [("cuda", 3), ("cpu", 4)]),  # free memory unknown: as asked
+    ],
+)
+def test_layers_that_fit_the_free_memory_go_to_the_gpu(fake_gpu, monkeypatch, free, gpu_layers, expected):
+    devices = kernels.backends()["cuda"]["devices"]
+    devices[0]["free_memory"] = free
+    monkeypatch.setattr(kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
+    fp = Footprint(embed=GIB, layers=(GIB,) * 4, head=GIB // 2)
+    assert placement.placement("auto", gpu_layers, 4, fp) == expected
+
+
+def test_a_split_that_does_not_fit_is_refused(fake_gpu, monkeypatch):
+    devices = [{"index": 0, "name": "small", "free_memory": 4 * GIB}]
+    monkeypatch.setattr(kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
+    fp = Footprint(embed=GIB, layers=(GIB,) * 4, head=GIB // 2)
+    with pytest.raises(ValueError, match="the first 3 layers need 4.00 GiB on the GPU and it has 4.00 GiB free"):
+        placement.placement("cuda", 3, 4, fp)
+
+
+@pytest.mark.model
+def test_the_footprint_is_the_tensors_and_the_kv_pools():
+    with GGUFFile(model_file(QWEN)) as f:
+        model = Model(f, n_blocks=8, threads=1)
+        fp = footprint(f, model.spec, 8, model.block_size, "f16", "f16")
+        output = 0 if model.spec.tied_output else f.tensor("output.weight").nbytes
+        assert fp.head == f.tensor("output_norm.weight").nbytes + output
+        assert fp.embed == f.tensor("token_embd.weight").nbytes
+        weights = sum(t.nbytes for t in f.tensors.values())
+        kv = 8 * kv_block_bytes(model.spec, "f16", "f16")
+        assert fp.on_gpu(24) == weights + kv == model.kv_bytes + weights
 
 
 def test_placement_without_cuda(monkeypatch):
