@@ -1,0 +1,105 @@
+"""A synthetic twin of a GGUF model, for a machine the real models cannot reach (the lent GPU machine: nothing can
+be fetched there and only 64 MiB travel): the real file's header (metadata, tokenizer, tensor table) kept byte for
+byte, valid random blocks in place of its weights (models/quant_blocks.py: random bits, every f16 scale a small
+finite value), so the twin loads, tokenizes and runs with the real shapes, types and speed; its words are nonsense.
+
+    python models/synthetic_twin.py header MODEL.gguf... DIR   # DIR/MODEL.header (a few MB) + DIR/MODEL.tensors.json
+    python models/synthetic_twin.py build DIR/MODEL.header OUT.gguf [--seed 0]   # the twin, full size
+
+The 1-D F32 tensors (norms, biases) are 1 + N(0, 0.1) so every layer keeps its scale; other float tensors
+N(0, 0.02). Needs numpy and the `gguf` package (the test extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from quant_blocks import random_rows
+
+ROWS_PER_CHUNK = 4096  # rows generated and written at a time (bounds the memory of a large matrix)
+
+
+def write_header(src: Path, out_dir: Path) -> Path:
+    """DIR/NAME.header: src's bytes before its tensor data; DIR/NAME.tensors.json: its tensor table."""
+    from localllm.gguf import GGUFFile
+
+    with GGUFFile(src) as f:
+        tensors = [
+            {
+                "name": t.name,
+                "type": t.type.id,
+                "rows": t.n_rows,
+                "row_len": t.row_len,
+                "offset": t.offset,
+                "nbytes": t.nbytes,
+            }
+            for t in f.tensors.values()
+        ]
+        size = f.file_size
+        start = f.data_offset
+    with open(src, "rb") as raw:
+        header = raw.read(start)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / (src.stem + ".header")
+    path.write_bytes(header)
+    (out_dir / (src.stem + ".tensors.json")).write_text(json.dumps({"file_size": size, "tensors": tensors}))
+    return path
+
+
+def _rows(qt: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    if qt == T.F32 and rows == 1:
+        return (1 + 0.1 * rng.standard_normal((1, k))).astype(np.float32).view(np.uint8)
+    if qt in (T.F32, T.F16):
+        x = 0.02 * rng.standard_normal((rows, k))
+        return x.astype(np.float32 if qt == T.F32 else np.float16).view(np.uint8)
+    return random_rows(qt, rows, k, rng)
+
+
+def build(header: Path, out: Path, seed: int = 0) -> None:
+    """The twin of the model whose header (write_header) is `header`, written to `out`."""
+    table = json.loads(header.with_suffix(".tensors.json").read_text())
+    rng = np.random.default_rng(seed)
+    with open(out, "wb") as f:
+        f.truncate(table["file_size"])
+        f.write(header.read_bytes())
+        for t in table["tensors"]:
+            f.seek(t["offset"])
+            rows, k, qt = t["rows"], t["row_len"], T(t["type"])
+            for r0 in range(0, rows, ROWS_PER_CHUNK):
+                f.write(_rows(qt, min(ROWS_PER_CHUNK, rows - r0), k, rng).tobytes())
+            if f.tell() != t["offset"] + t["nbytes"]:
+                raise ValueError(f"{t['name']}: wrote {f.tell() - t['offset']} bytes, the table says {t['nbytes']}")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="synthetic_twin.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+    h = sub.add_parser("header", help="keep real models' headers and tensor tables (small files)")
+    h.add_argument("paths", nargs="+", type=Path, metavar="MODEL.gguf... DIR")
+    b = sub.add_parser("build", help="write a twin from a header")
+    b.add_argument("header", type=Path)
+    b.add_argument("out", type=Path)
+    b.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    try:
+        if a.verb == "header":
+            if len(a.paths) < 2:
+                p.error("header needs MODEL.gguf... and DIR")
+            for src in a.paths[:-1]:
+                print(write_header(src, a.paths[-1]))
+        else:
+            build(a.header, a.out, a.seed)
+            print(a.out)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
