@@ -8,10 +8,11 @@
 // CPU computes them) go up in one copy each, the hidden state goes up (or the embedding is looked up on the
 // device), every layer runs on one stream, and either the hidden state or the logits rows come back.
 // Products: n <= 8 rows by qgemv (int8 dot products, activations quantized on the device), more by qgemm (tensor
-// cores over f16 tiles).
+// cores over f16 tiles). Decode-sized steps replay CUDA graphs (GRAPH_* below).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -53,21 +54,19 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// a carve of float / int scratch from one buffer: 256-byte aligned pieces
-class Carver {
- public:
-  explicit Carver(DeviceBuffer& buf) : buf_(buf) {}
-  size_t add(size_t bytes) {
-    const size_t at = total_;
-    total_ += (bytes + 255) / 256 * 256;
-    return at;
-  }
-  uint8_t* base() { return static_cast<uint8_t*>(buf_.ensure(std::max<size_t>(total_, 256))); }
+// Decode-sized steps replay a CUDA graph of their kernels, one graph per Shape: a small model's step is a few
+// hundred short kernels whose launches would cost more than their work. A shape is captured the second time it is
+// seen (the first runs eagerly and uploads every weight the step reads), block tables are padded to a multiple of
+// GRAPH_BLOCK_PITCH entries so that a growing context keeps its graph for 16 blocks at a time, and every graph is
+// dropped when a scratch buffer moves (they hold its addresses). LOCALLLM_CUDA_GRAPHS=0 runs every step eagerly.
+constexpr int GRAPH_MAX_TOKENS = 64;
+constexpr int GRAPH_BLOCK_PITCH = 16;
+constexpr size_t GRAPH_MAX_KEPT = 256;
 
- private:
-  DeviceBuffer& buf_;
-  size_t total_ = 0;
-};
+bool graphs_enabled() {
+  const char* env = std::getenv("LOCALLLM_CUDA_GRAPHS");
+  return !(env && std::string(env) == "0");
+}
 
 class CudaStage final : public Stage {
  public:
@@ -79,6 +78,27 @@ class CudaStage final : public Stage {
   std::string device() const override { return "cuda:" + std::to_string(device_); }
 
  private:
+  // what a step's graph depends on besides the model: tokens, sequences, logits rows (0 without the head), the
+  // block table's row pitch
+  struct Shape {
+    int T, n_seq, n_logits, pitch;
+    bool operator==(const Shape& o) const {
+      return T == o.T && n_seq == o.n_seq && n_logits == o.n_logits && pitch == o.pitch;
+    }
+  };
+  struct ShapeHash {
+    size_t operator()(const Shape& s) const {
+      return std::hash<int64_t>()(((int64_t)s.T << 48) ^ ((int64_t)s.n_seq << 32) ^ ((int64_t)s.n_logits << 16) ^ s.pitch);
+    }
+  };
+  struct StepBuffers;
+  StepBuffers carve(const Shape& sh, size_t n_ints, size_t n_angles);
+  // the step's kernels (everything between the uploads and the downloads) on stream_
+  void enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
+  cudaGraphExec_t capture(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
+  void* grow(DeviceBuffer& buf, size_t bytes);  // buf.ensure, dropping the graphs when it moves
+  void drop_graphs();
+
   // the device copy of a weight matrix / a host float vector, uploaded on first use
   const uint8_t* weight(const WeightView& w);
   const float* vec(const float* host, size_t n);
@@ -94,10 +114,13 @@ class CudaStage final : public Stage {
   std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
+  const bool graphs_on_;
+  std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
+  std::unordered_map<Shape, int, ShapeHash> seen_;
 };
 
 CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
-    : m_(m), first_(first), last_(last), device_(device), kv_(kv) {
+    : m_(m), first_(first), last_(last), device_(device), kv_(kv), graphs_on_(graphs_enabled()) {
   std::string error;
   const auto devices = cuda::devices(&error);
   if ((int)devices.size() <= device)
@@ -135,6 +158,7 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
 }
 
 CudaStage::~CudaStage() {
+  drop_graphs();
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -173,7 +197,7 @@ void CudaStage::products(std::initializer_list<std::pair<const WeightView*, floa
   const bool small = n <= cuda::QGEMV_MAX_N &&
                      std::all_of(ps.begin(), ps.end(), [](const auto& p) { return cuda::qgemv_supports(p.first->type); });
   if (small) {
-    uint8_t* q = static_cast<uint8_t*>(xq_.ensure((size_t)n * k + 256 + (size_t)n * (k / 32) * sizeof(float)));
+    uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
     int8_t* xq = reinterpret_cast<int8_t*>(q);
     float* xd = reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256);
     cuda::quantize_x(x, n, k, xq, xd, stream_);
@@ -185,56 +209,139 @@ void CudaStage::products(std::initializer_list<std::pair<const WeightView*, floa
     cuda::qgemm(p.first->type, weight(*p.first), p.first->row_bytes, p.first->rows, k, x, n, p.second, stream_);
 }
 
+// The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
+struct CudaStage::StepBuffers {
+  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows;
+  float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y;
+};
+
+CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n_angles) {
+  const ModelConfig& c = m_.cfg;
+  const size_t T = sh.T, d = c.d_model, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
+  const size_t nl = std::max(sh.n_logits, 1), vocab = last_ == c.n_layers ? c.n_vocab : 0;
+  const size_t sizes[] = {n_ints * 4, n_angles * 4, T * d * 4, T * d * 4, T * qd * 4, T * qd * 4, T * kvd * 4,
+                          T * kvd * 4, T * c.n_ff * 4, T * c.n_ff * 4, nl * d * 4, nl * vocab * 4};
+  size_t at[12], total = 0;
+  for (int i = 0; i < 12; ++i) {
+    at[i] = total;
+    total += (sizes[i] + 255) / 256 * 256;
+  }
+  uint8_t* base = static_cast<uint8_t*>(grow(act_, std::max<size_t>(total, 256)));
+  auto F = [&](int i) { return reinterpret_cast<float*>(base + at[i]); };
+  StepBuffers s{};
+  s.ints = reinterpret_cast<int32_t*>(base);
+  s.ids = s.ints;
+  s.pos = s.ids + T;
+  s.slots = s.pos + T;
+  s.seq = s.slots + T;
+  s.bt = s.seq + T;
+  s.rows = s.bt + (size_t)sh.n_seq * sh.pitch;
+  s.angles = F(1);
+  s.h = F(2), s.a = F(3), s.q = F(4), s.att = F(5), s.k = F(6), s.v = F(7), s.g = F(8), s.u = F(9), s.x = F(10);
+  s.y = F(11);
+  return s;
+}
+
+void* CudaStage::grow(DeviceBuffer& buf, size_t bytes) {
+  const void* before = buf.get();
+  void* p = buf.ensure(bytes);
+  if (p != before) drop_graphs();  // they hold the old addresses
+  return p;
+}
+
+void CudaStage::drop_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  seen_.clear();
+}
+
 void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   const ModelConfig& c = m_.cfg;
-  const KvTransforms& tf = m_.kv_tf;
-  const int T = b.n_tokens, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
-  const int half = c.n_rot / 2, nl = b.n_logits;
-  const bool head = last_ == c.n_layers;
+  const int T = b.n_tokens, d = c.d_model, nl = b.n_logits;
+  const bool head = last_ == c.n_layers, graph = graphs_on_ && T <= GRAPH_MAX_TOKENS;
+  const Shape sh{T, b.n_seq, head ? nl : 0,
+                 graph ? (b.max_blocks + GRAPH_BLOCK_PITCH - 1) / GRAPH_BLOCK_PITCH * GRAPH_BLOCK_PITCH : b.max_blocks};
 
-  // host side: the index arrays in one block, the RoPE angles of the stage's layers
+  // host side: the index arrays in one block (block tables at the shape's pitch), the RoPE angles of the layers
   std::vector<int32_t> ints;
-  auto put = [&](const int32_t* p, size_t n) {
-    const size_t at = ints.size();
-    ints.insert(ints.end(), p, p + n);
-    return at;
-  };
-  const size_t i_ids = put(b.token_ids, T), i_pos = put(b.positions, T), i_slots = put(b.slot_mapping, T),
-               i_seq = put(b.seq_index, T), i_bt = put(b.block_tables, (size_t)b.n_seq * b.max_blocks),
-               i_rows = put(b.logits_rows, nl);
+  ints.reserve((size_t)4 * T + (size_t)sh.n_seq * sh.pitch + nl);
+  for (const int32_t* p : {b.token_ids, b.positions, b.slot_mapping, b.seq_index}) ints.insert(ints.end(), p, p + T);
+  for (int s = 0; s < b.n_seq; ++s) {
+    const int32_t* row = b.block_tables + (size_t)s * b.max_blocks;
+    ints.insert(ints.end(), row, row + b.max_blocks);
+    ints.insert(ints.end(), sh.pitch - b.max_blocks, 0);  // never read: past every visible position
+  }
+  ints.insert(ints.end(), b.logits_rows, b.logits_rows + nl);
   const RopeTables ropes(m_, b, first_, last_);
   std::vector<float> angles;
   for (const auto& t : ropes.tables) {
     angles.insert(angles.end(), t.cs.begin(), t.cs.end());
     angles.insert(angles.end(), t.sn.begin(), t.sn.end());
   }
-  const int max_context = *std::max_element(b.context_lens, b.context_lens + b.n_seq);
 
-  // device side: one carve of the step's buffers
-  Carver cv(act_);
-  const size_t o_ints = cv.add(ints.size() * 4), o_ang = cv.add(angles.size() * 4);
-  const size_t o_h = cv.add((size_t)T * d * 4), o_a = cv.add((size_t)T * d * 4), o_q = cv.add((size_t)T * qd * 4),
-               o_att = cv.add((size_t)T * qd * 4), o_k = cv.add((size_t)T * kvd * 4),
-               o_v = cv.add((size_t)T * kvd * 4), o_g = cv.add((size_t)T * c.n_ff * 4),
-               o_u = cv.add((size_t)T * c.n_ff * 4), o_x = cv.add((size_t)std::max(nl, 1) * d * 4),
-               o_y = cv.add(head ? (size_t)std::max(nl, 1) * c.n_vocab * 4 : 0);
-  uint8_t* base = cv.base();
-  auto F = [&](size_t o) { return reinterpret_cast<float*>(base + o); };
-  int32_t* di = reinterpret_cast<int32_t*>(base + o_ints);
-  float *h = F(o_h), *a = F(o_a), *q = F(o_q), *att = F(o_att), *k = F(o_k), *v = F(o_v), *g = F(o_g), *u = F(o_u);
-  check(cudaMemcpyAsync(di, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
+  // the largest quantized input a product of this step takes, sized before any capture (no growth inside one)
+  const size_t k_max = std::max({(size_t)d, (size_t)c.n_head * c.head_dim, (size_t)c.n_ff});
+  const size_t n_max = std::max(T, nl);
+  grow(xq_, n_max * k_max + n_max * k_max / 32 * sizeof(float) + 512);  // int8 values, then a float per 32
+  const StepBuffers sb = carve(sh, ints.size(), angles.size());
+  check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
   if (!angles.empty())
-    check(cudaMemcpyAsync(F(o_ang), angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
+    check(cudaMemcpyAsync(sb.angles, angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
+  if (first_ > 0)
+    check(cudaMemcpyAsync(sb.h, h_io, sizeof(float) * T * d, cudaMemcpyHostToDevice, stream_), "copy h");
 
-  if (first_ == 0) {
-    const WeightView& E = m_.w.token_embd;
-    cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, di + i_ids, T, c.embed_scale, h, stream_);
+  if (!graph) {
+    enqueue(sh, sb, ropes);
   } else {
-    check(cudaMemcpyAsync(h, h_io, sizeof(float) * T * d, cudaMemcpyHostToDevice, stream_), "copy h");
+    auto it = graphs_.find(sh);
+    if (it == graphs_.end() && seen_[sh]++ == 0) {
+      enqueue(sh, sb, ropes);  // first sight: eagerly, uploading whatever the step reads
+    } else {
+      if (it == graphs_.end()) it = graphs_.emplace(sh, capture(sh, sb, ropes)).first;
+      check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    }
   }
 
-  const cuda::AttentionRowsDev rows{T, di + i_pos, di + i_seq, di + i_bt, b.max_blocks, max_context};
+  if (!head)
+    check(cudaMemcpyAsync(h_io, sb.h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
+  else if (nl > 0)
+    check(cudaMemcpyAsync(logits, sb.y, sizeof(float) * nl * c.n_vocab, cudaMemcpyDeviceToHost, stream_),
+          "copy logits");
+  check(cudaStreamSynchronize(stream_), "the step");
+}
+
+cudaGraphExec_t CudaStage::capture(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes) {
+  cudaGraph_t g = nullptr;
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    enqueue(sh, sb, ropes);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  check(e, "cudaGraphInstantiate");
+  if (graphs_.size() >= GRAPH_MAX_KEPT) drop_graphs();
+  return exec;
+}
+
+void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes) {
+  const ModelConfig& c = m_.cfg;
+  const KvTransforms& tf = m_.kv_tf;
+  const int T = sh.T, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
+  const int half = c.n_rot / 2, nl = sh.n_logits;
+  float *h = sb.h, *a = sb.a, *q = sb.q, *att = sb.att, *k = sb.k, *v = sb.v, *g = sb.g, *u = sb.u;
+  if (first_ == 0) {
+    const WeightView& E = m_.w.token_embd;
+    cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, sb.ids, T, c.embed_scale, h, stream_);
+  }
+  const cuda::AttentionRowsDev rows{T, sb.pos, sb.seq, sb.bt, sh.pitch, 0};
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = m_.w.layers[l];
     const LayerNorms& N = m_.norms[l];
@@ -249,7 +356,7 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
       cuda::rms_norm(k, V(N.k_norm, hd), T * c.n_kv_head, hd, c.rms_eps, k, stream_);
     }
     const int r = ropes.of_layer[l - first_];
-    const float* cs = F(o_ang) + (size_t)r * 2 * T * half;
+    const float* cs = sb.angles + (size_t)r * 2 * T * half;
     const float* sn = cs + (size_t)T * half;
     cuda::rope(q, T, c.n_head, hd, c.n_rot, c.neox, cs, sn, stream_);
     cuda::rope(k, T, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn, stream_);
@@ -264,8 +371,8 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
     cuda::kv_to_cache(dtf, q, k, v, T, c.n_head, c.n_kv_head, hd, stream_);
     uint8_t* kp = static_cast<uint8_t*>(k_pool_[l - first_]->get());
     uint8_t* vp = static_cast<uint8_t*>(v_pool_[l - first_]->get());
-    cuda::kv_write(kv_.k_type, k, T, kvd, di + i_slots, kp, k_row_, stream_);
-    cuda::kv_write(kv_.v_type, v, T, kvd, di + i_slots, vp, v_row_, stream_);
+    cuda::kv_write(kv_.k_type, k, T, kvd, sb.slots, kp, k_row_, stream_);
+    cuda::kv_write(kv_.v_type, v, T, kvd, sb.slots, vp, v_row_, stream_);
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size, c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};
@@ -284,19 +391,12 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
     cuda::add(h, a, (size_t)T * d, stream_);
     if (l + 1 < last_) cuda::rms_norm(h, V(m_.norms[l + 1].attn_norm, d), T, d, c.rms_eps, a, stream_);
   }
-
-  if (!head) {
-    check(cudaMemcpyAsync(h_io, h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
-  } else if (nl > 0) {
-    // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
-    float *x = F(o_x), *y = F(o_y);
-    cuda::gather_rows(h, di + i_rows, nl, d, x, stream_);
-    cuda::rms_norm(x, vec(m_.output_norm, d), nl, d, c.rms_eps, x, stream_);
-    products({{&m_.w.output, y}}, x, nl);
-    if (c.final_softcap > 0.f) cuda::softcap(y, (size_t)nl * c.n_vocab, c.final_softcap, stream_);
-    check(cudaMemcpyAsync(logits, y, sizeof(float) * nl * c.n_vocab, cudaMemcpyDeviceToHost, stream_), "copy logits");
+  if (nl > 0) {  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
+    cuda::gather_rows(h, sb.rows, nl, d, sb.x, stream_);
+    cuda::rms_norm(sb.x, vec(m_.output_norm, d), nl, d, c.rms_eps, sb.x, stream_);
+    products({{&m_.w.output, sb.y}}, sb.x, nl);
+    if (c.final_softcap > 0.f) cuda::softcap(sb.y, (size_t)nl * c.n_vocab, c.final_softcap, stream_);
   }
-  check(cudaStreamSynchronize(stream_), "the step");
 }
 
 }  // namespace
