@@ -262,6 +262,26 @@ def test_gpu_layers_split_matches_the_cpu(gpu_layers):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
+def test_graph_replay_computes_what_eager_launches_do(monkeypatch):
+    """Decode steps replayed from CUDA graphs (a shape's second sight on) give the logits eager launches give,
+    bit for bit: the same kernels on the same buffers, over 40 decode steps (positions, slots and angles change
+    between replays; the shape does not)."""
+    with GGUFFile(model_file(QWEN)) as f:
+        ids = _ids(f)
+        runs = []
+        for graphs in ("0", "1"):
+            monkeypatch.setenv("LOCALLLM_CUDA_GRAPHS", graphs)
+            model = Model(f, n_blocks=40, threads=2, device="cuda")
+            rows = [one_sequence(model, ids)]
+            for i in range(40):
+                rows.append(one_sequence(model, [int(np.argmax(rows[-1][-1]))], start=len(ids) + i))
+            runs.append(np.concatenate(rows))
+        np.testing.assert_array_equal(runs[0], runs[1])
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
 def test_engine_streams_and_prefix_cache_on_the_device():
     """Four greedy requests at once on the GPU give what each gives alone there, and a follow-up that reuses a
     cached prefix gives what it gives cold."""
