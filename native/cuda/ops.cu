@@ -94,23 +94,27 @@ void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream)
 }
 
 void add(float* h, const float* a, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
   add_kernel<<<blocks_for(n), THREADS, 0, stream>>>(h, a, n);
   check_launch("add");
 }
 
 void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
           cudaStream_t stream) {
+  if ((size_t)T * n_heads * (n_rot / 2) == 0) return;
   rope_kernel<<<blocks_for((size_t)T * n_heads * (n_rot / 2)), THREADS, 0, stream>>>(x, T, n_heads, head_dim, n_rot,
                                                                                     neox, cs, sn);
   check_launch("rope");
 }
 
 void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream) {
+  if (n == 0) return;
   act_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu);
   check_launch("act_mul");
 }
 
 void softcap(float* x, size_t n, float cap, cudaStream_t stream) {
+  if (n == 0) return;
   softcap_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, n, cap);
   check_launch("softcap");
 }

@@ -45,8 +45,8 @@ __global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) 
   const float v = x[at];
   float amax = fabsf(v);
   for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  xq[at] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
+  const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;  // as the CPU (kernels_generic.inc)
+  xq[at] = (int8_t)__float2int_rn(__fmul_rn(v, id));
   if (i == 0) xd[(size_t)c * (k / 32) + b] = d;
 }
 
@@ -285,10 +285,15 @@ void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, c
   if (!qgemv_supports(type_id)) throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
   if (n < 1 || n > MAXN) throw std::invalid_argument("qgemv: n must be in [1, 8], got " + std::to_string(n));
   if (m < 1 || k < 32 || k % 32) throw std::invalid_argument("qgemv: k must be a positive multiple of 32");
-  DevicePtr<uint8_t> dw((size_t)m * row_bytes);
+  const TypeInfo* ti = type_info(type_id);
+  const size_t packed = (size_t)(k / ti->block_size) * ti->type_size, bytes = (size_t)(m - 1) * row_bytes + packed;
+  if (k % ti->block_size || row_bytes < packed || row_bytes % 4)
+    throw std::invalid_argument("qgemv: rows of " + std::to_string(row_bytes) + " bytes do not hold whole 4-byte "
+                                "aligned rows of " + std::to_string(k) + " " + ti->name + " weights");
+  DevicePtr<uint8_t> dw(bytes);
   DevicePtr<float> dx((size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
   DevicePtr<int8_t> dq((size_t)n * k);
-  check(cudaMemcpy(dw.p, w, (size_t)m * row_bytes, cudaMemcpyHostToDevice), "copy weights");
+  check(cudaMemcpy(dw.p, w, bytes, cudaMemcpyHostToDevice), "copy weights");
   check(cudaMemcpy(dx.p, x, sizeof(float) * n * k, cudaMemcpyHostToDevice), "copy x");
   quantize_x(dx.p, n, k, dq.p, dd.p, nullptr);
   qgemv(type_id, dw.p, row_bytes, m, k, dq.p, dd.p, n, dy.p, nullptr);
