@@ -264,6 +264,34 @@ py::array_t<float> cuda_dequant_rows_py(int type_id, const py::array& w, int k, 
   return out;
 }
 
+// ---- sampling's candidate selection (cuda/top_k.cu), against numpy and sampling._largest in
+// tests/native/test_cuda_top_k.py
+
+// x float32 [n, stride] -> (ids int32 [n, k], vals float32 [n, k]): the k largest of x[:, :n_valid] a row, by value
+// descending (NaN largest), ties by index
+py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k) {
+  auto x = cuda_kv_array<float>(x_in, 2, "x");
+  if (k < 1) throw std::invalid_argument("k must be >= 1, got " + std::to_string(k));
+  const int n = (int)x.shape(0), stride = (int)x.shape(1);
+  py::array_t<int32_t> ids({(py::ssize_t)n, (py::ssize_t)k});
+  py::array_t<float> vals({(py::ssize_t)n, (py::ssize_t)k});
+#ifdef LLL_CUDA
+  const float* xp = x.data();
+  int32_t* ip = ids.mutable_data();
+  float* vp = vals.mutable_data();
+  {
+    py::gil_scoped_release release;
+    cuda::top_k_host(xp, n, stride, n_valid, k, ip, vp);
+  }
+#else
+  (void)n;
+  (void)stride;
+  (void)n_valid;
+  throw std::runtime_error("the CUDA backend is not compiled in");
+#endif
+  return py::make_tuple(ids, vals);
+}
+
 }  // namespace
 
 void bind_cuda(py::module_& m, py::module_& testing) {
@@ -288,6 +316,9 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_dequant_rows", &cuda_dequant_rows_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("ids"), py::arg("scale") = 1.0f,
               "out[n, k] = rows ids of W dequantized times scale on CUDA device 0: the embedding lookup");
+  testing.def("cuda_top_k", &cuda_top_k_py, py::arg("x"), py::arg("n_valid"), py::arg("k"),
+              "(ids[n, k], vals[n, k]): the k largest of x[n, :n_valid] a row on CUDA device 0, by value "
+              "descending (NaN largest), ties by index");
 }
 
 }  // namespace lll

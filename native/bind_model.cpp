@@ -166,9 +166,9 @@ struct PyModel {
     model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads, place));
   }
 
-  py::array_t<float> forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
+  py::object forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
                              const py::handle& seq_index, const py::handle& block_tables,
-                             const py::handle& context_lens, const py::handle& logits_rows) {
+                             const py::handle& context_lens, const py::handle& logits_rows, int top_k, int n_valid) {
     std::vector<py::ssize_t> bt_shape;
     const auto ids = int_array(token_ids, "token_ids", 1, nullptr);
     const auto pos = int_array(positions, "positions", 1, nullptr);
@@ -197,6 +197,20 @@ struct PyModel {
     b.context_lens = ctx.data();
     b.n_logits = (int)rows.size();
     b.logits_rows = rows.data();
+    if (top_k > 0) {  // the candidates of each row (top_k.h) instead of its logits
+      TopK top;
+      top.k = top_k;
+      top.n_valid = n_valid > 0 ? n_valid : model->config().n_vocab;
+      py::array_t<int32_t> ids({(py::ssize_t)rows.size(), (py::ssize_t)top_k});
+      py::array_t<float> vals({(py::ssize_t)rows.size(), (py::ssize_t)top_k});
+      top.ids = ids.mutable_data();
+      top.vals = vals.mutable_data();
+      {
+        py::gil_scoped_release nogil;
+        model->forward(b, nullptr, &top);
+      }
+      return py::make_tuple(ids, vals);
+    }
     const int n_vocab = model->config().n_vocab;
     py::array_t<float> out({(py::ssize_t)rows.size(), (py::ssize_t)n_vocab});
     float* op = out.mutable_data();
@@ -223,7 +237,9 @@ void bind_model(py::module_& m) {
            "placement: [(device, last layer)] per stage in order ('cpu' | 'cuda'); empty: all on the CPU")
       .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),
            py::arg("seq_index"), py::arg("block_tables"), py::arg("context_lens"), py::arg("logits_rows"),
-           "one engine step -> logits [len(logits_rows), n_vocab] float32")
+           py::arg("top_k") = 0, py::arg("n_valid") = 0,
+           "one engine step -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
+           "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })
       .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_bytes(); })

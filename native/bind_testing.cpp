@@ -18,6 +18,7 @@
 #include "kv_format.h"
 #include "matmul.h"
 #include "ops.h"
+#include "top_k.h"
 
 namespace py = pybind11;
 
@@ -168,6 +169,21 @@ py::list type_table_py() {
   return out;
 }
 
+// x float32 [n, stride] -> (ids int32 [n, k], vals float32 [n, k]): top_k_row over each row's first n_valid
+py::tuple top_k_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x, int n_valid, int k) {
+  if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D [n, stride]");
+  const int n = (int)x.shape(0), stride = (int)x.shape(1);
+  if (n_valid < 1 || n_valid > stride || k < 1 || k > std::min(n_valid, TOP_K_MAX))
+    throw std::invalid_argument("need 1 <= n_valid <= stride and 1 <= k <= min(n_valid, " + std::to_string(TOP_K_MAX) +
+                                ")");
+  py::array_t<int32_t> ids({(py::ssize_t)n, (py::ssize_t)k});
+  py::array_t<float> vals({(py::ssize_t)n, (py::ssize_t)k});
+  for (int i = 0; i < n; ++i)
+    top_k_row(x.data() + (size_t)i * stride, n_valid, k, ids.mutable_data() + (size_t)i * k,
+              vals.mutable_data() + (size_t)i * k);
+  return py::make_tuple(ids, vals);
+}
+
 }  // namespace
 
 void bind_testing(py::module_& m) {
@@ -184,6 +200,8 @@ void bind_testing(py::module_& m) {
   m.def("unpack_tile", &unpack_tile_py, py::arg("type_id"), py::arg("rows"), py::arg("k"), py::arg("direct"),
         "rows of one type -> the tile layout (u_il, s, m), by unpack_il (direct) or unpack + interleave16");
   m.def("type_table", &type_table_py, "[(id, name, block_size, type_size)] of the types the kernels compute");
+  m.def("top_k", &top_k_py, py::arg("x"), py::arg("n_valid"), py::arg("k"),
+        "the k largest of each row's first n_valid values, value descending, ties by index: (ids, vals)");
 }
 
 }  // namespace lll

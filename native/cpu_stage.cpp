@@ -27,7 +27,7 @@ class CpuStage final : public Stage {
         pool_(pool),
         kv_(last - first, kv.n_blocks, kv.block_size, m.cfg.n_kv_head, m.cfg.head_dim, kv.k_type, kv.v_type) {}
 
-  void run(const StepBatch& b, float* h_io, float* logits) override;
+  void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_.bytes(); }
   std::string device() const override { return "cpu"; }
 
@@ -53,7 +53,7 @@ class CpuStage final : public Stage {
   ScratchBuffer act_;    // the step's activations
 };
 
-void CpuStage::run(const StepBatch& b, float* h_io, float* logits) {
+void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* top) {
   const ModelConfig& c = m_.cfg;
   const KernelTable* kt_ = m_.kt;
   const KvTransforms& kv_tf_ = m_.kv_tf;
@@ -193,8 +193,14 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits) {
   std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
   for (int i = 0; i < b.n_logits; ++i)
     rms_norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, 1, d, c.rms_eps, x.data() + (size_t)i * d);
-  matmul(m_.w.output, x.data(), b.n_logits, logits);
-  if (c.final_softcap > 0.f) softcap(logits, (size_t)b.n_logits * c.n_vocab, c.final_softcap);
+  std::vector<float> full(top ? (size_t)b.n_logits * c.n_vocab : 0);
+  float* y = top ? full.data() : logits;
+  matmul(m_.w.output, x.data(), b.n_logits, y);
+  if (c.final_softcap > 0.f) softcap(y, (size_t)b.n_logits * c.n_vocab, c.final_softcap);
+  if (top)
+    for (int i = 0; i < b.n_logits; ++i)
+      top_k_row(y + (size_t)i * c.n_vocab, top->n_valid, top->k, top->ids + (size_t)i * top->k,
+                top->vals + (size_t)i * top->k);
 }
 
 }  // namespace

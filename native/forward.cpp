@@ -123,11 +123,15 @@ size_t Model::kv_bytes() const {
 
 std::vector<Model::StageInfo> Model::stages() const { return stage_info_; }
 
-void Model::forward(const StepBatch& b, float* logits) {
+void Model::forward(const StepBatch& b, float* logits, const TopK* top) {
   std::lock_guard<std::mutex> lk(mu_);
   check(b);
+  if (top && (top->n_valid < 1 || top->n_valid > cfg_.n_vocab || top->k < 1 ||
+              top->k > std::min(top->n_valid, TOP_K_MAX)))
+    throw std::invalid_argument("top_k " + str(top->k) + " must be in [1, min(n_valid, " + str(TOP_K_MAX) +
+                                ")] and n_valid " + str(top->n_valid) + " in [1, n_vocab " + str(cfg_.n_vocab) + "]");
   if (stages_.size() > 1) h_.resize((size_t)b.n_tokens * cfg_.d_model);
-  for (const auto& s : stages_) s->run(b, h_.data(), logits);
+  for (const auto& s : stages_) s->run(b, h_.data(), logits, top);
   if (h_.size() > (size_t(16) << 20)) std::vector<float>().swap(h_);  // a long prompt's is not kept
 }
 

@@ -45,9 +45,10 @@ class Model {
   };
   std::vector<StageInfo> stages() const;
 
-  // logits: [n_logits][n_vocab]. Checks the batch (std::invalid_argument naming the array and index)
-  // before touching the cache. One call at a time (a second caller waits).
-  void forward(const StepBatch& b, float* logits);
+  // logits: [n_logits][n_vocab], or with top the candidates of each logits row (top_k.h) and logits unused.
+  // Checks the batch and top (std::invalid_argument naming the array and index) before touching the cache. One
+  // call at a time (a second caller waits).
+  void forward(const StepBatch& b, float* logits, const TopK* top = nullptr);
 
  private:
   const float* vector_of(const WeightView& w, int n, const char* name);

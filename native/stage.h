@@ -16,6 +16,7 @@
 #include "kv_transforms.h"
 #include "model_config.h"
 #include "thread_pool.h"
+#include "top_k.h"
 
 namespace lll {
 
@@ -45,8 +46,9 @@ class Stage {
  public:
   virtual ~Stage() = default;
   // b: checked by the Model. h: [T][d_model] host floats, read as the input unless the stage embeds (first == 0),
-  // written as the output unless it has the head (last == n_layers). logits: [n_logits][n_vocab] (head only).
-  virtual void run(const StepBatch& b, float* h, float* logits) = 0;
+  // written as the output unless it has the head (last == n_layers). Head only: logits [n_logits][n_vocab], or
+  // when top is given, its candidates of each logits row instead (logits unused).
+  virtual void run(const StepBatch& b, float* h, float* logits, const TopK* top) = 0;
   virtual size_t kv_bytes() const = 0;  // the KV pool of this stage's layers
   virtual std::string device() const = 0;  // "cpu", "cuda:0"
 };

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels, quant_types
+from .candidates import Candidates
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .models import ModelSpec, spec_from_gguf
@@ -24,6 +25,7 @@ from .placement import DEFAULT_DEVICE, Footprint
 from .placement import placement as plan_placement
 
 BLOCK_SIZE = 16  # tokens per KV block
+TOP_K_MAX = 256  # the most candidates a step returns per row (native/top_k.h)
 
 _FIELDS = kernels.model_fields()  # the native Model's keys (native/model_config.h): spec attribute names
 
@@ -188,10 +190,29 @@ class Model:
             return st[0][0]
         return " + ".join(f"{d} {a}-{b - 1}" for d, a, b in st)
 
+    supports_candidates = True  # forward(..., top_k=K) (the engine asks stand-in models only when they say so)
+
     def forward(
-        self, token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
-    ) -> np.ndarray:
-        """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]."""
-        return self._impl.forward(
-            token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
+        self,
+        token_ids,
+        positions,
+        slot_mapping,
+        seq_index,
+        block_tables,
+        context_lens,
+        logits_rows,
+        top_k: int = 0,
+        n_valid: int | None = None,
+    ) -> np.ndarray | Candidates:
+        """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]; with top_k (1..TOP_K_MAX)
+        each row's top_k candidates among its first n_valid (default all) columns instead (localllm.candidates)."""
+        if not top_k:
+            return self._impl.forward(
+                token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
+            )
+        if not 1 <= top_k <= TOP_K_MAX:
+            raise ValueError(f"top_k must be in [1, {TOP_K_MAX}], got {top_k!r}")
+        ids, vals = self._impl.forward(
+            token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows, top_k, n_valid or 0
         )
+        return Candidates(ids, vals)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .candidates import CandidateRow
+
 _SUBSAMPLE = 4096  # rows longer than this find their top-m through a threshold estimated on a strided subsample
 _CHUNK = 1024  # inverse-CDF draw over a full row: chunk sums first, then one chunk's cumulative sum
 
@@ -244,9 +246,9 @@ class MinP:
 
     p: float
 
-    def apply(self, ids, vals, work: _Work):
+    def apply(self, ids, vals, work: _Work | None):
         thr = vals.max() + np.float32(math.log(self.p))
-        keep = np.flatnonzero(np.greater_equal(vals, thr, out=work.mask[: vals.size]))
+        keep = np.flatnonzero(np.greater_equal(vals, thr, out=work.mask[: vals.size] if work is not None else None))
         return (keep if ids is None else ids[keep]), vals[keep]
 
 
@@ -276,7 +278,21 @@ class Sampler:
             chain.append(MinP(p.min_p))
         self.chain = tuple(chain)
 
-    def _penalized(self, logits, history) -> tuple[np.ndarray, _Work]:
+    def candidates_needed(self) -> int | None:
+        """How many candidates per row (localllm.candidates) give what the whole row gives: 1 when greedy, top_k
+        when the chain starts with it; None when the whole row is needed (penalties read any token's logit, a
+        chain without top-k reads every token)."""
+        if self.penalties is not None:
+            return None
+        if self.params.greedy:
+            return 1
+        return self.params.top_k if self.chain and isinstance(self.chain[0], TopK) else None
+
+    def _penalized(self, logits, history) -> tuple[np.ndarray | CandidateRow, _Work | None]:
+        if isinstance(logits, CandidateRow):
+            if self.penalties is not None:
+                raise ValueError("a candidates row cannot be penalized: the penalties need the whole row")
+            return logits, None
         row = np.asarray(logits)
         if row.ndim != 1 or row.size == 0:
             raise ValueError(f"logits must be a non-empty 1-D row, got shape {row.shape}")
@@ -290,10 +306,10 @@ class Sampler:
             row = self.penalties.apply(row, window, work.row)
         return row, work
 
-    def _candidates(self, row: np.ndarray, work: _Work):
-        if not np.isfinite(row.max()):
+    def _candidates(self, row: np.ndarray | CandidateRow, work: _Work | None):
+        ids, vals = (row.ids, row.vals) if isinstance(row, CandidateRow) else (None, row)
+        if not np.isfinite(vals.max() if ids is None else vals[0]):  # candidates: NaN ranks first
             raise ValueError("logits row has no finite maximum (all -inf, +inf or NaN)")
-        ids, vals = None, row
         for proc in self.chain:
             ids, vals = proc.apply(ids, vals, work)
         return ids, vals
@@ -302,7 +318,7 @@ class Sampler:
         """logits: [n_vocab] float; history: the sequence's token ids so far (prompt and output) for the penalties."""
         row, work = self._penalized(logits, history)
         if self.params.greedy:
-            return int(np.argmax(row))
+            return int(row.ids[0]) if isinstance(row, CandidateRow) else int(np.argmax(row))
         ids, vals = self._candidates(row, work)
         u = self._rng.random()
         if ids is None:
@@ -315,7 +331,8 @@ class Sampler:
         Greedy gives the argmax with probability 1. Consumes no randomness (for speculative acceptance)."""
         row, work = self._penalized(logits, history)
         if self.params.greedy:
-            return np.array([int(np.argmax(row))], dtype=np.int64), np.ones(1)
+            top = int(row.ids[0]) if isinstance(row, CandidateRow) else int(np.argmax(row))
+            return np.array([top], dtype=np.int64), np.ones(1)
         ids, vals = self._candidates(row, work)
         ids = np.arange(vals.size, dtype=np.int64) if ids is None else ids.astype(np.int64)
         w = np.exp((vals.astype(np.float64) - float(vals.max())) * self._scale)

@@ -73,22 +73,25 @@ class CudaStage final : public Stage {
   CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device);
   ~CudaStage() override;
 
-  void run(const StepBatch& b, float* h_io, float* logits) override;
+  void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_bytes_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
 
  private:
   // what a step's graph depends on besides the model: tokens, sequences, logits rows (0 without the head), the
-  // block table's row pitch
+  // block table's row pitch, the candidates asked for (k 0: whole logits rows)
   struct Shape {
-    int T, n_seq, n_logits, pitch;
+    int T, n_seq, n_logits, pitch, k, n_valid;
     bool operator==(const Shape& o) const {
-      return T == o.T && n_seq == o.n_seq && n_logits == o.n_logits && pitch == o.pitch;
+      return T == o.T && n_seq == o.n_seq && n_logits == o.n_logits && pitch == o.pitch && k == o.k &&
+             n_valid == o.n_valid;
     }
   };
   struct ShapeHash {
     size_t operator()(const Shape& s) const {
-      return std::hash<int64_t>()(((int64_t)s.T << 48) ^ ((int64_t)s.n_seq << 32) ^ ((int64_t)s.n_logits << 16) ^ s.pitch);
+      size_t h = 0;
+      for (int v : {s.T, s.n_seq, s.n_logits, s.pitch, s.k, s.n_valid}) h = h * 1000003u ^ (size_t)v;
+      return h;
     }
   };
   struct StepBuffers;
@@ -109,7 +112,11 @@ class CudaStage final : public Stage {
   const ModelParts& m_;
   const int first_, last_, device_;
   const KvPoolShape kv_;
+  struct StreamDestroy {
+    void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+  };
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CUstream_st, StreamDestroy> owned_stream_;  // destroys stream_, also when the constructor throws
   std::unordered_map<const void*, std::unique_ptr<DeviceBuffer>> uploads_;  // host address -> device copy
   std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
@@ -140,8 +147,12 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
     check_type(L.ffn_up, b + "ffn_up");
     check_type(L.ffn_down, b + "ffn_down");
   }
+  if (c.head_dim % 32 || c.head_dim > 256)
+    throw std::invalid_argument("head_dim " + std::to_string(c.head_dim) +
+                                ": the CUDA attention takes a multiple of 32, at most 256");
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  owned_stream_.reset(stream_);
   const int kvd = c.n_kv_head * c.head_dim;
   kv_check_len(kv.k_type, c.head_dim, "k_type");
   kv_check_len(kv.v_type, c.head_dim, "v_type");
@@ -151,16 +162,14 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
   for (int l = first; l < last; ++l) {
     for (auto [pool, row] : {std::make_pair(&k_pool_, k_row_), std::make_pair(&v_pool_, v_row_)}) {
       pool->push_back(std::make_unique<DeviceBuffer>());
-      check(cudaMemset(pool->back()->ensure(slots * row), 0, slots * row), "cudaMemset (KV pool)");
+      check(cudaMemsetAsync(pool->back()->ensure(slots * row), 0, slots * row, stream_), "cudaMemset (KV pool)");
     }
   }
+  check(cudaStreamSynchronize(stream_), "zeroing the KV pools");
   kv_bytes_ = (size_t)(last - first) * slots * (k_row_ + v_row_);
 }
 
-CudaStage::~CudaStage() {
-  drop_graphs();
-  if (stream_) cudaStreamDestroy(stream_);
-}
+CudaStage::~CudaStage() { drop_graphs(); }
 
 void CudaStage::check_type(const WeightView& w, const std::string& name) const {
   if (!cuda::qgemm_supports(w.type)) {
@@ -175,7 +184,9 @@ const uint8_t* CudaStage::weight(const WeightView& w) {
   if (!slot) {
     const size_t bytes = (size_t)w.rows * w.row_bytes;
     auto buf = std::make_unique<DeviceBuffer>();
-    check(cudaMemcpy(buf->ensure(bytes), w.data, bytes, cudaMemcpyHostToDevice), "upload weights");
+    // stream-ordered: a pageable cudaMemcpy may return before its DMA lands, and stream_ does not wait for the
+    // legacy stream
+    check(cudaMemcpyAsync(buf->ensure(bytes), w.data, bytes, cudaMemcpyHostToDevice, stream_), "upload weights");
     slot = std::move(buf);
   }
   return static_cast<const uint8_t*>(slot->get());
@@ -186,7 +197,8 @@ const float* CudaStage::vec(const float* host, size_t n) {
   auto& slot = uploads_[host];
   if (!slot) {
     auto buf = std::make_unique<DeviceBuffer>();
-    check(cudaMemcpy(buf->ensure(n * sizeof(float)), host, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpyAsync(buf->ensure(n * sizeof(float)), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_),
+          "upload");
     slot = std::move(buf);
   }
   return static_cast<const float*>(slot->get());
@@ -211,18 +223,19 @@ void CudaStage::products(std::initializer_list<std::pair<const WeightView*, floa
 
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
 struct CudaStage::StepBuffers {
-  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows;
-  float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y;
+  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *top_ids;
+  float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y, *top_vals;
 };
 
 CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n_angles) {
   const ModelConfig& c = m_.cfg;
   const size_t T = sh.T, d = c.d_model, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
   const size_t nl = std::max(sh.n_logits, 1), vocab = last_ == c.n_layers ? c.n_vocab : 0;
-  const size_t sizes[] = {n_ints * 4, n_angles * 4, T * d * 4, T * d * 4, T * qd * 4, T * qd * 4, T * kvd * 4,
-                          T * kvd * 4, T * c.n_ff * 4, T * c.n_ff * 4, nl * d * 4, nl * vocab * 4};
-  size_t at[12], total = 0;
-  for (int i = 0; i < 12; ++i) {
+  const size_t sizes[] = {n_ints * 4,     n_angles * 4,       T * d * 4,    T * d * 4,         T * qd * 4,
+                          T * qd * 4,     T * kvd * 4,        T * kvd * 4,  T * c.n_ff * 4,    T * c.n_ff * 4,
+                          nl * d * 4,     nl * vocab * 4,     nl * sh.k * 4, nl * sh.k * 4};
+  size_t at[14], total = 0;
+  for (int i = 0; i < 14; ++i) {
     at[i] = total;
     total += (sizes[i] + 255) / 256 * 256;
   }
@@ -239,6 +252,8 @@ CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n
   s.angles = F(1);
   s.h = F(2), s.a = F(3), s.q = F(4), s.att = F(5), s.k = F(6), s.v = F(7), s.g = F(8), s.u = F(9), s.x = F(10);
   s.y = F(11);
+  s.top_ids = reinterpret_cast<int32_t*>(F(12));
+  s.top_vals = F(13);
   return s;
 }
 
@@ -255,13 +270,17 @@ void CudaStage::drop_graphs() {
   seen_.clear();
 }
 
-void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
+void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* top) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   const ModelConfig& c = m_.cfg;
   const int T = b.n_tokens, d = c.d_model, nl = b.n_logits;
   const bool head = last_ == c.n_layers, graph = graphs_on_ && T <= GRAPH_MAX_TOKENS;
-  const Shape sh{T, b.n_seq, head ? nl : 0,
-                 graph ? (b.max_blocks + GRAPH_BLOCK_PITCH - 1) / GRAPH_BLOCK_PITCH * GRAPH_BLOCK_PITCH : b.max_blocks};
+  const Shape sh{T,
+                 b.n_seq,
+                 head ? nl : 0,
+                 graph ? (b.max_blocks + GRAPH_BLOCK_PITCH - 1) / GRAPH_BLOCK_PITCH * GRAPH_BLOCK_PITCH : b.max_blocks,
+                 head && top ? top->k : 0,
+                 head && top ? top->n_valid : 0};
 
   // host side: the index arrays in one block (block tables at the shape's pitch), the RoPE angles of the layers
   std::vector<int32_t> ints;
@@ -305,9 +324,15 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits) {
 
   if (!head)
     check(cudaMemcpyAsync(h_io, sb.h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
-  else if (nl > 0)
+  else if (nl > 0 && sh.k > 0) {
+    check(cudaMemcpyAsync(top->ids, sb.top_ids, sizeof(int32_t) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
+          "copy candidates");
+    check(cudaMemcpyAsync(top->vals, sb.top_vals, sizeof(float) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
+          "copy candidates");
+  } else if (nl > 0) {
     check(cudaMemcpyAsync(logits, sb.y, sizeof(float) * nl * c.n_vocab, cudaMemcpyDeviceToHost, stream_),
           "copy logits");
+  }
   check(cudaStreamSynchronize(stream_), "the step");
 }
 
@@ -396,6 +421,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     cuda::rms_norm(sb.x, vec(m_.output_norm, d), nl, d, c.rms_eps, sb.x, stream_);
     products({{&m_.w.output, sb.y}}, sb.x, nl);
     if (c.final_softcap > 0.f) cuda::softcap(sb.y, (size_t)nl * c.n_vocab, c.final_softcap, stream_);
+    if (sh.k > 0) cuda::top_k(sb.y, nl, c.n_vocab, sh.n_valid, sh.k, sb.top_ids, sb.top_vals, stream_);
   }
 }
 

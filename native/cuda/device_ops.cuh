@@ -64,6 +64,12 @@ void qgemm(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
 void dequant_rows(int type_id, const uint8_t* w, size_t row_bytes, int k, const int32_t* ids, int n, float scale,
                   float* out, cudaStream_t stream);
 
+// ---- sampling's candidates (top_k.cu): twin of top_k.h ----
+
+// the k largest of each row of x [n][stride] among columns [0, n_valid), by value descending, ties by column
+// ascending (NaN above +inf, -0 equal to +0): ids [n][k], vals [n][k]; 1 <= k <= min(n_valid, 256)
+void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream);
+
 // ---- KV cache (kv.cu): twins of kv_format.h, kv_cache.h and kv_transforms.h ----
 
 // x [T][row] float (row = n_kv_head * head_dim) -> the rows slots[t] of one layer's pool, each row_bytes bytes

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Model
+from ..model import TOP_K_MAX, Model
 from ..sampling import SamplingParams
 from ..token_ids import token_ids
 from ..tokenizer import Tokenizer
@@ -286,6 +286,19 @@ class Engine:
                 r.abort()
                 return
 
+    def _candidates_needed(self, active: dict, out) -> int:
+        """The candidates per row that serve every sampled row of the step (the most any asks), or 0 when one
+        needs its whole logits row or the model cannot return candidates."""
+        if not getattr(self._model, "supports_candidates", False) or not out.sampled_seqs:
+            return 0
+        k = 0
+        for s in set(out.sampled_seqs):
+            need = active[out.seqs[s].seq_id].candidates_needed()
+            if need is None or need > TOP_K_MAX or need > self._n_tokens:
+                return 0
+            k = max(k, need)
+        return k
+
     def _step(self, active: dict) -> None:
         sched = self._scheduler
         by_model = []  # (seq_id, tokens, k, draft model) of the sequences a draft model drafts for, batched below
@@ -313,17 +326,14 @@ class Engine:
         now = time.perf_counter()
         for seq in out.seqs:
             active[seq.seq_id].scheduled(now)
-        logits = self._model.forward(
-            out.token_ids,
-            out.positions,
-            out.slot_mapping,
-            out.seq_index,
-            out.block_tables,
-            out.context_lens,
-            out.logits_rows,
-        )
-        if self._n_tokens < self._n_vocab:
-            logits[:, self._n_tokens :] = -np.inf
+        batch = (out.token_ids, out.positions, out.slot_mapping, out.seq_index, out.block_tables, out.context_lens)
+        k = self._candidates_needed(active, out)
+        if k:  # only each row's top k comes back (localllm.candidates), the padding columns left out
+            logits = self._model.forward(*batch, out.logits_rows, top_k=k, n_valid=self._n_tokens)
+        else:
+            logits = self._model.forward(*batch, out.logits_rows)
+            if self._n_tokens < self._n_vocab:
+                logits[:, self._n_tokens :] = -np.inf
         tokens: list[int | None] = []  # per logits row: the verified run of each sequence, None past it
         rows = out.logits_rows
         j = 0

@@ -71,8 +71,14 @@ class Request:
         """Drafts to follow the sequence's tokens in its next step ([] without a drafter)."""
         return self.drafter.propose(self.seq.token_ids) if self.drafter is not None else []
 
-    def verify(self, logits: np.ndarray, drafts: Seq[int]) -> list[int]:
-        """logits: [k + 1, n_vocab], the rows of the sequence's last token and of its k drafts. The run x_1 ..
+    def candidates_needed(self) -> int | None:
+        """Candidates per row that sample as the whole row does (Sampler.candidates_needed); None with logprobs,
+        which read the whole row."""
+        return None if self._logprobs is not None else self.sampler.candidates_needed()
+
+    def verify(self, logits, drafts: Seq[int]) -> list[int]:
+        """logits: [k + 1, n_vocab], the rows of the sequence's last token and of its k drafts, or their Candidates
+        (localllm.candidates) when candidates_needed() allowed it. The run x_1 ..
         x_m: x_i sampled from row i - 1 with history = the tokens + x_1 .. x_(i-1); it goes on while x_i equals
         draft i, and ends early at a stop token or at max_tokens (nothing after could be emitted)."""
         seq, k = self.seq, len(drafts)

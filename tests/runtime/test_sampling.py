@@ -453,3 +453,72 @@ def test_speed_report(capsys):
     with capsys.disabled():
         print(f"\nsampling one {V_BIG}-token row:\n" + "\n".join(lines))
     assert medians["model-like", "top_k=40 top_p=0.95"] < 5000  # ~0.1-0.2 ms here; loose for a busy machine
+
+
+# -- candidates (localllm.candidates): each row's top K computed natively, sampled as the whole row ---------------
+
+
+def _tied_row(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Logits on a coarse grid (many exact ties, the boundary of any top-k among them), a few -inf, -0.0 and +0.0."""
+    row = (np.round(rng.standard_normal(n) * 4) / 4).astype(np.float32)
+    row[rng.integers(0, n, 20)] = -np.inf
+    row[rng.integers(0, n, 5)] = -0.0
+    return row
+
+
+@pytest.mark.parametrize("n,k", [(1000, 1), (1000, 40), (151936, 40), (300, 256), (256, 256)])
+def test_native_top_k_is_largest(n, k):
+    from localllm.kernels import testing
+    from localllm.sampling import _largest
+
+    rng = np.random.default_rng(n + k)
+    rows = np.stack([_tied_row(rng, n), rng.standard_normal(n).astype(np.float32)])
+    ids, vals = testing.top_k(rows, n, k)
+    for r in range(2):
+        want = _largest(rows[r], k)
+        np.testing.assert_array_equal(ids[r], want)
+        np.testing.assert_array_equal(vals[r], rows[r][want])
+
+
+def test_native_top_k_leaves_out_the_padding_and_ranks_nan_first():
+    from localllm.kernels import testing
+
+    row = np.array([[1.0, 5.0, np.nan, 2.0, 9.0, 9.0]], dtype=np.float32)
+    ids, vals = testing.top_k(row, 4, 3)  # columns 4 and 5 are padding
+    assert ids.tolist() == [[2, 1, 3]] and np.isnan(vals[0, 0])
+    with pytest.raises(ValueError, match="k <= min"):
+        testing.top_k(row, 4, 5)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(temperature=0),
+        dict(top_k=40),
+        dict(top_k=40, top_p=0.5, min_p=0.1, temperature=2.0),
+        dict(top_k=256, top_p=0.99, min_p=0.0, temperature=0.3),
+        dict(top_k=3, top_p=1.0, min_p=0.0),
+    ],
+)
+def test_candidate_rows_sample_what_whole_rows_sample(kw):
+    from localllm.candidates import CandidateRow
+    from localllm.kernels import testing
+
+    params = SamplingParams(seed=11, **kw)
+    a, b = Sampler(params), Sampler(params)
+    k = a.candidates_needed()
+    assert k == (1 if kw.get("temperature") == 0 else kw["top_k"])
+    rng = np.random.default_rng(0)
+    for i in range(60):
+        row = _tied_row(rng, 5000) if i % 2 else rng.standard_normal(5000).astype(np.float32) * 3
+        ids, vals = testing.top_k(row[None, :], row.size, max(k, 40))
+        cand = CandidateRow(ids[0], vals[0])
+        assert a.sample(cand) == b.sample(row)
+        for x, y in zip(a.distribution(cand), b.distribution(row)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_samplers_that_need_whole_rows_say_so():
+    assert Sampler(SamplingParams(top_k=0, top_p=0.9)).candidates_needed() is None
+    assert Sampler(SamplingParams(top_k=40, repetition_penalty=1.2)).candidates_needed() is None
+    assert Sampler(SamplingParams(temperature=0, presence_penalty=0.5)).candidates_needed() is None

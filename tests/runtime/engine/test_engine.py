@@ -135,7 +135,7 @@ def test_asyncio_consumers_see_the_same_chunks(smol):
 def test_a_failed_step_reaches_every_stream_and_the_engine_goes_on(smol, monkeypatch):
     model = smol.model
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise MemoryError("out of memory in the step")
 
     monkeypatch.setattr(model, "forward", broken)
@@ -189,3 +189,49 @@ def test_logits_wait_for_live_requests_and_agree_with_a_fresh_model(smol):
     assert len(tokens(stream)) == 20
     with LLM(model_file(SMOL), n_threads=2, ctx_size=256) as fresh:
         np.testing.assert_array_equal(logits, fresh.logits(ids))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(temperature=0),
+        dict(temperature=0.9, top_k=40, seed=3),
+        dict(temperature=1.5, top_k=200, top_p=0.9, min_p=0.02, seed=5),
+        dict(temperature=0.7, top_k=1, seed=1),
+    ],
+)
+def test_candidates_sample_what_whole_rows_sample(smol, monkeypatch, kw):
+    """Steps that return each row's top-k candidates (localllm.candidates) give the tokens whole logits rows give,
+    alone and batched, with n-gram drafts verified in the same steps."""
+    params = [SamplingParams(max_tokens=16, ignore_eos=True, **kw) for _ in PROMPTS[:3]]
+    asked = []
+    forward = smol.model.forward
+
+    def counting(*args, **kwargs):
+        asked.append(kwargs.get("top_k", 0))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(smol.model, "forward", counting)
+    with_candidates = run_together(smol, PROMPTS[:3], params)
+    assert max(asked) == (1 if kw["temperature"] == 0 else kw["top_k"])
+    monkeypatch.setattr(smol.model, "supports_candidates", False)
+    asked.clear()
+    assert run_together(smol, PROMPTS[:3], params) == with_candidates
+    assert run_alone(smol, PROMPTS[:3], params) == with_candidates
+    assert set(asked) == {0}
+
+
+def test_penalties_and_logprobs_take_whole_rows(smol, monkeypatch):
+    asked = []
+    forward = smol.model.forward
+
+    def counting(*args, **kwargs):
+        asked.append(kwargs.get("top_k", 0))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(smol.model, "forward", counting)
+    tokens(smol.generate(PROMPTS[0], temperature=0, repetition_penalty=1.3, max_tokens=4))
+    assert set(asked) == {0}
+    asked.clear()
+    list(smol.submit(smol.tokenize(PROMPTS[0]), SamplingParams(temperature=0, max_tokens=4), logprobs=3))
+    assert set(asked) == {0}
