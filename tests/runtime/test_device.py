@@ -262,6 +262,27 @@ def test_gpu_layers_split_matches_the_cpu(gpu_layers):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
+def test_cuda_candidates_are_the_top_of_its_logits():
+    """forward(top_k=K) on the GPU returns each row's top K of the logits it would return whole (same kernels),
+    in sampling's order; the engine asks for them there by default."""
+    with GGUFFile(model_file(QWEN)) as f:
+        ids = _ids(f)
+        model = Model(f, n_blocks=8, threads=2, device="cuda")
+        assert model.supports_candidates
+        pos = np.arange(len(ids))
+        table = np.arange(8, dtype=np.int32)[None, :]
+        batch = (ids, pos, pos, np.zeros(len(ids), int), table, [len(ids)], np.arange(len(ids)))
+        whole = model.forward(*batch)
+        model_2 = Model(f, n_blocks=8, threads=2, device="cuda")
+        cand = model_2.forward(*batch, top_k=40, n_valid=model.spec.n_vocab - 7)
+        want_ids, want_vals = kernels.testing.top_k(whole, model.spec.n_vocab - 7, 40)
+        np.testing.assert_array_equal(cand.ids, want_ids)
+        np.testing.assert_array_equal(cand.vals, want_vals)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
 def test_graph_replay_computes_what_eager_launches_do(monkeypatch):
     """Decode steps replayed from CUDA graphs (a shape's second sight on) give the logits eager launches give,
     bit for bit: the same kernels on the same buffers, over 40 decode steps (positions, slots and angles change

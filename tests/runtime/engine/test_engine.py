@@ -212,6 +212,7 @@ def test_candidates_sample_what_whole_rows_sample(smol, monkeypatch, kw):
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(smol.model, "forward", counting)
+    monkeypatch.setattr(smol.model, "supports_candidates", True)  # on the CPU the engine takes whole rows
     with_candidates = run_together(smol, PROMPTS[:3], params)
     assert max(asked) == (1 if kw["temperature"] == 0 else kw["top_k"])
     monkeypatch.setattr(smol.model, "supports_candidates", False)
@@ -230,6 +231,7 @@ def test_penalties_and_logprobs_take_whole_rows(smol, monkeypatch):
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(smol.model, "forward", counting)
+    monkeypatch.setattr(smol.model, "supports_candidates", True)
     tokens(smol.generate(PROMPTS[0], temperature=0, repetition_penalty=1.3, max_tokens=4))
     assert set(asked) == {0}
     asked.clear()
