@@ -259,25 +259,54 @@ def test_gpu_layers_split_matches_the_cpu(gpu_layers):
         _assert_top1_agrees(_prompt_logits(split, ids), cpu, f"--gpu-layers {gpu_layers}")
 
 
-@gpu
-@pytest.mark.gpu
 @pytest.mark.model
-def test_cuda_candidates_are_the_top_of_its_logits():
-    """forward(top_k=K) on the GPU returns each row's top K of the logits it would return whole (same kernels),
-    in sampling's order; the engine asks for them there by default."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[gpu, pytest.mark.gpu])])
+def test_candidates_are_the_top_of_the_logits(device):
+    """forward(top_k=K) returns each row's top K of the logits the same step returns whole (same kernels), in
+    sampling's order, padding columns left out; the engine asks for them by default where the head is a GPU's."""
     with GGUFFile(model_file(QWEN)) as f:
         ids = _ids(f)
-        model = Model(f, n_blocks=8, threads=2, device="cuda")
-        assert model.supports_candidates
         pos = np.arange(len(ids))
         table = np.arange(8, dtype=np.int32)[None, :]
         batch = (ids, pos, pos, np.zeros(len(ids), int), table, [len(ids)], np.arange(len(ids)))
-        whole = model.forward(*batch)
-        model_2 = Model(f, n_blocks=8, threads=2, device="cuda")
-        cand = model_2.forward(*batch, top_k=40, n_valid=model.spec.n_vocab - 7)
-        want_ids, want_vals = kernels.testing.top_k(whole, model.spec.n_vocab - 7, 40)
+        whole = Model(f, n_blocks=8, threads=2, device=device).forward(*batch)
+        model = Model(f, n_blocks=8, threads=2, device=device)
+        assert model.supports_candidates == (device == "cuda")
+        n_valid = model.spec.n_vocab - 7
+        cand = model.forward(*batch, top_k=40, n_valid=n_valid)
+        want_ids, want_vals = kernels.testing.top_k(whole, n_valid, 40)
         np.testing.assert_array_equal(cand.ids, want_ids)
         np.testing.assert_array_equal(cand.vals, want_vals)
+        with pytest.raises(ValueError, match="top_k must be in"):
+            model.forward(*batch, top_k=257)
+        with pytest.raises(ValueError, match="n_valid"):
+            model.forward(*batch, top_k=4, n_valid=model.spec.n_vocab + 1)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--device", "cpu", "--gpu-layers", "4"], "gpu_layers 4 needs device 'cuda' or 'auto'"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+        (["--gpu-layers", "-2", "--device", "auto"], "gpu_layers must be a non-negative integer"),
+    ],
+)
+def test_device_options_refuse_bad_values(args, match):
+    from test_cli import localllm
+
+    r = localllm("run", str(model_file("smollm2-135m-instruct-q4_1")), "-n", "2", *args, "hi")
+    assert r.returncode != 0 and match in r.stderr, r.stderr
+
+
+@pytest.mark.model
+@pytest.mark.skipif(bool(_cuda_devices()), reason="a CUDA device is present")
+def test_run_on_cuda_without_a_device_says_why():
+    from test_cli import localllm
+
+    r = localllm("run", str(model_file("smollm2-135m-instruct-q4_1")), "-n", "2", "--device", "cuda", "hi")
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: device 'cuda' asked for, but") and "Traceback" not in r.stderr
 
 
 @gpu
