@@ -366,7 +366,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const WeightView& E = m_.w.token_embd;
     cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, sb.ids, T, c.embed_scale, h, stream_);
   }
-  const cuda::AttentionRowsDev rows{T, sb.pos, sb.seq, sb.bt, sh.pitch, 0};
+  const cuda::AttentionRowsDev rows{T, sb.pos, sb.seq, sb.bt, sh.pitch};
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = m_.w.layers[l];
     const LayerNorms& N = m_.norms[l];

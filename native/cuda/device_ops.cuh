@@ -91,15 +91,14 @@ void kv_to_cache(const KvTransformsDev& tf, float* q, float* k, float* v, int n,
 void kv_from_cache(const KvTransformsDev& tf, float* att, int n, int n_head, int n_kv_head, int head_dim,
                    cudaStream_t stream);
 
-// Which cached positions each query row sees, as attention.h's AttentionRows, with device arrays;
-// max_context: the largest context_lens entry of the step (host-known, for sizing launches).
+// Which cached positions each query row sees, as attention.h's AttentionRows, with device arrays. Everything that
+// varies from step to step is in device memory (a replayed CUDA graph keeps only T and max_blocks, the row pitch).
 struct AttentionRowsDev {
   int T;
   const int32_t* positions;     // [T]
   const int32_t* seq_index;     // [T]
   const int32_t* block_tables;  // [n_seq][max_blocks]
   int max_blocks;
-  int max_context;
 };
 // paged_attention (attention.h) on the device: q [T][n_head][head_dim] float; k_cache / v_cache views of one
 // layer's device pools; out [T][n_head][head_dim]. Online softmax over the visible keys (causal, window,

@@ -443,7 +443,6 @@ void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_siz
   require(window >= 0, "window must not be negative");
   require(T >= 0, "T must not be negative");
   require(n_seq > 0 && max_blocks > 0 && n_slots > 0, "n_seq, max_blocks and n_slots must be positive");
-  int max_context = 0;
   for (int t = 0; t < T; ++t) {  // every block a row reads (those of its visible keys) lies in the pools
     const int p = positions[t], s = seq_index[t];
     require(s >= 0 && s < n_seq, "seq_index: entry " + std::to_string(t) + " is out of range");
@@ -455,7 +454,6 @@ void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_siz
       require(blk >= 0 && ((int64_t)blk + 1) * block_size <= n_slots,
               "block_tables: sequence " + std::to_string(s) + " block " + std::to_string(b) + " is out of the pool");
     }
-    max_context = std::max(max_context, p + 1);
   }
   const int row = n_kv_head * head_dim;
   const size_t k_row = kv_row_bytes(kt, row), v_row = kv_row_bytes(vt, row);
@@ -465,7 +463,7 @@ void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_siz
   DeviceBuffer dbt(block_tables, sizeof(int32_t) * n_seq * (size_t)max_blocks);
   DeviceBuffer dk(k_pool, k_row * n_slots), dv(v_pool, v_row * n_slots);
   const AttentionShape a{n_head, n_kv_head, head_dim, block_size, scale, softcap, window};
-  const AttentionRowsDev r{T, dpos.as<int32_t>(), dseq.as<int32_t>(), dbt.as<int32_t>(), max_blocks, max_context};
+  const AttentionRowsDev r{T, dpos.as<int32_t>(), dseq.as<int32_t>(), dbt.as<int32_t>(), max_blocks};
   const KvView kc{dk.as<uint8_t>(), kt, k_row, k_row / n_kv_head}, vc{dv.as<uint8_t>(), vt, v_row, v_row / n_kv_head};
   paged_attention(a, r, dq.as<float>(), kc, vc, dout.as<float>(), 0);
   dout.to_host(out, sizeof(float) * qn);
