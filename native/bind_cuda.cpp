@@ -52,7 +52,10 @@ py::dict cuda_info() {
   return d;
 }
 
-py::array_t<float> cuda_qgemv_py(int type_id, const py::array& w, int k, const py::array& x_in) {
+// y[n, m] = x[n, k] @ W[m, k]^T by the decode product (n <= 8, cuda/qgemv.cu) or, Batched, by the tensor-core
+// product (any n >= 1, cuda/gemm.cu)
+template <bool Batched>
+py::array_t<float> cuda_product_py(int type_id, const py::array& w, int k, const py::array& x_in) {
   const KernelTable& kt = *kernel_context().kernels;
   auto x = checked_product(kt, type_id, w, k, x_in);
   const int m = (int)w.shape(0), n = (int)x.shape(0);
@@ -63,7 +66,7 @@ py::array_t<float> cuda_qgemv_py(int type_id, const py::array& w, int k, const p
   const float* xp = x.data();
   float* yp = y.mutable_data();
   py::gil_scoped_release release;
-  cuda::qgemv_host(type_id, wp, row_bytes, m, k, xp, n, yp);
+  (Batched ? cuda::qgemm_host : cuda::qgemv_host)(type_id, wp, row_bytes, m, k, xp, n, yp);
 #else
   (void)m;
   (void)n;
@@ -171,7 +174,9 @@ py::tuple cuda_kv_transforms_py(const py::array& q_in, const py::array& k_in, co
 
 // paged attention on the device: q float32 [T, n_head, head_dim]; k_pool, v_pool uint8 [n_slots, row bytes of
 // n_kv_head * head_dim values in k_type / v_type]; positions, seq_index int32 [T]; block_tables int32
-// [n_seq, max_blocks] -> out float32 [T, n_head, head_dim]
+// [n_seq, max_blocks] -> out float32 [T, n_head, head_dim]; Tiled: by the tiled prefill kernel
+// (cuda/attention_tiles.cu), the same arguments and checks
+template <bool Tiled>
 py::array_t<float> cuda_paged_attention_py(const py::array& q_in, const std::string& k_type,
                                            const py::array& k_pool_in, const std::string& v_type,
                                            const py::array& v_pool_in, const py::array& positions_in,
@@ -202,8 +207,9 @@ py::array_t<float> cuda_paged_attention_py(const py::array& q_in, const std::str
   const uint8_t *kp = k_pool.data(), *vp = v_pool.data();
   float* op = out.mutable_data();
   py::gil_scoped_release release;
-  cuda::paged_attention_host(n_head, n_kv_head, hd, block_size, scale, softcap, window, T, pp, sp, bp, n_seq,
-                             max_blocks, qp, (int)kt, kp, (int)vt, vp, n_slots, op);
+  (Tiled ? cuda::paged_attention_tiled_host : cuda::paged_attention_host)(
+      n_head, n_kv_head, hd, block_size, scale, softcap, window, T, pp, sp, bp, n_seq, max_blocks, qp, (int)kt, kp,
+      (int)vt, vp, n_slots, op);
 #else
   (void)block_size;
   (void)scale;
@@ -217,26 +223,6 @@ py::array_t<float> cuda_paged_attention_py(const py::array& q_in, const std::str
 // ---- the batched product and the embedding lookup (cuda/gemm.cu), against gguf and the CPU in
 // tests/native/test_cuda_gemm.py
 
-// y[n, m] = x[n, k] @ W[m, k]^T by the tensor-core product (any n >= 1)
-py::array_t<float> cuda_qgemm_py(int type_id, const py::array& w, int k, const py::array& x_in) {
-  const KernelTable& kt = *kernel_context().kernels;
-  auto x = checked_product(kt, type_id, w, k, x_in);
-  const int m = (int)w.shape(0), n = (int)x.shape(0);
-  py::array_t<float> y({(py::ssize_t)n, (py::ssize_t)m});
-#ifdef LLL_CUDA
-  const uint8_t* wp = static_cast<const uint8_t*>(w.data());
-  const size_t row_bytes = (size_t)w.strides(0);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
-  py::gil_scoped_release release;
-  cuda::qgemm_host(type_id, wp, row_bytes, m, k, xp, n, yp);
-#else
-  (void)m;
-  (void)n;
-  throw std::runtime_error("the CUDA backend is not compiled in");
-#endif
-  return y;
-}
 
 // out[n, k] = rows ids[i] of W[m, k] dequantized, times scale (the embedding lookup); ids int32 [n]
 py::array_t<float> cuda_dequant_rows_py(int type_id, const py::array& w, int k, const py::array& ids_in,
@@ -292,11 +278,12 @@ py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k) {
   return py::make_tuple(ids, vals);
 }
 
+
 }  // namespace
 
 void bind_cuda(py::module_& m, py::module_& testing) {
   m.def("cuda_info", &cuda_info, "the CUDA backend: compiled, devices, versions, the reason when absent");
-  testing.def("cuda_qgemv", &cuda_qgemv_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
+  testing.def("cuda_qgemv", &cuda_product_py<false>, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
               "y[n, m] = x[n, k] @ W[m, k]^T on CUDA device 0 (n <= 8): the decode product kernel");
   testing.def("cuda_kv_write", &cuda_kv_write_py, py::arg("kv_type"), py::arg("x"), py::arg("head_dim"),
               py::arg("slots"), py::arg("pool"),
@@ -306,12 +293,12 @@ void bind_cuda(py::module_& m, py::module_& testing) {
               py::arg("center_k"), py::arg("center_v"), py::arg("k_scale") = py::none(),
               py::arg("k_bias") = py::none(), py::arg("v_bias") = py::none(),
               "(q, k, v, att) after KvTransforms::to_cache (and from_cache on att) on CUDA device 0");
-  testing.def("cuda_paged_attention", &cuda_paged_attention_py, py::arg("q"), py::arg("k_type"), py::arg("k_pool"),
+  testing.def("cuda_paged_attention", &cuda_paged_attention_py<false>, py::arg("q"), py::arg("k_type"), py::arg("k_pool"),
               py::arg("v_type"), py::arg("v_pool"), py::arg("positions"), py::arg("seq_index"),
               py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),
               py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0,
               "out[T, n_head, head_dim]: causal paged attention over the pools on CUDA device 0");
-  testing.def("cuda_qgemm", &cuda_qgemm_py, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
+  testing.def("cuda_qgemm", &cuda_product_py<true>, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
               "y[n, m] = x[n, k] @ W[m, k]^T on CUDA device 0 (any n): the tensor-core batched product");
   testing.def("cuda_dequant_rows", &cuda_dequant_rows_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("ids"), py::arg("scale") = 1.0f,
@@ -319,6 +306,11 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_top_k", &cuda_top_k_py, py::arg("x"), py::arg("n_valid"), py::arg("k"),
               "(ids[n, k], vals[n, k]): the k largest of x[n, :n_valid] a row on CUDA device 0, by value "
               "descending (NaN largest), ties by index");
+  testing.def("cuda_paged_attention_tiled", &cuda_paged_attention_py<true>, py::arg("q"), py::arg("k_type"),
+              py::arg("k_pool"), py::arg("v_type"), py::arg("v_pool"), py::arg("positions"), py::arg("seq_index"),
+              py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),
+              py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0,
+              "cuda_paged_attention by the tiled prefill kernel (tiles of consecutive rows of one sequence)");
 }
 
 }  // namespace lll

@@ -58,5 +58,11 @@ void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_siz
                           int window, int T, const int32_t* positions, const int32_t* seq_index,
                           const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
                           const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out);
+// the same by paged_attention_tiled (device_ops.cuh) over the tiles attention_tiles builds from positions and
+// seq_index
+void paged_attention_tiled_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
+                                int window, int T, const int32_t* positions, const int32_t* seq_index,
+                                const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
+                                const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out);
 
 }  // namespace lll::cuda

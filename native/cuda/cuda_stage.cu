@@ -95,7 +95,7 @@ class CudaStage final : public Stage {
     }
   };
   struct StepBuffers;
-  StepBuffers carve(const Shape& sh, size_t n_ints, size_t n_angles);
+  StepBuffers carve(const Shape& sh, size_t n_ints, size_t n_angles, int n_tiles);
   // the step's kernels (everything between the uploads and the downloads) on stream_
   void enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
   cudaGraphExec_t capture(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
@@ -223,11 +223,12 @@ void CudaStage::products(std::initializer_list<std::pair<const WeightView*, floa
 
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
 struct CudaStage::StepBuffers {
-  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *top_ids;
+  int n_tiles;  // > 0: prefill attention by tiles (paged_attention_tiled) starting at rows tiles[..]
+  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *tiles, *top_ids;
   float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y, *top_vals;
 };
 
-CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n_angles) {
+CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n_angles, int n_tiles) {
   const ModelConfig& c = m_.cfg;
   const size_t T = sh.T, d = c.d_model, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
   const size_t nl = std::max(sh.n_logits, 1), vocab = last_ == c.n_layers ? c.n_vocab : 0;
@@ -249,6 +250,8 @@ CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n
   s.seq = s.slots + T;
   s.bt = s.seq + T;
   s.rows = s.bt + (size_t)sh.n_seq * sh.pitch;
+  s.tiles = s.rows + sh.n_logits;
+  s.n_tiles = n_tiles;
   s.angles = F(1);
   s.h = F(2), s.a = F(3), s.q = F(4), s.att = F(5), s.k = F(6), s.v = F(7), s.g = F(8), s.u = F(9), s.x = F(10);
   s.y = F(11);
@@ -291,7 +294,12 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
     ints.insert(ints.end(), row, row + b.max_blocks);
     ints.insert(ints.end(), sh.pitch - b.max_blocks, 0);  // never read: past every visible position
   }
-  ints.insert(ints.end(), b.logits_rows, b.logits_rows + nl);
+  ints.insert(ints.end(), b.logits_rows, b.logits_rows + sh.n_logits);
+  // a prompt-sized step attends by tiles of consecutive rows (each key chunk read once per tile); decode-sized
+  // ones, graphed or not, row by row (the same kernels either way, so replay equals eager launches)
+  const std::vector<int32_t> tiles = T > GRAPH_MAX_TOKENS ? cuda::attention_tiles(T, b.positions, b.seq_index)
+                                                           : std::vector<int32_t>();
+  ints.insert(ints.end(), tiles.begin(), tiles.end());
   const RopeTables ropes(m_, b, first_, last_);
   std::vector<float> angles;
   for (const auto& t : ropes.tables) {
@@ -303,7 +311,7 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   const size_t k_max = std::max({(size_t)d, (size_t)c.n_head * c.head_dim, (size_t)c.n_ff});
   const size_t n_max = std::max(T, nl);
   grow(xq_, n_max * k_max + n_max * k_max / 32 * sizeof(float) + 512);  // int8 values, then a float per 32
-  const StepBuffers sb = carve(sh, ints.size(), angles.size());
+  const StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
   if (!angles.empty())
     check(cudaMemcpyAsync(sb.angles, angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
@@ -402,7 +410,10 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};
     const KvView vview{vp, kv_.v_type, v_row_, v_row_ / c.n_kv_head};
-    cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
+    if (sb.n_tiles > 0)
+      cuda::paged_attention_tiled(shape, rows, sb.tiles, sb.n_tiles, q, kview, vview, att, stream_);
+    else
+      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
     products({{&L.attn_output, a}}, att, T);
     cuda::add_bias(a, V(N.o_bias, d), T, d, stream_);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../attention.h"
 #include "../kv_format.h"
@@ -105,5 +106,16 @@ struct AttentionRowsDev {
 // soft-cap as AttentionShape says), float accumulation.
 void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
                      const KvView& v_cache, float* out, cudaStream_t stream);
+// paged_attention for prefill (attention_tiles.cu), the same results to float rounding: one thread block per
+// (tile, query head) reads each visible key and value once per tile instead of once per row. tiles [n_tiles] holds
+// row starts: tile i covers the rows tiles[i] + r, r < 16 (ATTENTION_TILE_ROWS), that are below T, of row
+// tiles[i]'s sequence and at position positions[tiles[i]] + r, ending at the first row that is not; every row
+// must be in exactly one tile (attention_tiles builds the list).
+void paged_attention_tiled(const AttentionShape& a, const AttentionRowsDev& rows, const int32_t* tiles, int n_tiles,
+                           const float* q, const KvView& k_cache, const KvView& v_cache, float* out,
+                           cudaStream_t stream);
+// host arrays positions, seq_index [T] -> the row starts of paged_attention_tiled's tiles: a new tile at row 0,
+// where the sequence changes or the position is not the previous row's + 1, and after 16 rows of one run
+std::vector<int32_t> attention_tiles(int T, const int32_t* positions, const int32_t* seq_index);
 
 }  // namespace lll::cuda

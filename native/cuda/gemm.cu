@@ -36,6 +36,7 @@
 
 #include "cuda_api.h"
 #include "dequant.cuh"
+#include "device_array.cuh"
 #include "device_ops.cuh"
 
 namespace lll::cuda {
@@ -243,20 +244,6 @@ size_t check_shapes(const char* what, int type_id, size_t row_bytes, int m, int 
   return (size_t)(m - 1) * row_bytes + packed;
 }
 
-template <class P>
-struct DeviceBuffer {  // count elements of P, cudaMalloc'd, freed on scope exit (exceptions included)
-  P* p = nullptr;
-  explicit DeviceBuffer(size_t count) { check(cudaMalloc(&p, count * sizeof(P)), "cudaMalloc"); }
-  DeviceBuffer(const P* host, size_t count) : DeviceBuffer(count) {
-    check(cudaMemcpy(p, host, count * sizeof(P), cudaMemcpyHostToDevice), "cudaMemcpy to the device");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void copy_out(P* host, size_t count) const {
-    check(cudaMemcpy(host, p, count * sizeof(P), cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
-  }
-};
 
 }  // namespace
 
@@ -286,8 +273,8 @@ void dequant_rows(int type_id, const uint8_t* w, size_t row_bytes, int k, const 
 }
 
 void qgemm_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
-  DeviceBuffer<uint8_t> dw(w, check_shapes("qgemm", type_id, row_bytes, m, k, n));
-  DeviceBuffer<float> dx(x, (size_t)n * k), dy((size_t)n * m);
+  DeviceArray<uint8_t> dw(w, check_shapes("qgemm", type_id, row_bytes, m, k, n));
+  DeviceArray<float> dx(x, (size_t)n * k), dy((size_t)n * m);
   qgemm(type_id, dw.p, row_bytes, m, k, dx.p, n, dy.p, nullptr);
   check(cudaDeviceSynchronize(), "qgemm");
   dy.copy_out(y, (size_t)n * m);
@@ -300,9 +287,9 @@ void dequant_rows_host(int type_id, const uint8_t* w, size_t row_bytes, int m, i
     if (ids[i] < 0 || ids[i] >= m)
       throw std::invalid_argument("dequant_rows: ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
                                   " is not a row of the " + std::to_string(m) + " rows of W");
-  DeviceBuffer<uint8_t> dw(w, span);
-  DeviceBuffer<int32_t> dids(ids, (size_t)n);
-  DeviceBuffer<float> dout((size_t)n * k);
+  DeviceArray<uint8_t> dw(w, span);
+  DeviceArray<int32_t> dids(ids, (size_t)n);
+  DeviceArray<float> dout((size_t)n * k);
   dequant_rows(type_id, dw.p, row_bytes, k, dids.p, n, scale, dout.p, nullptr);
   check(cudaDeviceSynchronize(), "dequant_rows");
   dout.copy_out(out, (size_t)n * k);

@@ -21,14 +21,15 @@
 
 #include "../quant_formats.h"
 #include "cuda_api.h"
+#include "device_array.cuh"
 #include "device_ops.cuh"
+#include "kv_rows.cuh"
 
 namespace lll::cuda {
 namespace {
 
 constexpr unsigned FULL = 0xffffffffu;
 
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 // ops.cpp's f32_to_f16: round to nearest even (an overflow is inf), a NaN the quiet NaN of its sign
 __device__ __forceinline__ uint16_t f2h(float f) {
   if (isnan(f)) return (uint16_t)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
@@ -197,20 +198,6 @@ constexpr int ATT_WARPS = 8;      // warps per (row, head): each takes every ATT
 constexpr int ATT_MAX_DIM = 256;  // head_dim: a multiple of 32 up to this
 constexpr int ATT_STEPS = ATT_MAX_DIM / 32;
 
-// value 32 * i + lane of one head's row in type t, as kv_dequantize_row gives it: the half, d * q (q8_0) or
-// d * (q - 8) (q4_0, values 0 .. 15 of a block in the low nibbles, 16 .. 31 in the high). Block i of a quantized
-// row holds exactly the values 32 * i .. 32 * i + 31.
-__device__ __forceinline__ float kv_value(KvType t, const uint8_t* head, int i, int lane) {
-  if (t == KvType::F16) return h2f(reinterpret_cast<const uint16_t*>(head)[32 * i + lane]);
-  if (t == KvType::Q8_0) {
-    const uint8_t* b = head + (size_t)i * sizeof(block_q8_0);
-    return h2f(*reinterpret_cast<const uint16_t*>(b)) * (float)(int8_t)b[2 + lane];
-  }
-  const uint8_t* b = head + (size_t)i * sizeof(block_q4_0);
-  const int byte = b[2 + (lane & 15)];
-  return h2f(*reinterpret_cast<const uint16_t*>(b)) * (float)((lane < 16 ? byte & 15 : byte >> 4) - 8);
-}
-
 // One thread block per (query row t = blockIdx.x, query head h = blockIdx.y), ATT_WARPS warps. Lane l holds dims
 // l, l + 32, ... of q and of its warp's running output. Warp w walks keys lo + w, lo + w + ATT_WARPS, ... <= p
 // with its own online softmax (score: the lanes' partial dot products summed by a butterfly shuffle, identical in
@@ -282,22 +269,6 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(Attenti
 // ---- host test entry points ----
 
 // cudaMalloc'd bytes on the current device, freed on scope exit (also when a later step throws)
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
-  DeviceBuffer(const void* host, size_t bytes) : DeviceBuffer(bytes) {
-    if (bytes) check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "copy to device");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <class P>
-  P* as() const { return static_cast<P*>(p); }
-  void to_host(void* host, size_t bytes) const {
-    if (bytes) check(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost), "copy to host");
-  }
-};
-
 // the KvType of a GGML type id; std::invalid_argument naming `what` for any other id
 KvType kv_type_id(int id, const char* what) {
   for (KvType t : {KvType::F16, KvType::Q8_0, KvType::Q4_0})
@@ -395,9 +366,11 @@ void kv_write_host(int kv_type, const float* x, int T, int row, int head_dim, co
     seen[slots[i]] = true;
   }
   const size_t rb = kv_row_bytes(t, row), pool_bytes = (size_t)n_slots * rb;
-  DeviceBuffer dx(x, sizeof(float) * T * (size_t)row), ds(slots, sizeof(int32_t) * T), dp(pool, pool_bytes);
-  kv_write(t, dx.as<float>(), T, row, ds.as<int32_t>(), dp.as<uint8_t>(), rb, 0);
-  dp.to_host(pool, pool_bytes);
+  DeviceArray<float> dx(x, (size_t)T * row);
+  DeviceArray<int32_t> ds(slots, T);
+  DeviceArray<uint8_t> dp(pool, pool_bytes);
+  kv_write(t, dx.p, T, row, ds.p, dp.p, rb, 0);
+  dp.copy_out(pool, pool_bytes);
 }
 
 void kv_transforms_host(bool rotate_k, bool rotate_v, bool center_k, bool center_v, const float* k_scale,
@@ -409,30 +382,31 @@ void kv_transforms_host(bool rotate_k, bool rotate_v, bool center_k, bool center
   require(!center_v || v_bias, "v_bias: center_v needs it");
   const size_t qn = (size_t)n * n_head * head_dim, kn = (size_t)n * n_kv_head * head_dim;
   const size_t cn = (size_t)n_kv_head * head_dim;  // a per-channel vector
-  DeviceBuffer dq(q, sizeof(float) * qn), dk(k, sizeof(float) * kn), dv(v, sizeof(float) * kn);
-  DeviceBuffer datt(att, att ? sizeof(float) * qn : 0);
-  DeviceBuffer dks(k_scale, k_scale ? sizeof(float) * cn : 0), dkb(k_bias, k_bias ? sizeof(float) * cn : 0);
-  DeviceBuffer dvb(v_bias, v_bias ? sizeof(float) * cn : 0);
+  DeviceArray<float> dq(q, qn), dk(k, kn), dv(v, kn), datt(att, att ? qn : 0);
+  DeviceArray<float> dks(k_scale, cn), dkb(k_bias, cn), dvb(v_bias, cn);
   KvTransformsDev tf;
   tf.rotate_k = rotate_k;
   tf.rotate_v = rotate_v;
   tf.center_k = center_k;
   tf.center_v = center_v;
-  tf.k_scale = k_scale ? dks.as<float>() : nullptr;
-  tf.k_bias = k_bias ? dkb.as<float>() : nullptr;
-  tf.v_bias = v_bias ? dvb.as<float>() : nullptr;
-  kv_to_cache(tf, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, n_head, n_kv_head, head_dim, 0);
-  if (att) kv_from_cache(tf, datt.as<float>(), n, n_head, n_kv_head, head_dim, 0);
-  dq.to_host(q, sizeof(float) * qn);
-  dk.to_host(k, sizeof(float) * kn);
-  dv.to_host(v, sizeof(float) * kn);
-  if (att) datt.to_host(att, sizeof(float) * qn);
+  tf.k_scale = k_scale ? dks.p : nullptr;
+  tf.k_bias = k_bias ? dkb.p : nullptr;
+  tf.v_bias = v_bias ? dvb.p : nullptr;
+  kv_to_cache(tf, dq.p, dk.p, dv.p, n, n_head, n_kv_head, head_dim, 0);
+  if (att) kv_from_cache(tf, datt.p, n, n_head, n_kv_head, head_dim, 0);
+  dq.copy_out(q, qn);
+  dk.copy_out(k, kn);
+  dv.copy_out(v, kn);
+  if (att) datt.copy_out(att, qn);
 }
 
-void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
-                          int window, int T, const int32_t* positions, const int32_t* seq_index,
-                          const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
-                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
+namespace {
+
+// paged_attention_host and paged_attention_tiled_host: the checks, the copies, then the row or the tiled kernel
+void attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap, int window,
+                    int T, const int32_t* positions, const int32_t* seq_index, const int32_t* block_tables, int n_seq,
+                    int max_blocks, const float* q, int k_type, const uint8_t* k_pool, int v_type,
+                    const uint8_t* v_pool, int n_slots, float* out, bool tiled) {
   check_heads(n_head, n_kv_head, head_dim);
   require(head_dim % 32 == 0 && head_dim <= ATT_MAX_DIM, "head_dim must be a multiple of 32 up to " +
                                                              std::to_string(ATT_MAX_DIM) + ", got " +
@@ -458,15 +432,38 @@ void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_siz
   const int row = n_kv_head * head_dim;
   const size_t k_row = kv_row_bytes(kt, row), v_row = kv_row_bytes(vt, row);
   const size_t qn = (size_t)T * n_head * head_dim;
-  DeviceBuffer dq(q, sizeof(float) * qn), dout(sizeof(float) * qn);
-  DeviceBuffer dpos(positions, sizeof(int32_t) * T), dseq(seq_index, sizeof(int32_t) * T);
-  DeviceBuffer dbt(block_tables, sizeof(int32_t) * n_seq * (size_t)max_blocks);
-  DeviceBuffer dk(k_pool, k_row * n_slots), dv(v_pool, v_row * n_slots);
+  DeviceArray<float> dq(q, qn), dout(qn);
+  DeviceArray<int32_t> dpos(positions, T), dseq(seq_index, T), dbt(block_tables, (size_t)n_seq * max_blocks);
+  DeviceArray<uint8_t> dk(k_pool, k_row * n_slots), dv(v_pool, v_row * n_slots);
   const AttentionShape a{n_head, n_kv_head, head_dim, block_size, scale, softcap, window};
-  const AttentionRowsDev r{T, dpos.as<int32_t>(), dseq.as<int32_t>(), dbt.as<int32_t>(), max_blocks};
-  const KvView kc{dk.as<uint8_t>(), kt, k_row, k_row / n_kv_head}, vc{dv.as<uint8_t>(), vt, v_row, v_row / n_kv_head};
-  paged_attention(a, r, dq.as<float>(), kc, vc, dout.as<float>(), 0);
-  dout.to_host(out, sizeof(float) * qn);
+  const AttentionRowsDev r{T, dpos.p, dseq.p, dbt.p, max_blocks};
+  const KvView kc{dk.p, kt, k_row, k_row / n_kv_head}, vc{dv.p, vt, v_row, v_row / n_kv_head};
+  if (tiled) {
+    const std::vector<int32_t> tiles = attention_tiles(T, positions, seq_index);
+    DeviceArray<int32_t> dtiles(tiles.data(), tiles.size());
+    paged_attention_tiled(a, r, dtiles.p, (int)tiles.size(), dq.p, kc, vc, dout.p, 0);
+  } else {
+    paged_attention(a, r, dq.p, kc, vc, dout.p, 0);
+  }
+  dout.copy_out(out, qn);
+}
+
+}  // namespace
+
+void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
+                          int window, int T, const int32_t* positions, const int32_t* seq_index,
+                          const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
+                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
+  attention_host(n_head, n_kv_head, head_dim, block_size, scale, softcap, window, T, positions, seq_index,
+                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, false);
+}
+
+void paged_attention_tiled_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
+                                int window, int T, const int32_t* positions, const int32_t* seq_index,
+                                const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
+                                const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
+  attention_host(n_head, n_kv_head, head_dim, block_size, scale, softcap, window, T, positions, seq_index,
+                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, true);
 }
 
 }  // namespace lll::cuda

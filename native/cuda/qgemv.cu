@@ -18,6 +18,7 @@
 
 #include "../quant_formats.h"
 #include "cuda_api.h"
+#include "device_array.cuh"
 #include "device_ops.cuh"
 
 namespace lll::cuda {
@@ -240,14 +241,6 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_
   }
 }
 
-template <class P>
-struct DevicePtr {  // cudaMalloc'd, freed on scope exit
-  P* p = nullptr;
-  explicit DevicePtr(size_t count) { check(cudaMalloc(&p, count * sizeof(P)), "cudaMalloc"); }
-  ~DevicePtr() { cudaFree(p); }
-  DevicePtr(const DevicePtr&) = delete;
-  DevicePtr& operator=(const DevicePtr&) = delete;
-};
 
 }  // namespace
 
@@ -290,14 +283,12 @@ void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, c
   if (k % ti->block_size || row_bytes < packed || row_bytes % 4)
     throw std::invalid_argument("qgemv: rows of " + std::to_string(row_bytes) + " bytes do not hold whole 4-byte "
                                 "aligned rows of " + std::to_string(k) + " " + ti->name + " weights");
-  DevicePtr<uint8_t> dw(bytes);
-  DevicePtr<float> dx((size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
-  DevicePtr<int8_t> dq((size_t)n * k);
-  check(cudaMemcpy(dw.p, w, bytes, cudaMemcpyHostToDevice), "copy weights");
-  check(cudaMemcpy(dx.p, x, sizeof(float) * n * k, cudaMemcpyHostToDevice), "copy x");
+  DeviceArray<uint8_t> dw(w, bytes);
+  DeviceArray<float> dx(x, (size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
+  DeviceArray<int8_t> dq((size_t)n * k);
   quantize_x(dx.p, n, k, dq.p, dd.p, nullptr);
   qgemv(type_id, dw.p, row_bytes, m, k, dq.p, dd.p, n, dy.p, nullptr);
-  check(cudaMemcpy(y, dy.p, sizeof(float) * n * m, cudaMemcpyDeviceToHost), "copy y");
+  dy.copy_out(y, (size_t)n * m);
 }
 
 }  // namespace lll::cuda

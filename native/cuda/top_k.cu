@@ -31,6 +31,7 @@
 #include <string>
 
 #include "cuda_api.h"
+#include "device_array.cuh"
 #include "device_ops.cuh"
 
 namespace lll::cuda {
@@ -208,20 +209,6 @@ void check_args(const char* what, int n, int stride, int n_valid, int k) {
                                 std::to_string(k_max) + "], got " + std::to_string(k));
 }
 
-template <class P>
-struct DeviceBuffer {  // count elements of P, cudaMalloc'd, freed on scope exit (exceptions included)
-  P* p = nullptr;
-  explicit DeviceBuffer(size_t count) { check(cudaMalloc(&p, count * sizeof(P)), "cudaMalloc"); }
-  DeviceBuffer(const P* host, size_t count) : DeviceBuffer(count) {
-    check(cudaMemcpy(p, host, count * sizeof(P), cudaMemcpyHostToDevice), "cudaMemcpy to the device");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void copy_out(P* host, size_t count) const {
-    check(cudaMemcpy(host, p, count * sizeof(P), cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
-  }
-};
 
 }  // namespace
 
@@ -233,8 +220,8 @@ void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, 
 
 void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals) {
   check_args("top_k", n, stride, n_valid, k);
-  DeviceBuffer<float> dx(x, (size_t)n * stride), dvals((size_t)n * k);
-  DeviceBuffer<int32_t> dids((size_t)n * k);
+  DeviceArray<float> dx(x, (size_t)n * stride), dvals((size_t)n * k);
+  DeviceArray<int32_t> dids((size_t)n * k);
   top_k(dx.p, n, stride, n_valid, k, dids.p, dvals.p, nullptr);
   check(cudaDeviceSynchronize(), "top_k");
   dids.copy_out(ids, (size_t)n * k);

@@ -153,10 +153,11 @@ def test_kv_transforms_match_the_cpu(n_head, n_kv_head, head_dim, flags):
 # ---- paged attention ----
 
 
-def attention_case(rng, n_head, n_kv_head, hd, k_type, v_type, block_size=16, lengths=(37, 5, 70, 1)):
+def attention_case(rng, n_head, n_kv_head, hd, k_type, v_type, block_size=16, lengths=(37, 5, 70, 1), rows=None):
     """A paged cache of several sequences (blocks scattered over the pool, spare blocks and the tables' unused
     entries pointing nowhere) and a batch of rows: all of sequence 0 (prefill), the last position of sequence 1
-    (decode), the last 6 of sequence 2 (a prefill chunk after cached positions), the one of sequence 3."""
+    (decode), the last 6 of sequence 2 (a prefill chunk after cached positions), the one of sequence 3; or the
+    (sequence, position) pairs `rows` when given."""
     row = n_kv_head * hd
     n_blocks_of = [-(-length // block_size) for length in lengths]
     n_blocks = sum(n_blocks_of) + 3
@@ -178,8 +179,9 @@ def attention_case(rng, n_head, n_kv_head, hd, k_type, v_type, block_size=16, le
             x[:, 5] *= 8  # an outlier channel
             pool[slots] = kernels.testing.kv_quantize(kv_type, x)
         pools[name] = pool
-    rows = [(0, p) for p in range(lengths[0])] + [(1, lengths[1] - 1)]
-    rows += [(2, p) for p in range(lengths[2] - 6, lengths[2])] + [(3, lengths[3] - 1)]
+    if rows is None:
+        rows = [(0, p) for p in range(lengths[0])] + [(1, lengths[1] - 1)]
+        rows += [(2, p) for p in range(lengths[2] - 6, lengths[2])] + [(3, lengths[3] - 1)]
     seq_index = np.array([s for s, _ in rows], np.int32)
     positions = np.array([p for _, p in rows], np.int32)
     q = (rng.standard_normal((len(rows), n_head, hd)) * 2).astype(np.float32)
@@ -267,6 +269,123 @@ def test_paged_attention_refuses_a_row_past_its_blocks():
         )
 
 
+# ---- the tiled prefill kernel (cuda/attention_tiles.cu): tiles of up to 16 consecutive rows of one sequence ----
+
+
+def check_tiled(n_head, n_kv_head, hd, k_type, v_type, seed, *, block_size=16, softcap=0.0, window=0, **case):
+    """cuda_paged_attention_tiled against the float64 softmax (as check_attention) and against the per-row kernel
+    (within 1e-5 of the values' magnitude: both sum in float32, in their own orders)."""
+    rng = np.random.default_rng(seed)
+    q, k_pool, v_pool, positions, seq_index, tables = attention_case(
+        rng, n_head, n_kv_head, hd, k_type, v_type, block_size, **case
+    )
+    args = (q, k_type, k_pool, v_type, v_pool, positions, seq_index, tables)
+    kw = dict(n_kv_head=n_kv_head, block_size=block_size, scale=float(hd**-0.5), softcap=softcap, window=window)
+    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw)
+    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
+    want, vmax = reference_attention(*args, **kw)
+    assert got.dtype == np.float32 and got.shape == q.shape
+    assert np.all(np.isfinite(got)), "a read outside the sequences' blocks (NaN slots)"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * vmax)
+    np.testing.assert_allclose(got, per_row, rtol=1e-5, atol=1e-5 * vmax)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", SHAPES)
+@pytest.mark.parametrize(
+    "k_type,v_type", [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "q4_0"), ("f16", "q8_0")]
+)
+def test_tiled_attention_matches_the_softmax_and_the_per_row_kernel(n_head, n_kv_head, head_dim, k_type, v_type):
+    check_tiled(n_head, n_kv_head, head_dim, k_type, v_type, seed=n_head * 100 + head_dim)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("k_type,v_type", [("f16", "f16"), ("q4_0", "q8_0")])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(window=8),
+        dict(window=1),
+        dict(softcap=2.0),
+        dict(block_size=5),
+        dict(block_size=5, window=7, softcap=3.0),
+    ],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()),
+)
+def test_tiled_attention_window_softcap_and_block_size(k_type, v_type, variant):
+    check_tiled(14, 2, 64, k_type, v_type, seed=7, **variant)
+    check_tiled(8, 2, 128, k_type, v_type, seed=8, **variant)
+
+
+# a 300-token prompt (19 tiles, the last of 12 rows; 10 key chunks for its last tile); two sequences' prefill
+# chunks after cached positions (tiles starting mid-block), with a decode row of a third between them
+LONG = {
+    "prompt": dict(lengths=(300,), rows=[(0, p) for p in range(300)]),
+    "chunks": dict(
+        lengths=(200, 150, 9), rows=[(0, p) for p in range(120, 200)] + [(2, 8)] + [(1, p) for p in range(41, 150)]
+    ),
+}
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", LONG)
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", [(14, 2, 64), (4, 1, 256)])
+@pytest.mark.parametrize("k_type,v_type", [("f16", "f16"), ("q4_0", "q8_0")])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(window=40), dict(window=5, softcap=3.0), dict(block_size=5, softcap=2.0)],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "plain",
+)
+def test_tiled_attention_long_prompts(case, n_head, n_kv_head, head_dim, k_type, v_type, variant):
+    check_tiled(n_head, n_kv_head, head_dim, k_type, v_type, seed=head_dim, **LONG[case], **variant)
+
+
+# runs of 15, 16, 17 and 33 rows (a tile ends at 16 rows and at a run's end); one sequence's prefill broken by
+# another's decode row (the run goes on after it: a new tile); a run whose positions jump (10 -> 13: a new tile)
+BOUNDARY_ROWS = (
+    [(0, p) for p in range(15)]
+    + [(1, p) for p in range(16)]
+    + [(2, p) for p in range(17)]
+    + [(3, p) for p in range(33)]
+    + [(4, p) for p in range(20)]
+    + [(5, 49)]
+    + [(4, p) for p in range(20, 40)]
+    + [(6, p) for p in range(10)]
+    + [(6, p) for p in range(13, 30)]
+)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", [(14, 2, 64), (6, 3, 96)])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(window=7), dict(block_size=5, window=20, softcap=3.0)],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "plain",
+)
+def test_tiled_attention_tile_boundaries(n_head, n_kv_head, head_dim, variant):
+    lengths = (15, 16, 17, 33, 40, 50, 30)
+    check_tiled(
+        n_head, n_kv_head, head_dim, "q8_0", "q4_0", seed=head_dim, lengths=lengths, rows=BOUNDARY_ROWS, **variant
+    )
+
+
+@gpu
+@pytest.mark.gpu
+def test_tiled_attention_refuses_a_row_past_its_blocks():
+    rng = np.random.default_rng(0)
+    q, k_pool, v_pool, positions, seq_index, tables = attention_case(rng, 2, 1, 64, "f16", "f16")
+    positions = positions.copy()
+    positions[-1] = 40
+    with pytest.raises(ValueError, match="block_tables"):
+        kernels.testing.cuda_paged_attention_tiled(
+            q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables, n_kv_head=1, block_size=16, scale=0.125
+        )
+
+
 # ---- without a device ----
 
 
@@ -288,8 +407,9 @@ def test_entry_points_check_their_arguments():
         )
     one, table = np.zeros(1, np.int32), np.zeros((1, 1), np.int32)
     k_pool, v_pool = np.zeros((16, 128), np.uint8), np.zeros((16, 68), np.uint8)  # q8_0 rows of 64: 68 bytes
-    with pytest.raises(ValueError, match="k_pool"):
-        t.cuda_paged_attention(q, "q8_0", k_pool, "q8_0", v_pool, one, one, table, n_kv_head=1, block_size=16, scale=1)
+    for attention in (t.cuda_paged_attention, t.cuda_paged_attention_tiled):
+        with pytest.raises(ValueError, match="k_pool"):
+            attention(q, "q8_0", k_pool, "q8_0", v_pool, one, one, table, n_kv_head=1, block_size=16, scale=1)
 
 
 def test_entry_points_fail_cleanly_without_a_device():
@@ -303,8 +423,7 @@ def test_entry_points_fail_cleanly_without_a_device():
     q, k = np.ones((1, 2, 64), np.float32), np.ones((1, 1, 64), np.float32)
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
         t.cuda_kv_transforms(q, k, k, rotate_k=True, rotate_v=True, center_k=False, center_v=False)
-    one = np.zeros(1, np.int32)
-    with pytest.raises(RuntimeError, match="CUDA|not compiled"):
-        t.cuda_paged_attention(
-            q, "f16", pool, "f16", pool, one, one, np.zeros((1, 1), np.int32), n_kv_head=1, block_size=16, scale=0.125
-        )
+    one, table = np.zeros(1, np.int32), np.zeros((1, 1), np.int32)
+    for attention in (t.cuda_paged_attention, t.cuda_paged_attention_tiled):
+        with pytest.raises(RuntimeError, match="CUDA|not compiled"):
+            attention(q, "f16", pool, "f16", pool, one, one, table, n_kv_head=1, block_size=16, scale=0.125)

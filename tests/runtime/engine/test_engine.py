@@ -191,6 +191,21 @@ def test_logits_wait_for_live_requests_and_agree_with_a_fresh_model(smol):
         np.testing.assert_array_equal(logits, fresh.logits(ids))
 
 
+def candidates_asked(llm: LLM, monkeypatch) -> list[int]:
+    """The top_k each step of llm's model is asked for from now on (0: whole rows), candidates allowed (on the CPU
+    the engine takes whole rows unless told the model returns candidates)."""
+    asked: list[int] = []
+    forward = llm.model.forward
+
+    def counting(*args, **kwargs):
+        asked.append(kwargs.get("top_k", 0))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(llm.model, "forward", counting)
+    monkeypatch.setattr(llm.model, "supports_candidates", True)
+    return asked
+
+
 @pytest.mark.parametrize(
     "kw",
     [
@@ -204,15 +219,7 @@ def test_candidates_sample_what_whole_rows_sample(smol, monkeypatch, kw):
     """Steps that return each row's top-k candidates (localllm.candidates) give the tokens whole logits rows give,
     alone and batched, with n-gram drafts verified in the same steps."""
     params = [SamplingParams(max_tokens=16, ignore_eos=True, **kw) for _ in PROMPTS[:3]]
-    asked = []
-    forward = smol.model.forward
-
-    def counting(*args, **kwargs):
-        asked.append(kwargs.get("top_k", 0))
-        return forward(*args, **kwargs)
-
-    monkeypatch.setattr(smol.model, "forward", counting)
-    monkeypatch.setattr(smol.model, "supports_candidates", True)  # on the CPU the engine takes whole rows
+    asked = candidates_asked(smol, monkeypatch)
     with_candidates = run_together(smol, PROMPTS[:3], params)
     assert max(asked) == (1 if kw["temperature"] == 0 else kw["top_k"])
     monkeypatch.setattr(smol.model, "supports_candidates", False)
@@ -223,15 +230,7 @@ def test_candidates_sample_what_whole_rows_sample(smol, monkeypatch, kw):
 
 
 def test_penalties_and_logprobs_take_whole_rows(smol, monkeypatch):
-    asked = []
-    forward = smol.model.forward
-
-    def counting(*args, **kwargs):
-        asked.append(kwargs.get("top_k", 0))
-        return forward(*args, **kwargs)
-
-    monkeypatch.setattr(smol.model, "forward", counting)
-    monkeypatch.setattr(smol.model, "supports_candidates", True)
+    asked = candidates_asked(smol, monkeypatch)
     tokens(smol.generate(PROMPTS[0], temperature=0, repetition_penalty=1.3, max_tokens=4))
     assert set(asked) == {0}
     asked.clear()
