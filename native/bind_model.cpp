@@ -197,6 +197,7 @@ struct PyModel {
     b.context_lens = ctx.data();
     b.n_logits = (int)rows.size();
     b.logits_rows = rows.data();
+    if (n_valid < 0) throw std::invalid_argument("n_valid must be 0 (all columns) or positive");
     if (top_k > 0) {  // the candidates of each row (top_k.h) instead of its logits
       TopK top;
       top.k = top_k;

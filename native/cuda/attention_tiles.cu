@@ -142,7 +142,10 @@ __global__ void __launch_bounds__(32 * WARPS) tiled_attention_kernel(AttentionSh
 #pragma unroll
       for (int s = 0; s < STEPS; ++s) acc[i][s] *= corr;
     }
-    // acc += sum over the chunk's keys of weight * V, each V value read once for both rows
+    // acc += sum over the chunk's keys of weight * V, each V value read once for both rows. A key a row does not
+    // see adds nothing, not 0 * V: the chunk holds keys invisible to some rows (later positions of the tile, keys
+    // before a later row's window) whose V the per-row kernel never reads, and 0 * inf would be a NaN. ek is the
+    // same in every lane (a broadcast), so the test never splits the warp.
     for (int k = 0; k < nk; ++k) {
       float ek[ROWS_PER_WARP];
 #pragma unroll
@@ -152,7 +155,8 @@ __global__ void __launch_bounds__(32 * WARPS) tiled_attention_kernel(AttentionSh
         if (s < steps) {
           const float v = vs[k * D + 32 * s + lane];
 #pragma unroll
-          for (int i = 0; i < ROWS_PER_WARP; ++i) acc[i][s] += ek[i] * v;
+          for (int i = 0; i < ROWS_PER_WARP; ++i)
+            if (ek[i] != 0.f) acc[i][s] += ek[i] * v;
         }
     }
   }

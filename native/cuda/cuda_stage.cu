@@ -17,7 +17,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <cstdio>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../stage.h"
@@ -39,15 +41,19 @@ class DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p_); }
   void* ensure(size_t bytes) {
     if (bytes > bytes_) {
-      cudaFree(p_);
-      p_ = nullptr;
-      bytes_ = 0;
+      release();
       check(cudaMalloc(&p_, bytes), "cudaMalloc");
       bytes_ = bytes;
     }
     return p_;
   }
+  void release() {
+    cudaFree(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
   void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
 
  private:
   void* p_ = nullptr;
@@ -62,6 +68,7 @@ class DeviceBuffer {
 constexpr int GRAPH_MAX_TOKENS = 64;
 constexpr int GRAPH_BLOCK_PITCH = 16;
 constexpr size_t GRAPH_MAX_KEPT = 256;
+constexpr size_t ACT_KEPT_BYTES = size_t(64) << 20;  // a prompt step's activations kept beyond this step
 
 bool graphs_enabled() {
   const char* env = std::getenv("LOCALLLM_CUDA_GRAPHS");
@@ -123,7 +130,8 @@ class CudaStage final : public Stage {
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
   const bool graphs_on_;
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
-  std::unordered_map<Shape, int, ShapeHash> seen_;
+  std::unordered_set<Shape, ShapeHash> seen_;        // run eagerly once since the graphs were last dropped
+  std::unordered_set<Shape, ShapeHash> ungraphable_;  // whose capture failed: always eager
 };
 
 CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
@@ -169,7 +177,10 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
   kv_bytes_ = (size_t)(last - first) * slots * (k_row_ + v_row_);
 }
 
-CudaStage::~CudaStage() { drop_graphs(); }
+CudaStage::~CudaStage() {
+  cudaSetDevice(device_);
+  drop_graphs();
+}
 
 void CudaStage::check_type(const WeightView& w, const std::string& name) const {
   if (!cuda::qgemm_supports(w.type)) {
@@ -297,8 +308,11 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   ints.insert(ints.end(), b.logits_rows, b.logits_rows + sh.n_logits);
   // a prompt-sized step attends by tiles of consecutive rows (each key chunk read once per tile); decode-sized
   // ones, graphed or not, row by row (the same kernels either way, so replay equals eager launches)
-  const std::vector<int32_t> tiles = T > GRAPH_MAX_TOKENS ? cuda::attention_tiles(T, b.positions, b.seq_index)
-                                                           : std::vector<int32_t>();
+  std::vector<int32_t> tiles;
+  if (T > GRAPH_MAX_TOKENS) {
+    tiles = cuda::attention_tiles(T, b.positions, b.seq_index);
+    if (tiles.size() * 4 > (size_t)T) tiles.clear();  // mostly single rows (decode of many sequences): by rows
+  }
   ints.insert(ints.end(), tiles.begin(), tiles.end());
   const RopeTables ropes(m_, b, first_, last_);
   std::vector<float> angles;
@@ -309,7 +323,7 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
 
   // the largest quantized input a product of this step takes, sized before any capture (no growth inside one)
   const size_t k_max = std::max({(size_t)d, (size_t)c.n_head * c.head_dim, (size_t)c.n_ff});
-  const size_t n_max = std::max(T, nl);
+  const size_t n_max = std::min(std::max(T, nl), cuda::QGEMV_MAX_N);  // xq_ serves the decode products only
   grow(xq_, n_max * k_max + n_max * k_max / 32 * sizeof(float) + 512);  // int8 values, then a float per 32
   const StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
@@ -318,16 +332,23 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   if (first_ > 0)
     check(cudaMemcpyAsync(sb.h, h_io, sizeof(float) * T * d, cudaMemcpyHostToDevice, stream_), "copy h");
 
-  if (!graph) {
-    enqueue(sh, sb, ropes);
+  auto it = graph ? graphs_.find(sh) : graphs_.end();
+  if (it != graphs_.end()) {
+    check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+  } else if (!graph || !seen_.count(sh) || ungraphable_.count(sh)) {
+    enqueue(sh, sb, ropes);  // a shape's first sight runs eagerly, uploading whatever the step reads
+    if (graph) seen_.insert(sh);  // only once that succeeded: a capture must find nothing left to upload
   } else {
-    auto it = graphs_.find(sh);
-    if (it == graphs_.end() && seen_[sh]++ == 0) {
-      enqueue(sh, sb, ropes);  // first sight: eagerly, uploading whatever the step reads
-    } else {
-      if (it == graphs_.end()) it = graphs_.emplace(sh, capture(sh, sb, ropes)).first;
-      check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    cudaGraphExec_t exec = nullptr;
+    try {
+      exec = capture(sh, sb, ropes);
+    } catch (const std::exception& e) {  // this shape stays eager: a step must not fail for want of a graph
+      std::fprintf(stderr, "localllm: CUDA graph capture failed (%s); steps of %d tokens run without one\n", e.what(),
+                   T);
+      ungraphable_.insert(sh);
+      enqueue(sh, sb, ropes);
     }
+    if (exec) check(cudaGraphLaunch(graphs_.emplace(sh, exec).first->second, stream_), "cudaGraphLaunch");
   }
 
   if (!head)
@@ -342,6 +363,10 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
           "copy logits");
   }
   check(cudaStreamSynchronize(stream_), "the step");
+  if (!graph && act_.bytes() > ACT_KEPT_BYTES) {  // a long prompt's activations are not kept for the decode after it
+    act_.release();
+    drop_graphs();  // they hold its addresses
+  }
 }
 
 cudaGraphExec_t CudaStage::capture(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes) {

@@ -95,6 +95,7 @@ __device__ void find_digit(const uint32_t* hist, int shift, uint32_t* prefix, ui
     if (lane >= o) incl += t;
   }
   const uint32_t want = *need;
+  __syncwarp();  // every lane has read *need before the one lane below writes it
   uint32_t above = incl - sum;  // the bins above this lane's first
   if (above < want && want <= incl) {  // exactly one lane
     for (int j = 0; j < 8; ++j) {

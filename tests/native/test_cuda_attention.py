@@ -375,6 +375,34 @@ def test_tiled_attention_tile_boundaries(n_head, n_kv_head, head_dim, variant):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("window", [0, 4])
+def test_tiled_attention_keys_a_row_does_not_see_add_nothing(window):
+    """A tile loads keys some of its rows do not see (its later positions; with a window, keys before a later
+    row's window), which the per-row kernel never reads: their weight must add nothing, not 0 * V. Position 20's V
+    is +inf (f16 0x7c00); the rows that do not see it (p < 20, and p >= 20 + window) stay finite and equal the
+    per-row kernel's and the float64 softmax's."""
+    rng = np.random.default_rng(3)
+    n_head, n_kv_head, hd, bs, length = 4, 2, 64, 16, 48
+    q, k_pool, v_pool, positions, seq_index, tables = attention_case(
+        rng, n_head, n_kv_head, hd, "f16", "f16", bs, lengths=(length,), rows=[(0, p) for p in range(length)]
+    )
+    v_pool = v_pool.copy()
+    v_pool[tables[0, 20 // bs] * bs + 20 % bs] = np.frombuffer(np.full(n_kv_head * hd, 0x7C00, np.uint16), np.uint8)
+    kw = dict(n_kv_head=n_kv_head, block_size=bs, scale=float(hd**-0.5), softcap=0.0, window=window)
+    args = (q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables)
+    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw)
+    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
+    blind = (positions < 20) | ((positions >= 20 + window) if window else False)
+    assert blind.sum() == (20 if not window else 20 + length - 24)
+    sub = (q[blind], "f16", k_pool, "f16", v_pool, positions[blind], seq_index[blind], tables)
+    want, vmax = reference_attention(*sub, **kw)
+    assert np.all(np.isfinite(got[blind])), "a key the row does not see reached its output"
+    np.testing.assert_allclose(got[blind], want, rtol=1e-4, atol=1e-4 * vmax)
+    np.testing.assert_allclose(got[blind], per_row[blind], rtol=1e-5, atol=1e-5 * vmax)
+
+
+@gpu
+@pytest.mark.gpu
 def test_tiled_attention_refuses_a_row_past_its_blocks():
     rng = np.random.default_rng(0)
     q, k_pool, v_pool, positions, seq_index, tables = attention_case(rng, 2, 1, 64, "f16", "f16")

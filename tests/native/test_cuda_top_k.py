@@ -75,6 +75,18 @@ def test_ties_at_the_boundary_keep_the_lowest_indices(k):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("k", [1, 40, 256])
+def test_values_differing_in_the_last_digit_only(k):
+    """Every pass of the radix select but the last finds one digit for all: the boundary and its ties are decided
+    by the lowest 8 bits (4 values next to 1.0, and next to -1.0 where a larger key is a smaller magnitude)."""
+    rng = np.random.default_rng(k)
+    low = rng.integers(0, 4, size=(4, 20_000)).astype(np.uint32)
+    check((np.uint32(0x3F800000) + low).view(np.float32), 20_000, k)
+    check((np.uint32(0xBF800000) + low).view(np.float32), 20_000, k)
+
+
+@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 3, 40, 256])
 def test_masked_rows(k):
     x = np.full((3, 151_936), -np.inf, np.float32)  # -inf everywhere but a few: -inf ties fill the rest
