@@ -1,13 +1,13 @@
 """A synthetic twin of a GGUF model, for a machine the real models cannot reach (the lent GPU machine: nothing can
 be fetched there and only 64 MiB travel): the real file's header (metadata, tokenizer, tensor table) kept byte for
-byte, valid random blocks in place of its weights (models/quant_blocks.py: random bits, every f16 scale a small
-finite value), so the twin loads, tokenizes and runs with the real shapes, types and speed; its words are nonsense.
+byte, valid random blocks in place of its weights (models/quant_blocks.py: random bits, every f16 scale finite,
+scaled so each matrix has Xavier's spread), so the twin loads, tokenizes and runs with the real shapes, types and
+speed; its words are nonsense.
 
     python models/synthetic_twin.py header MODEL.gguf... DIR   # DIR/MODEL.header (a few MB) + DIR/MODEL.tensors.json
     python models/synthetic_twin.py build DIR/MODEL.header OUT.gguf [--seed 0]   # the twin, full size
 
-The 1-D F32 tensors (norms, biases) are 1 + N(0, 0.1) so every layer keeps its scale; other float tensors
-N(0, 0.02). Needs numpy and the `gguf` package (the test extra).
+Needs numpy and the `gguf` package (the test extra).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
-from quant_blocks import random_rows
+from gguf.quants import dequantize
+from quant_blocks import F16_FIELDS, random_rows
 
 ROWS_PER_CHUNK = 4096  # rows generated and written at a time (bounds the memory of a large matrix)
 
@@ -51,13 +53,27 @@ def write_header(src: Path, out_dir: Path) -> Path:
     return path
 
 
-def _rows(qt: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    if qt == T.F32 and rows == 1:
-        return (1 + 0.1 * rng.standard_normal((1, k))).astype(np.float32).view(np.uint8)
-    if qt in (T.F32, T.F16):
-        x = 0.02 * rng.standard_normal((rows, k))
+def _rows(name: str, qt: T, rows: int, k: int, rng: np.random.Generator, scale: list[float]) -> np.ndarray:
+    """rows of tensor `name`: 1-D norms 1 + N(0, 0.1), 1-D biases N(0, 0.02), matrices with a standard deviation of
+    1 / sqrt(row length) (Xavier's, so the residual stream keeps its scale through the layers and two summation
+    orders rarely flip a top-1: a random network with larger weights turns chaotic). scale: [] on a tensor's first
+    chunk, which sets it to the factor that every f16 scale field of a quantized tensor is multiplied by."""
+    if rows == 1 and qt in (T.F32, T.F16):
+        x = 0.02 * rng.standard_normal((1, k)) if "bias" in name else 1 + 0.1 * rng.standard_normal((1, k))
         return x.astype(np.float32 if qt == T.F32 else np.float16).view(np.uint8)
-    return random_rows(qt, rows, k, rng)
+    if qt in (T.F32, T.F16):
+        x = rng.standard_normal((rows, k)) / np.sqrt(k)
+        return x.astype(np.float32 if qt == T.F32 else np.float16).view(np.uint8)
+    raw = random_rows(qt, rows, k, rng)
+    if not scale:  # from this first chunk's dequantized weights
+        sample = dequantize(raw[: min(rows, 64)], qt)
+        scale.append(1 / (np.sqrt(k) * float(sample.std())))
+    bs, ts = GGML_QUANT_SIZES[qt]
+    blocks = raw.reshape(rows, k // bs, ts)
+    for off in F16_FIELDS[qt]:
+        d = blocks[:, :, off : off + 2].copy().view(np.float16).astype(np.float32) * scale[0]
+        blocks[:, :, off : off + 2] = d.astype(np.float16).view(np.uint8)
+    return raw
 
 
 def build(header: Path, out: Path, seed: int = 0) -> None:
@@ -69,9 +85,9 @@ def build(header: Path, out: Path, seed: int = 0) -> None:
         f.write(header.read_bytes())
         for t in table["tensors"]:
             f.seek(t["offset"])
-            rows, k, qt = t["rows"], t["row_len"], T(t["type"])
+            rows, k, qt, scale = t["rows"], t["row_len"], T(t["type"]), []
             for r0 in range(0, rows, ROWS_PER_CHUNK):
-                f.write(_rows(qt, min(ROWS_PER_CHUNK, rows - r0), k, rng).tobytes())
+                f.write(_rows(t["name"], qt, min(ROWS_PER_CHUNK, rows - r0), k, rng, scale).tobytes())
             if f.tell() != t["offset"] + t["nbytes"]:
                 raise ValueError(f"{t['name']}: wrote {f.tell() - t['offset']} bytes, the table says {t['nbytes']}")
 
