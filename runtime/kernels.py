@@ -66,8 +66,8 @@ def configure(path: str | None = None, threads: int | None = None) -> None:
 
 def backends() -> dict:
     """What this build can run on: {"cpu": {"paths": [...], "current": name}, "cuda": {"compiled": bool, "devices":
-    [{"index", "name", "total_memory", "free_memory", "compute_capability"}], "error": why none is usable ("" when
-    one is),
+    [{"index", "name", "total_memory", "free_memory" (device 0's only: asking opens a context on a device; 0 for the
+    others), "compute_capability"}], "error": why none is usable ("" when one is),
     "runtime_version", "driver_version" (when compiled)}}."""
     cuda = dict(_native.cuda_info())
     if cuda.get("compiled") and not cuda["devices"] and not cuda.get("driver_version"):

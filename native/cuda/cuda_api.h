@@ -15,7 +15,7 @@ struct DeviceInfo {
   int index;
   std::string name;
   size_t total_memory;  // bytes
-  size_t free_memory;   // bytes free when asked (0 when the device could not be opened)
+  size_t free_memory;   // bytes free when asked, device 0 only (0 for the others, or when it could not be opened)
   int major, minor;     // compute capability
 };
 

@@ -18,8 +18,9 @@ std::vector<DeviceInfo> devices(std::string* error) {
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    // free memory of device 0 only, the one a model goes to: asking opens a context (hundreds of MB) on the device
     size_t free = 0, total = 0;
-    if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    if (i == 0 && (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess)) {
       free = 0;
       cudaGetLastError();
     }
