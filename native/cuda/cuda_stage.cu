@@ -12,12 +12,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
