@@ -218,13 +218,41 @@ GREEDY_NEAR_TIES = {
 LLAMACPP_OUTLIER_POSITIONS = {"qwen2.5-coder-1.5b-instruct-q4_k_m": {0}}
 
 
-@pytest.fixture(scope="module")
-def llms():
+def _cuda_devices() -> list:
+    return kernels.backends()["cuda"]["devices"]
+
+
+def _is_the_real_model(path, name: str) -> bool:
+    """Whether path holds the file llama.cpp's outputs were recorded on (not, say, a synthetic twin: .ci/gpu-check)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest() == reference(name)["sha256"]
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not _cuda_devices(), reason="no CUDA GPU (or driver)")],
+        ),
+    ],
+)
+def llms(request):
+    """The real models, on the CPU and (gpu) on a CUDA device: the same checks against llama.cpp's outputs."""
     opened: dict[str, LLM] = {}
 
     def get(name: str) -> LLM:
         if name not in opened:
-            opened[name] = LLM(model_file(name), n_threads=kernels.physical_cores(), ctx_size=256)
+            path = model_file(name)
+            if request.param != "cpu" and not _is_the_real_model(path, name):
+                pytest.skip(f"{path} is not the model llama.cpp's outputs were recorded on (a synthetic twin?)")
+            opened[name] = LLM(path, n_threads=kernels.physical_cores(), ctx_size=256, device=request.param)
         return opened[name]
 
     yield get
