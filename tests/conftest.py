@@ -33,6 +33,19 @@ def model_file(name: str) -> Path:
     return p
 
 
+def cuda_devices() -> list:
+    """The CUDA devices this build sees (localllm.backends()); empty without the CUDA build, a driver or a GPU."""
+    from localllm import backends
+
+    return backends()["cuda"]["devices"]
+
+
+# a test that runs on a CUDA GPU (with pytest.mark.gpu, which `pytest -m gpu` selects): skipped without one
+gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
+# a test of what happens without a GPU (clean errors): skipped where there is one
+no_gpu = pytest.mark.skipif(bool(cuda_devices()), reason="a CUDA device is present")
+
+
 def reference(name: str) -> dict:
     """llama.cpp's recorded outputs on test model `name` (tests/reference/README.md); they ship with the repo."""
     return json.loads((REFERENCE / f"{name}.json").read_text())

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import gpu, no_gpu
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
 from localllm import backends, kernels
@@ -20,13 +21,6 @@ from quant_blocks import random_rows
 
 U = 2.0**-23
 GPU_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
-
-
-def cuda_devices() -> list:
-    return backends()["cuda"]["devices"]
-
-
-gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
 
 
 def test_backends_report_what_was_built_and_why_cuda_is_absent():
@@ -42,9 +36,8 @@ def test_backends_report_what_was_built_and_why_cuda_is_absent():
         assert cuda["runtime_version"] >= 12000
 
 
+@no_gpu
 def test_device_entry_points_fail_cleanly_without_a_device():
-    if cuda_devices():
-        pytest.skip("a CUDA device is present")
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
         kernels.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((1, 64), np.float32))

@@ -19,19 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from localllm import backends, kernels
+from conftest import gpu, no_gpu
+from localllm import kernels
 
 KV_TYPES = ["f16", "q8_0", "q4_0"]
 # (n_head, n_kv_head, head_dim): Qwen2.5 0.5B's GQA, 128 and 256 dims, and a head of three 32-blocks (its
 # Hadamard groups are 32 wide)
 SHAPES = [(14, 2, 64), (8, 2, 128), (4, 1, 256), (6, 3, 96)]
-
-
-def cuda_devices() -> list:
-    return backends()["cuda"]["devices"]
-
-
-gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
 
 
 def kv_rows(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -213,18 +207,28 @@ def reference_attention(
     return out, vmax
 
 
-def check_attention(n_head, n_kv_head, hd, k_type, v_type, seed, *, block_size=16, softcap=0.0, window=0):
+# the two kernels: row by row (kv.cu) and by tiles of consecutive rows (attention_tiles.cu)
+KERNELS = ["rows", "tiles"]
+
+
+def check_attention(
+    n_head, n_kv_head, hd, k_type, v_type, seed, *, kernel="rows", block_size=16, softcap=0.0, window=0, **case
+):
+    """The kernel against the float64 softmax; the tiled one also against the per-row one (within 1e-5 of the
+    values' magnitude: both sum in float32, in their own orders)."""
     rng = np.random.default_rng(seed)
     q, k_pool, v_pool, positions, seq_index, tables = attention_case(
-        rng, n_head, n_kv_head, hd, k_type, v_type, block_size
+        rng, n_head, n_kv_head, hd, k_type, v_type, block_size, **case
     )
     args = (q, k_type, k_pool, v_type, v_pool, positions, seq_index, tables)
     kw = dict(n_kv_head=n_kv_head, block_size=block_size, scale=float(hd**-0.5), softcap=softcap, window=window)
-    got = kernels.testing.cuda_paged_attention(*args, **kw)
+    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
+    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw) if kernel == "tiles" else per_row
     want, vmax = reference_attention(*args, **kw)
     assert got.dtype == np.float32 and got.shape == q.shape
     assert np.all(np.isfinite(got)), "a read outside the sequences' blocks (NaN slots)"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * vmax)
+    np.testing.assert_allclose(got, per_row, rtol=1e-5, atol=1e-5 * vmax)
 
 
 @gpu
@@ -233,8 +237,9 @@ def check_attention(n_head, n_kv_head, hd, k_type, v_type, seed, *, block_size=1
 @pytest.mark.parametrize(
     "k_type,v_type", [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "q4_0"), ("f16", "q8_0")]
 )
-def test_paged_attention_matches_the_float64_softmax(n_head, n_kv_head, head_dim, k_type, v_type):
-    check_attention(n_head, n_kv_head, head_dim, k_type, v_type, seed=n_head * 100 + head_dim)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_paged_attention_matches_the_float64_softmax(n_head, n_kv_head, head_dim, k_type, v_type, kernel):
+    check_attention(n_head, n_kv_head, head_dim, k_type, v_type, seed=n_head * 100 + head_dim, kernel=kernel)
 
 
 @gpu
@@ -251,72 +256,26 @@ def test_paged_attention_matches_the_float64_softmax(n_head, n_kv_head, head_dim
     ],
     ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()),
 )
-def test_paged_attention_window_softcap_and_block_size(k_type, v_type, variant):
-    check_attention(14, 2, 64, k_type, v_type, seed=7, **variant)
-    check_attention(8, 2, 128, k_type, v_type, seed=8, **variant)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_paged_attention_window_softcap_and_block_size(k_type, v_type, variant, kernel):
+    check_attention(14, 2, 64, k_type, v_type, seed=7, kernel=kernel, **variant)
+    check_attention(8, 2, 128, k_type, v_type, seed=8, kernel=kernel, **variant)
 
 
 @gpu
 @pytest.mark.gpu
-def test_paged_attention_refuses_a_row_past_its_blocks():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_paged_attention_refuses_a_row_past_its_blocks(kernel):
     rng = np.random.default_rng(0)
     q, k_pool, v_pool, positions, seq_index, tables = attention_case(rng, 2, 1, 64, "f16", "f16")
     positions = positions.copy()
     positions[-1] = 40  # sequence 3 owns one block of 16 positions; its table's second entry is -1
+    entry = kernels.testing.cuda_paged_attention_tiled if kernel == "tiles" else kernels.testing.cuda_paged_attention
     with pytest.raises(ValueError, match="block_tables"):
-        kernels.testing.cuda_paged_attention(
-            q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables, n_kv_head=1, block_size=16, scale=0.125
-        )
+        entry(q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables, n_kv_head=1, block_size=16, scale=0.125)
 
 
 # ---- the tiled prefill kernel (cuda/attention_tiles.cu): tiles of up to 16 consecutive rows of one sequence ----
-
-
-def check_tiled(n_head, n_kv_head, hd, k_type, v_type, seed, *, block_size=16, softcap=0.0, window=0, **case):
-    """cuda_paged_attention_tiled against the float64 softmax (as check_attention) and against the per-row kernel
-    (within 1e-5 of the values' magnitude: both sum in float32, in their own orders)."""
-    rng = np.random.default_rng(seed)
-    q, k_pool, v_pool, positions, seq_index, tables = attention_case(
-        rng, n_head, n_kv_head, hd, k_type, v_type, block_size, **case
-    )
-    args = (q, k_type, k_pool, v_type, v_pool, positions, seq_index, tables)
-    kw = dict(n_kv_head=n_kv_head, block_size=block_size, scale=float(hd**-0.5), softcap=softcap, window=window)
-    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw)
-    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
-    want, vmax = reference_attention(*args, **kw)
-    assert got.dtype == np.float32 and got.shape == q.shape
-    assert np.all(np.isfinite(got)), "a read outside the sequences' blocks (NaN slots)"
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * vmax)
-    np.testing.assert_allclose(got, per_row, rtol=1e-5, atol=1e-5 * vmax)
-
-
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("n_head,n_kv_head,head_dim", SHAPES)
-@pytest.mark.parametrize(
-    "k_type,v_type", [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "q4_0"), ("f16", "q8_0")]
-)
-def test_tiled_attention_matches_the_softmax_and_the_per_row_kernel(n_head, n_kv_head, head_dim, k_type, v_type):
-    check_tiled(n_head, n_kv_head, head_dim, k_type, v_type, seed=n_head * 100 + head_dim)
-
-
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("k_type,v_type", [("f16", "f16"), ("q4_0", "q8_0")])
-@pytest.mark.parametrize(
-    "variant",
-    [
-        dict(window=8),
-        dict(window=1),
-        dict(softcap=2.0),
-        dict(block_size=5),
-        dict(block_size=5, window=7, softcap=3.0),
-    ],
-    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()),
-)
-def test_tiled_attention_window_softcap_and_block_size(k_type, v_type, variant):
-    check_tiled(14, 2, 64, k_type, v_type, seed=7, **variant)
-    check_tiled(8, 2, 128, k_type, v_type, seed=8, **variant)
 
 
 # a 300-token prompt (19 tiles, the last of 12 rows; 10 key chunks for its last tile); two sequences' prefill
@@ -340,7 +299,7 @@ LONG = {
     ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "plain",
 )
 def test_tiled_attention_long_prompts(case, n_head, n_kv_head, head_dim, k_type, v_type, variant):
-    check_tiled(n_head, n_kv_head, head_dim, k_type, v_type, seed=head_dim, **LONG[case], **variant)
+    check_attention(n_head, n_kv_head, head_dim, k_type, v_type, seed=head_dim, kernel="tiles", **LONG[case], **variant)
 
 
 # runs of 15, 16, 17 and 33 rows (a tile ends at 16 rows and at a run's end); one sequence's prefill broken by
@@ -368,8 +327,17 @@ BOUNDARY_ROWS = (
 )
 def test_tiled_attention_tile_boundaries(n_head, n_kv_head, head_dim, variant):
     lengths = (15, 16, 17, 33, 40, 50, 30)
-    check_tiled(
-        n_head, n_kv_head, head_dim, "q8_0", "q4_0", seed=head_dim, lengths=lengths, rows=BOUNDARY_ROWS, **variant
+    check_attention(
+        n_head,
+        n_kv_head,
+        head_dim,
+        "q8_0",
+        "q4_0",
+        seed=head_dim,
+        kernel="tiles",
+        lengths=lengths,
+        rows=BOUNDARY_ROWS,
+        **variant,
     )
 
 
@@ -401,19 +369,6 @@ def test_tiled_attention_keys_a_row_does_not_see_add_nothing(window):
     np.testing.assert_allclose(got[blind], per_row[blind], rtol=1e-5, atol=1e-5 * vmax)
 
 
-@gpu
-@pytest.mark.gpu
-def test_tiled_attention_refuses_a_row_past_its_blocks():
-    rng = np.random.default_rng(0)
-    q, k_pool, v_pool, positions, seq_index, tables = attention_case(rng, 2, 1, 64, "f16", "f16")
-    positions = positions.copy()
-    positions[-1] = 40
-    with pytest.raises(ValueError, match="block_tables"):
-        kernels.testing.cuda_paged_attention_tiled(
-            q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables, n_kv_head=1, block_size=16, scale=0.125
-        )
-
-
 # ---- without a device ----
 
 
@@ -440,9 +395,8 @@ def test_entry_points_check_their_arguments():
             attention(q, "q8_0", k_pool, "q8_0", v_pool, one, one, table, n_kv_head=1, block_size=16, scale=1)
 
 
+@no_gpu
 def test_entry_points_fail_cleanly_without_a_device():
-    if cuda_devices():
-        pytest.skip("a CUDA device is present")
     t = kernels.testing
     x = np.ones((1, 64), np.float32)
     pool = np.zeros((16, 128), np.uint8)  # 16 slots of one f16 head of 64

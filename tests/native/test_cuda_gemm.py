@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import gpu, no_gpu
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-from localllm import backends, kernels
+from localllm import kernels
 from quant_blocks import TYPES, random_rows
 
 U = 2.0**-23
@@ -35,13 +36,6 @@ FLOAT_TYPES = {T.F32, T.F16, T.BF16}
 SHAPES = [(37, 256), (160, 896), (896, 4864)]  # (m, k); k rounded up to whole blocks for the K-quants
 N_LIST = [1, 7, 64, 130]
 EMBED_SCALE = 33.94  # Gemma's sqrt(d_model) for d_model = 1152
-
-
-def cuda_devices() -> list:
-    return backends()["cuda"]["devices"]
-
-
-gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
 
 
 def whole_blocks(qt: T, k: int) -> int:
@@ -86,9 +80,8 @@ def cpu_bound(qt: T, x64: np.ndarray, w64: np.ndarray) -> np.ndarray:
     return act_err @ aw + (k / 16 + 16) * U * ((np.abs(x64) + act_err) @ aw)
 
 
+@no_gpu
 def test_entry_points_fail_cleanly_without_a_device():
-    if cuda_devices():
-        pytest.skip("a CUDA device is present")
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
         kernels.testing.cuda_qgemm(int(T.Q8_0), rows, 64, np.ones((2, 64), np.float32))

@@ -12,17 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from localllm import backends, kernels
+from conftest import gpu, no_gpu
+from localllm import kernels
 from localllm.sampling import _largest
 
 F32_MAX = np.finfo(np.float32).max
-
-
-def cuda_devices() -> list:
-    return backends()["cuda"]["devices"]
-
-
-gpu = pytest.mark.skipif(not cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
 
 
 def reference(row: np.ndarray, k: int) -> np.ndarray:
@@ -45,9 +39,8 @@ def check(x: np.ndarray, n_valid: int, k: int) -> None:
             assert np.array_equal(ids[r], _largest(row.copy(), k)), f"row {r}: differs from sampling._largest"
 
 
+@no_gpu
 def test_entry_point_fails_cleanly_without_a_device():
-    if cuda_devices():
-        pytest.skip("a CUDA device is present")
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
         kernels.testing.cuda_top_k(np.ones((1, 64), np.float32), 64, 4)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import MODEL_NAMES, model_file
+from conftest import MODEL_NAMES, gpu, model_file, no_gpu
 from localllm import kernels, placement
 from localllm.gguf import GGUFFile
 from localllm.llm import LLM
@@ -17,13 +17,6 @@ from localllm.placement import DeviceUnavailableError, Footprint
 from localllm.sampling import SamplingParams
 from localllm.tokenizer import Tokenizer
 from test_forward import one_sequence, write_qhead_model
-
-
-def _cuda_devices() -> list:
-    return kernels.backends()["cuda"]["devices"]
-
-
-gpu = pytest.mark.skipif(not _cuda_devices(), reason="no CUDA GPU (or driver) on this machine")
 
 
 @pytest.fixture
@@ -180,7 +173,7 @@ def test_bad_placements_are_refused(tmp_path, plan, error, match):
         Model(f, n_blocks=2, threads=1, placement=plan)
 
 
-@pytest.mark.skipif(bool(_cuda_devices()), reason="a CUDA device is present")
+@no_gpu
 def test_a_cuda_stage_without_a_device_is_a_clear_error(tmp_path):
     path = write_qhead_model(tmp_path / "m.gguf", "llama")
     with GGUFFile(path) as f:
@@ -300,7 +293,7 @@ def test_device_options_refuse_bad_values(args, match):
 
 
 @pytest.mark.model
-@pytest.mark.skipif(bool(_cuda_devices()), reason="a CUDA device is present")
+@no_gpu
 def test_run_on_cuda_without_a_device_says_why():
     from test_cli import localllm
 

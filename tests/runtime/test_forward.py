@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 import reference_forward
-from conftest import model_file, reference
+from conftest import gpu, model_file, reference
 from localllm import kernels
 from localllm.gguf import GGUFFile
 from localllm.llm import LLM
@@ -218,10 +218,6 @@ GREEDY_NEAR_TIES = {
 LLAMACPP_OUTLIER_POSITIONS = {"qwen2.5-coder-1.5b-instruct-q4_k_m": {0}}
 
 
-def _cuda_devices() -> list:
-    return kernels.backends()["cuda"]["devices"]
-
-
 def _is_the_real_model(path, name: str) -> bool:
     """Whether path holds the file llama.cpp's outputs were recorded on (not, say, a synthetic twin: .ci/gpu-check)."""
     import hashlib
@@ -239,7 +235,7 @@ def _is_the_real_model(path, name: str) -> bool:
         "cpu",
         pytest.param(
             "cuda",
-            marks=[pytest.mark.gpu, pytest.mark.skipif(not _cuda_devices(), reason="no CUDA GPU (or driver)")],
+            marks=[pytest.mark.gpu, gpu],
         ),
     ],
 )
