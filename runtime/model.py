@@ -129,8 +129,8 @@ class Model:
             placement,
         )
         # whether the engine asks forward(..., top_k=K) for candidates: where the head runs on a GPU, so K numbers
-        # cross the bus instead of the vocabulary; on the CPU a C++ selection over the row measured no faster than
-        # sampling's own (41 vs 42 tok/s on the 0.5B), so whole rows stay (forward takes top_k on either device)
+        # cross the bus instead of the vocabulary; on the CPU the C++ selection over the row measured slower than
+        # sampling's own (python -m localllm.bench.host: 40.5 vs 42.5 tok/s greedy on the 0.5B), so whole rows stay
         self.supports_candidates = self.stages[-1][0] != "cpu"
 
     @property

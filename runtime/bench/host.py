@@ -1,0 +1,108 @@
+"""The host's share of a generated token, for planning the GPU's decode (docs/cuda.md): what the engine, the
+sampler, the detokenizer and the stream cost per token with the forward step stubbed out, with whole logits rows
+and with the step's candidates (localllm.candidates); and, with the real step, whether candidates pay on the CPU.
+
+    python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3]
+
+Stubbed: the forward returns a fixed row (or K candidates) whose argmax moves each step, so every token is a new
+one and nothing else runs; one stream. Real: greedy and top-k 40 replies of 96 tokens from the same prompt with
+the engine asking for candidates and not, alternated, tokens/s after the first token, best of --reps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from ..candidates import Candidates
+from ..llm import LLM
+from ..sampling import SamplingParams
+
+CHAINS = {
+    "greedy": dict(temperature=0.0),
+    "top_k 40": dict(temperature=0.8, top_k=40, seed=1),
+    "top_p 0.95 only": dict(temperature=0.8, top_k=0, top_p=0.95, seed=1),
+}
+
+
+def _stub(n_vocab: int):
+    """A forward that returns, for every logits row, a row (or top_k candidates) peaking at a token that moves with
+    the step's last position."""
+    row = np.random.default_rng(0).standard_normal(n_vocab).astype(np.float32)
+
+    def forward(token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, rows, top_k=0, n_valid=None):
+        peak = int(positions[-1]) % 1000 + 200
+        if top_k:
+            ids = np.tile(np.arange(top_k, dtype=np.int32), (len(rows), 1))
+            ids[:, 0] = peak
+            return Candidates(ids, np.tile(-np.arange(top_k, dtype=np.float32), (len(rows), 1)))
+        out = np.tile(row, (len(rows), 1))
+        out[:, peak] += 50
+        return out
+
+    return forward
+
+
+def _reply(llm: LLM, params: SamplingParams) -> tuple[int, float, float]:
+    """(tokens, seconds from the request to the last token, seconds from the first token to the last) of one reply
+    from an empty prefix cache. With a stubbed step the engine runs ahead of the reader, so only the first is its
+    time."""
+    llm.reset_caches()
+    t0, first, n = time.perf_counter(), None, 0
+    for chunk in llm.generate("def quicksort(arr):", params):
+        first = first or time.perf_counter()
+        n += len(chunk.token_ids)
+    end = time.perf_counter()
+    return n, end - t0, end - first
+
+
+def stubbed(path, tokens: int, reps: int) -> dict:
+    """{(chain, "whole rows" | "candidates"): ms per token} with the forward stubbed."""
+    out = {}
+    with LLM(path, ctx_size=tokens + 64, speculative="off") as llm:
+        llm.model.forward = _stub(llm.n_vocab)
+        for chain, kw in CHAINS.items():
+            for mode in ("whole rows", "candidates"):
+                llm.model.supports_candidates = mode == "candidates"
+                best = float("inf")
+                for _ in range(reps):
+                    n, s, _ = _reply(llm, SamplingParams(max_tokens=tokens, ignore_eos=True, **kw))
+                    best = min(best, s / n * 1e3)
+                out[(chain, mode)] = best
+    return out
+
+
+def real(path, reps: int) -> dict:
+    """{(chain, mode): tokens/s} with the real step, whole rows and candidates alternated."""
+    out: dict = {}
+    with LLM(path, ctx_size=512, speculative="off") as llm:
+        for _ in range(reps):
+            for chain in ("greedy", "top_k 40"):
+                for mode in ("whole rows", "candidates"):
+                    llm.model.supports_candidates = mode == "candidates"
+                    n, _, s = _reply(llm, SamplingParams(max_tokens=96, ignore_eos=True, **CHAINS[chain]))
+                    out[(chain, mode)] = max(out.get((chain, mode), 0.0), (n - 1) / s)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m localllm.bench.host", description=__doc__.split("\n\n")[0])
+    p.add_argument("model")
+    p.add_argument("--tokens", type=int, default=512)
+    p.add_argument("--reps", type=int, default=3)
+    a = p.parse_args(argv)
+    if a.tokens < 2 or a.reps < 1:
+        p.error("--tokens must be at least 2 and --reps positive")
+    print("host cost per token, forward stubbed (ms):")
+    for (chain, mode), ms in stubbed(a.model, a.tokens, a.reps).items():
+        print(f"  {chain:<16} {mode:<11} {ms:.3f}")
+    print("the real step on this CPU (tokens/s, best of alternated runs):")
+    for (chain, mode), tps in real(a.model, a.reps).items():
+        print(f"  {chain:<16} {mode:<11} {tps:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
