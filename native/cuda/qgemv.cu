@@ -18,6 +18,7 @@
 
 #include "../quant_formats.h"
 #include "cuda_api.h"
+#include "dequant.cuh"
 #include "device_array.cuh"
 #include "device_ops.cuh"
 
@@ -154,24 +155,13 @@ __device__ __forceinline__ void step<(int)QType::Q8_0>(const uint8_t* row, int s
   }
 }
 
-// the 6-bit scale and min of group j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4)
-__device__ __forceinline__ void q4k_scale_min(const uint8_t* q, int j, int& sc, int& mn) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    mn = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 template <>
 __device__ __forceinline__ void step<(int)QType::Q4_K>(const uint8_t* row, int s, const X& x, int n, float* acc) {
   const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q4_K);
   const int g = s % 8;  // step g of the super-block is its group g: low nibbles of qs[32 (g/2) ..] (even g), high (odd)
   const float d = f16(*reinterpret_cast<const uint16_t*>(b)), dmin = f16(*reinterpret_cast<const uint16_t*>(b + 2));
   int sc, mn;
-  q4k_scale_min(b + 4, g, sc, mn);
+  scale_min_k4(b + 4, g, sc, mn);
   const float ds = d * (float)sc, dm = dmin * (float)mn;
   const uint8_t* qs = b + 16 + 32 * (g / 2);
   const int shift = 4 * (g & 1);
