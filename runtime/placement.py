@@ -43,9 +43,8 @@ class DeviceUnavailableError(ValueError):
     """--device cuda where this build or this machine cannot run CUDA (the message says which)."""
 
 
-def cuda_unavailable_reason() -> str:
-    """'' when the CUDA backend is compiled in and sees a device, else why not."""
-    cuda = kernels.backends()["cuda"]
+def cuda_unavailable_reason(cuda: dict) -> str:
+    """'' when the CUDA backend (kernels.backends()["cuda"]) is compiled in and sees a device, else why not."""
     if not cuda["compiled"]:
         return f"the CUDA backend is not in this build ({cuda['error']}); reinstall with LOCALLLM_CUDA=ON"
     if not cuda["devices"]:
@@ -68,23 +67,23 @@ def placement(
         if gpu_layers:
             raise ValueError(f"gpu_layers {gpu_layers} needs device 'cuda' or 'auto', not 'cpu'")
         return [("cpu", n_layers)]
-    reason = cuda_unavailable_reason()
+    cuda = kernels.backends()["cuda"]  # asked once: it opens a context on device 0
+    reason = cuda_unavailable_reason(cuda)
     if reason:
         if device == "cuda":
             raise DeviceUnavailableError(f"device 'cuda' asked for, but {reason}")
         return [("cpu", n_layers)]
     on_gpu = n_layers if gpu_layers is None else min(gpu_layers, n_layers)
     if footprint is not None:
-        on_gpu = _fit(footprint, on_gpu, gpu_layers is None)
+        on_gpu = _fit(footprint, on_gpu, gpu_layers is None, cuda["devices"][0].get("free_memory", 0))
     if on_gpu == 0:
         return [("cpu", n_layers)]
     return [("cuda", n_layers)] if on_gpu == n_layers else [("cuda", on_gpu), ("cpu", n_layers)]
 
 
-def _fit(fp: Footprint, asked: int, choose: bool) -> int:
-    """The layers to put on device 0: `asked` when they fit its free memory less the reserve; when they do not,
+def _fit(fp: Footprint, asked: int, choose: bool, free: int) -> int:
+    """The layers to put on device 0: `asked` when they fit its `free` bytes less the reserve; when they do not,
     the most that fit if `choose` (no --gpu-layers), else ValueError naming the sizes."""
-    free = kernels.backends()["cuda"]["devices"][0].get("free_memory", 0)
     room = free * (1 - RESERVE_FRACTION) - RESERVE_BYTES
     if not free or fp.on_gpu(asked) <= room:  # free unknown: leave it to the device
         return asked

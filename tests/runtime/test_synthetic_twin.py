@@ -92,3 +92,11 @@ def test_a_twin_is_tame_enough_to_compare_two_devices_on(tmp_path):
         top2 = np.argsort(b[r])[-2:]
         if b[r][top2[1]] - b[r][top2[0]] >= 0.1:
             assert np.argmax(a[r]) == top2[1], f"row {r}"
+
+
+def test_a_corrupt_source_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    assert synthetic_twin.main(["header", str(src), str(tmp_path / "out")]) == 1
+    assert "bad.gguf" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "bad.header").exists()
