@@ -21,25 +21,12 @@ import numpy as np
 import pytest
 from conftest import gpu, no_gpu
 from localllm import kernels
+from test_kv_format import kv_rows
 
 KV_TYPES = ["f16", "q8_0", "q4_0"]
 # (n_head, n_kv_head, head_dim): Qwen2.5 0.5B's GQA, 128 and 256 dims, and a head of three 32-blocks (its
 # Hadamard groups are 32 wide)
 SHAPES = [(14, 2, 64), (8, 2, 128), (4, 1, 256), (6, 3, 96)]
-
-
-def kv_rows(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
-    """float32 [n, k]: Gaussian rows with large channels (as in real K), an all-zero block, a block of equal
-    values, one whose largest magnitude is negative, and one with a tie of opposite signs (n >= 4, k >= 64)."""
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    x[:, 3] *= 40
-    x[:, k - 1] -= 90
-    x[0, :32] = 0
-    x[1, :32] = np.float32(-2.5)
-    x[2, 5] = -1e4
-    x[3, 32:64] = rng.integers(-3, 4, 32).astype(np.float32)
-    x[3, 40], x[3, 50] = 7, -7
-    return x
 
 
 def rows_bytes(kv_type: str, row: int) -> int:
@@ -56,7 +43,7 @@ def rows_bytes(kv_type: str, row: int) -> int:
 def test_kv_write_is_the_cpu_bytes(kv_type, n_kv_head, head_dim):
     rng = np.random.default_rng(head_dim * 10 + n_kv_head)
     row, T, n_slots = n_kv_head * head_dim, 300, 512
-    x = kv_rows(rng, T, row)
+    x = kv_rows(T, row, seed=head_dim * 10 + n_kv_head)
     x[10:20] *= np.float32(1e-3)  # small scales: f16 subnormals for the block scales of the smallest
     x[20:30] = rng.standard_normal((10, row)).astype(np.float32)  # no outliers: q4_0's search picks inner scales
     slots = rng.permutation(n_slots)[:T].astype(np.int32)

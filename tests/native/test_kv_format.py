@@ -31,7 +31,8 @@ QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}
 
 def kv_rows(n: int, k: int, seed: int = 0) -> np.ndarray:
     """float32 [n, k]: Gaussian rows with a few large channels (as in real K), an all-zero block, a block
-    whose largest magnitude is negative and one of equal values."""
+    whose largest magnitude is negative, one of equal values and (n >= 4, k >= 64) one of small integers with a
+    tie of opposite signs for its largest magnitude."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, k)).astype(np.float32)
     x[:, 3] *= 40
@@ -39,6 +40,9 @@ def kv_rows(n: int, k: int, seed: int = 0) -> np.ndarray:
     x[0, :32] = 0
     x[1, :32] = np.float32(-2.5)
     x[2, 5] = -1e4
+    if n >= 4 and k >= 64:
+        x[3, 32:64] = rng.integers(-3, 4, 32).astype(np.float32)
+        x[3, 40], x[3, 50] = 7, -7
     return x
 
 
