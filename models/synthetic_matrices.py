@@ -60,7 +60,7 @@ def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, 
     """Copies src's quantized 2-D matrices, about bytes_per_type of each type, into path; returns
     (name, type, rows, row length) of each copied matrix."""
     from localllm.bench.matrices import quantized_matrices
-    from localllm.gguf import GGUFFile
+    from localllm.model.gguf import GGUFFile
 
     taken: dict[str, int] = {}
     out = []

@@ -28,7 +28,7 @@ ROWS_PER_CHUNK = 4096  # rows generated and written at a time (bounds the memory
 
 def write_header(src: Path, out_dir: Path) -> Path:
     """DIR/NAME.header: src's bytes before its tensor data; DIR/NAME.tensors.json: its tensor table."""
-    from localllm.gguf import GGUFFile
+    from localllm.model.gguf import GGUFFile
 
     with GGUFFile(src) as f:
         tensors = [

@@ -1,5 +1,6 @@
-// Bindings of the native Model (forward.h): builds its config and weight views from Python dicts (naming a
-// missing or mistyped key), checks the step's integer arrays, and runs the step with the GIL released.
+// Bindings of the native Model (model.h): builds its config and weight views from Python dicts (naming a
+// missing or mistyped key), reads the step's StepBatch (its int32 arrays in place, other integer arrays checked and
+// copied), and runs the step with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "bindings.h"
-#include "forward.h"
+#include "model.h"
 #include "kernel_context.h"
 
 namespace py = pybind11;
@@ -119,12 +120,43 @@ std::vector<int32_t> int_array(const py::handle& obj, const char* name, int ndim
   return out;
 }
 
+
+// A step array as int32: the caller's buffer itself when it is int32 and C-contiguous (what a StepBatchBuilder
+// makes: no copy), otherwise a checked copy (int_array). `held` keeps the viewed array alive for the call.
+struct IntArray {
+  py::array held;
+  std::vector<int32_t> copy;
+  const int32_t* data = nullptr;
+  size_t size = 0;
+  std::vector<py::ssize_t> shape;
+};
+
+IntArray step_array(const py::object& batch, const char* name, int ndim) {
+  if (!py::hasattr(batch, name)) throw std::invalid_argument(std::string("the batch has no ") + name);
+  py::object obj = batch.attr(name);
+  IntArray out;
+  if (py::isinstance<py::array>(obj)) {
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (a.dtype().is(py::dtype::of<int32_t>()) && (a.flags() & py::array::c_style) && a.ndim() == ndim) {
+      out.held = a;
+      out.data = static_cast<const int32_t*>(a.data());
+      out.size = (size_t)a.size();
+      out.shape.assign(a.shape(), a.shape() + a.ndim());
+      return out;
+    }
+  }
+  out.copy = int_array(obj, name, ndim, &out.shape);
+  out.data = out.copy.data();
+  out.size = out.copy.size();
+  return out;
+}
+
 struct PyModel {
   std::unique_ptr<Model> model;
   std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
 
-  PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, int n_blocks, int block_size,
-          const std::string& k_type, const std::string& v_type, bool kv_rotate, bool kv_center, bool kv_equalize, int threads,
+  // kv: {n_blocks, block_size, k_type, v_type, rotate, center, equalize} (localllm.native.new_model)
+  PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, const py::dict& kv_dict, int threads,
           const std::vector<std::pair<std::string, int>>& placement) {
     ModelConfig c;
 #define LLL_READ(type, name) c.name = get_key<type>(cfg, #name, "config");
@@ -155,65 +187,66 @@ struct PyModel {
 #undef LLL_READ
       w.layers.push_back(L);
     }
+    const int n_blocks = get_key<int>(kv_dict, "n_blocks", "kv");
+    const int block_size = get_key<int>(kv_dict, "block_size", "kv");
     KvConfig kv;
-    kv.k_type = kv_type_of(k_type, "k_type");
-    kv.v_type = kv_type_of(v_type, "v_type");
-    kv.rotate = kv_rotate;
-    kv.center = kv_center;
-    kv.equalize = kv_equalize;
+    kv.k_type = kv_type_of(get_key<std::string>(kv_dict, "k_type", "kv"), "k_type");
+    kv.v_type = kv_type_of(get_key<std::string>(kv_dict, "v_type", "kv"), "v_type");
+    kv.rotate = get_key<bool>(kv_dict, "rotate", "kv");
+    kv.center = get_key<bool>(kv_dict, "center", "kv");
+    kv.equalize = get_key<bool>(kv_dict, "equalize", "kv");
     std::vector<Model::Placement> place;
     for (const auto& p : placement) place.push_back({p.first, p.second});
     model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads, place));
   }
 
-  py::object forward(const py::handle& token_ids, const py::handle& positions, const py::handle& slot_mapping,
-                             const py::handle& seq_index, const py::handle& block_tables,
-                             const py::handle& context_lens, const py::handle& logits_rows, int top_k, int n_valid) {
-    std::vector<py::ssize_t> bt_shape;
-    const auto ids = int_array(token_ids, "token_ids", 1, nullptr);
-    const auto pos = int_array(positions, "positions", 1, nullptr);
-    const auto slots = int_array(slot_mapping, "slot_mapping", 1, nullptr);
-    const auto seq = int_array(seq_index, "seq_index", 1, nullptr);
-    const auto bt = int_array(block_tables, "block_tables", 2, &bt_shape);
-    const auto ctx = int_array(context_lens, "context_lens", 1, nullptr);
-    const auto rows = int_array(logits_rows, "logits_rows", 1, nullptr);
-    const size_t T = ids.size();
-    if (pos.size() != T || slots.size() != T || seq.size() != T)
+  // batch: a localllm.model.step_batch.StepBatch (its seven arrays by name)
+  py::object forward(const py::object& batch, int top_k, int n_valid) {
+    const IntArray ids = step_array(batch, "token_ids", 1);
+    const IntArray pos = step_array(batch, "positions", 1);
+    const IntArray slots = step_array(batch, "slot_mapping", 1);
+    const IntArray seq = step_array(batch, "seq_index", 1);
+    const IntArray bt = step_array(batch, "block_tables", 2);
+    const IntArray ctx = step_array(batch, "context_lens", 1);
+    const IntArray rows = step_array(batch, "logits_rows", 1);
+    const std::vector<py::ssize_t>& bt_shape = bt.shape;
+    const size_t T = ids.size;
+    if (pos.size != T || slots.size != T || seq.size != T)
       throw std::invalid_argument("token_ids, positions, slot_mapping and seq_index must have one length (got " +
-                                  std::to_string(T) + ", " + std::to_string(pos.size()) + ", " +
-                                  std::to_string(slots.size()) + ", " + std::to_string(seq.size()) + ")");
-    if ((size_t)bt_shape[0] != ctx.size())
+                                  std::to_string(T) + ", " + std::to_string(pos.size) + ", " +
+                                  std::to_string(slots.size) + ", " + std::to_string(seq.size) + ")");
+    if ((size_t)bt_shape[0] != ctx.size)
       throw std::invalid_argument("block_tables has " + std::to_string(bt_shape[0]) + " rows but context_lens " +
-                                  std::to_string(ctx.size()) + " entries");
+                                  std::to_string(ctx.size) + " entries");
     StepBatch b;
     b.n_tokens = (int)T;
-    b.token_ids = ids.data();
-    b.positions = pos.data();
-    b.slot_mapping = slots.data();
-    b.seq_index = seq.data();
+    b.token_ids = ids.data;
+    b.positions = pos.data;
+    b.slot_mapping = slots.data;
+    b.seq_index = seq.data;
     b.n_seq = (int)bt_shape[0];
     b.max_blocks = (int)bt_shape[1];
-    b.block_tables = bt.data();
-    b.context_lens = ctx.data();
-    b.n_logits = (int)rows.size();
-    b.logits_rows = rows.data();
+    b.block_tables = bt.data;
+    b.context_lens = ctx.data;
+    b.n_logits = (int)rows.size;
+    b.logits_rows = rows.data;
     if (n_valid < 0) throw std::invalid_argument("n_valid must be 0 (all columns) or positive");
     if (top_k > 0) {  // the candidates of each row (top_k.h) instead of its logits
       TopK top;
       top.k = top_k;
       top.n_valid = n_valid > 0 ? n_valid : model->config().n_vocab;
-      py::array_t<int32_t> ids({(py::ssize_t)rows.size(), (py::ssize_t)top_k});
-      py::array_t<float> vals({(py::ssize_t)rows.size(), (py::ssize_t)top_k});
-      top.ids = ids.mutable_data();
+      py::array_t<int32_t> top_ids({(py::ssize_t)rows.size, (py::ssize_t)top_k});
+      py::array_t<float> vals({(py::ssize_t)rows.size, (py::ssize_t)top_k});
+      top.ids = top_ids.mutable_data();
       top.vals = vals.mutable_data();
       {
         py::gil_scoped_release nogil;
         model->forward(b, nullptr, &top);
       }
-      return py::make_tuple(ids, vals);
+      return py::make_tuple(top_ids, vals);
     }
     const int n_vocab = model->config().n_vocab;
-    py::array_t<float> out({(py::ssize_t)rows.size(), (py::ssize_t)n_vocab});
+    py::array_t<float> out({(py::ssize_t)rows.size, (py::ssize_t)n_vocab});
     float* op = out.mutable_data();
     {
       py::gil_scoped_release nogil;
@@ -229,17 +262,14 @@ void bind_model(py::module_& m) {
   m.def("model_fields", &model_fields,
         "{'config', 'weights', 'layer', 'layer_weights'}: the names the Model's dicts are keyed by (model_config.h)");
   py::class_<PyModel>(m, "Model",
-                      "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model)")
-      .def(py::init<const py::dict&, const py::dict&, const py::list&, int, int, const std::string&,
-                    const std::string&, bool, bool, bool, int, const std::vector<std::pair<std::string, int>>&>(),
-           py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("n_blocks"), py::arg("block_size"),
-           py::arg("k_type"), py::arg("v_type"), py::arg("kv_rotate"), py::arg("kv_center"), py::arg("kv_equalize"), py::arg("threads"),
+                      "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model.model)")
+      .def(py::init<const py::dict&, const py::dict&, const py::list&, const py::dict&, int,
+                    const std::vector<std::pair<std::string, int>>&>(),
+           py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("kv"), py::arg("threads"),
            py::arg("placement") = std::vector<std::pair<std::string, int>>{},
            "placement: [(device, last layer)] per stage in order ('cpu' | 'cuda'); empty: all on the CPU")
-      .def("forward", &PyModel::forward, py::arg("token_ids"), py::arg("positions"), py::arg("slot_mapping"),
-           py::arg("seq_index"), py::arg("block_tables"), py::arg("context_lens"), py::arg("logits_rows"),
-           py::arg("top_k") = 0, py::arg("n_valid") = 0,
-           "one engine step -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
+      .def("forward", &PyModel::forward, py::arg("batch"), py::arg("top_k") = 0, py::arg("n_valid") = 0,
+           "one engine step (a StepBatch) -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
            "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })

@@ -1,7 +1,7 @@
 // Bindings of localllm._native.testing: entry points the product never calls, which the tests use to check
 // the pieces of the forward step on their own (KV row formats, the Hadamard rotation, the FFN activation,
 // activation quantization, several products sharing one input) and the type table against
-// runtime/quant_types.py.
+// runtime/model/quant_types.py.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

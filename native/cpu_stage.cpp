@@ -1,5 +1,5 @@
 // The CPU stage (stage.h): layers [first, last) of the decoder block on the CPU, laid out as
-// runtime/models/spec.py's block, over the weights as they lie in the file map and the model's thread pool, with
+// runtime/model/architectures/spec.py's block, over the weights as they lie in the file map and the model's thread pool, with
 // the KV cache of those layers.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The process's kernel context: the CPU kernel path every product uses (models take it when they are made)
-// and the thread count of the kernel entry points (localllm.kernels). Set by configure(); the first use
+// and the thread count of the kernel entry points (localllm.native). Set by configure(); the first use
 // without one takes LOCALLLM_CPU (or the best path) and every hardware thread.
 #pragma once
 #include <string>

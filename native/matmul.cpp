@@ -66,7 +66,7 @@ const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const st
 
 const TypeInfo* type_info(int type_id) {
   // block sizes and bytes from the block structs of quant_formats.h (tests/native/test_extension.py checks the
-  // table against runtime/quant_types.py)
+  // table against runtime/model/quant_types.py)
   static const TypeInfo table[] = {
       {QType::F32, "F32", 1, sizeof(float)},
       {QType::F16, "F16", 1, sizeof(f16_t)},

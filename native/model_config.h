@@ -1,4 +1,4 @@
-// What a model is made of: the hyper-parameters of the generic decoder block (runtime/models/spec.py) and the
+// What a model is made of: the hyper-parameters of the generic decoder block (runtime/model/architectures/spec.py) and the
 // views of its weights in the memory-mapped GGUF file.
 #pragma once
 #include <cstddef>
@@ -20,8 +20,8 @@ struct WeightView {
 enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
 
 // Every field and weight of a model is spelt once, in the lists below: the structs are generated from them, so
-// is the binding's reading of Python's dicts (bind_model.cpp), localllm.model builds those dicts from the names
-// (kernels.model_fields()), and tests/runtime/test_model_spec.py checks each name against runtime/models/spec.py
+// is the binding's reading of Python's dicts (bind_model.cpp), localllm.model.model builds those dicts from the names
+// (kernels.model_fields()), and tests/runtime/test_model_spec.py checks each name against runtime/model/architectures/spec.py
 // (a field of ModelSpec or its RopeSpec; of LayerSpec for the layer lists, in its order). Adding a field to the
 // decoder block is one entry here and its use in the step.
 

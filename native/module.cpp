@@ -1,8 +1,8 @@
-// The extension module localllm._native (private: localllm.kernels is its only importer): one bind_* call per area.
+// The extension module localllm._native (private: localllm.native is its only importer): one bind_* call per area.
 #include "bindings.h"
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "localllm native core (private: import localllm.kernels instead)";
+  m.doc() = "localllm native core (private: import localllm.native instead)";
   lll::bind_kernels(m);
   lll::bind_model(m);
   lll::bind_tokenizer(m);

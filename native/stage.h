@@ -1,4 +1,4 @@
-// The backend seam: a stage is one device's part of the forward step (forward.h), a run of consecutive layers
+// The backend seam: a stage is one device's part of the forward step (model.h), a run of consecutive layers
 // [first, last) of the model, with the token embedding before them when first == 0 and the output head after
 // them when last == n_layers. Model::forward runs its stages in order, the hidden state passing from one to the
 // next in host memory, so StepBatch in, logits out is the same contract whatever devices hold the layers: all on

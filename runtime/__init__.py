@@ -8,11 +8,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "GGUFFile": ("localllm.gguf", "GGUFFile"),
-    "GGUFError": ("localllm.gguf", "GGUFError"),
-    "Tokenizer": ("localllm.tokenizer", "Tokenizer"),
+    "GGUFFile": ("localllm.model.gguf", "GGUFFile"),
+    "GGUFError": ("localllm.model.gguf", "GGUFError"),
+    "Tokenizer": ("localllm.text.tokenizer", "Tokenizer"),
     "LLM": ("localllm.llm", "LLM"),
-    "backends": ("localllm.kernels", "backends"),
+    "backends": ("localllm.native", "backends"),
 }
 
 __all__ = list(_LAZY)

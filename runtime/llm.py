@@ -11,9 +11,9 @@
     for chunk in llm.chat([{"role": "user", "content": "hi"}], max_tokens=64): ...
     stream = llm.submit(ids, SamplingParams(max_tokens=8))   # a RequestStream: iterate, `async for`, close()
     LLM("model.gguf", speculative="off")             # no n-gram drafts ("ngram", the default, never changes a
-    llm.generate(ids, speculative="off", ...)        # token: engine/ngram.py); per request too
+    llm.generate(ids, speculative="off", ...)        # token: engine/drafting/ngram.py); per request too
     LLM("qwen2.5-coder:1.5b", speculative="qwen2.5-coder:0.5b")   # a draft model of the same vocabulary
-                                                     # (engine/draft_model.py); requests may still say "ngram"
+                                                     # (engine/drafting/draft_model.py); requests may still say "ngram"
     llm.exclusive(lambda seq: seq.step(...))         # the one-sequence path, alone on the engine thread
 
 Requests from any number of threads share the model through the engine (engine/engine.py): one engine
@@ -36,17 +36,17 @@ from typing import TypeVar
 import numpy as np
 
 from .engine import Chunk, Engine, RequestStream
-from .engine.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
+from .engine.drafting.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
 from .engine.engine import SPECULATIVE
 from .engine.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
-from .gguf import GGUFFile
-from .kv_types import kv_types
-from .model import BLOCK_SIZE, Model, kv_block_bytes
-from .models import spec_from_gguf
-from .one_sequence import OneSequence
-from .placement import DEFAULT_DEVICE
+from .model.architectures import spec_from_gguf
+from .model.gguf import GGUFFile
+from .model.kv_types import kv_types
+from .model.model import BLOCK_SIZE, Model, kv_block_bytes
+from .model.one_sequence import OneSequence
+from .model.placement import DEFAULT_DEVICE
 from .sampling import SamplingParams
-from .tokenizer import Tokenizer
+from .text.tokenizer import Tokenizer
 
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_PARALLEL = 4  # sequences decoded together: a chat, an editor and a script or two on one desktop
@@ -85,7 +85,7 @@ class LLM:
         path or store name of a small model with the target's vocabulary: it proposes tokens, the model verifies
         them, the output is unchanged); a request may override it ("ngram", "off", or "draft" when a draft model
         was loaded). device: "cpu", "cuda" or "auto" (CUDA when built in and a GPU is found); gpu_layers: with
-        CUDA, the first N layers on the GPU and the rest on the CPU (default all): localllm.placement.
+        CUDA, the first N layers on the GPU and the rest on the CPU (default all): localllm.model.placement.
         """
         if not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 1:
             raise ValueError(f"ctx_size must be a positive integer, got {ctx_size!r}")

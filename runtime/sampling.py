@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .candidates import CandidateRow
+from .model.candidates import CandidateRow
 
 _SUBSAMPLE = 4096  # rows longer than this find their top-m through a threshold estimated on a strided subsample
 _CHUNK = 1024  # inverse-CDF draw over a full row: chunk sums first, then one chunk's cumulative sum
@@ -279,7 +279,7 @@ class Sampler:
         self.chain = tuple(chain)
 
     def candidates_needed(self) -> int | None:
-        """How many candidates per row (localllm.candidates) give what the whole row gives: 1 when greedy, top_k
+        """How many candidates per row (localllm.model.candidates) give what the whole row gives: 1 when greedy, top_k
         when the chain starts with it; None when the whole row is needed (penalties read any token's logit, a
         chain without top-k reads every token)."""
         if self.penalties is not None:

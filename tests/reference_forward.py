@@ -24,7 +24,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 from gguf.quants import dequantize
-from localllm.models import ModelSpec, spec_from_gguf
+from localllm.model.architectures import ModelSpec, spec_from_gguf
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:

@@ -31,11 +31,11 @@ from ..hub.store import Store, StoredModel
 from . import chat_input, sidebar
 from .chat_input import ChatInput
 from .conversation import AssistantMessage, Conversation, UserMessage
-from .engine import ChatEngine, End, Reply
 from .help import HelpScreen
 from .history import History, title_for
 from .model_picker import ModelPicker
 from .rename import RenameScreen
+from .reply_worker import ChatEngine, End, Reply
 from .settings import Settings, SettingsScreen
 from .sidebar import Sidebar
 from .status import StatusBar

@@ -1,6 +1,6 @@
 """The host's share of a generated token, for planning the GPU's decode (docs/cuda.md): what the engine, the
 sampler, the detokenizer and the stream cost per token with the forward step stubbed out, with whole logits rows
-and with the step's candidates (localllm.candidates); and, with the real step, whether candidates pay on the CPU.
+and with the step's candidates (localllm.model.candidates); and, with the real step, whether candidates pay on the CPU.
 
     python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3]
 
@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from ..candidates import Candidates
 from ..llm import LLM
+from ..model.candidates import Candidates
 from ..sampling import SamplingParams
 
 CHAINS = {
@@ -32,8 +32,9 @@ def _stub(n_vocab: int):
     the step's last position."""
     row = np.random.default_rng(0).standard_normal(n_vocab).astype(np.float32)
 
-    def forward(token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, rows, top_k=0, n_valid=None):
-        peak = int(positions[-1]) % 1000 + 200
+    def forward(batch, top_k=0, n_valid=None):
+        rows = batch.logits_rows
+        peak = int(batch.positions[-1]) % 1000 + 200
         if top_k:
             ids = np.tile(np.arange(top_k, dtype=np.int32), (len(rows), 1))
             ids[:, 0] = peak

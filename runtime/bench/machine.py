@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import kernels
+from .. import native
 
 
 def best_seconds(fn: Callable[[], object], seconds: float) -> float:
@@ -32,7 +32,7 @@ def read_bandwidth(seconds: float = 1.0, mib: int = 1024) -> float:
     with two threads on a 16-core Xeon whose Q8_0 product streamed 27 GB/s). About `seconds` in all, half to
     each method (each adds a warm-up read)."""
     buf = np.ones(mib << 20, dtype=np.uint8)
-    dt = min(best_seconds(lambda s=s: kernels.stream_read(buf, s), seconds / 2) for s in (1, 4))
+    dt = min(best_seconds(lambda s=s: native.stream_read(buf, s), seconds / 2) for s in (1, 4))
     return buf.nbytes / dt / 1e9
 
 
@@ -42,10 +42,10 @@ def int8_peak(seconds: float = 0.5) -> float | None:
     over about `seconds`: the compute roofline of the N = 512 products, which also spend instructions on
     decoding weights and widening sums. None on the scalar path."""
     iters = 1 << 20  # a few ms a call
-    first = kernels.int8_peak(iters)  # also the warm-up
+    first = native.int8_peak(iters)  # also the warm-up
     if first is None:
         return None
-    return 2 * first[0] / best_seconds(lambda: kernels.int8_peak(iters), seconds) / 1e9
+    return 2 * first[0] / best_seconds(lambda: native.int8_peak(iters), seconds) / 1e9
 
 
 def peak_rss_mb() -> float:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import kernels
-from ..gguf import GGUFFile
+from .. import native
+from ..model.gguf import GGUFFile
 from .machine import best_seconds
 
 STREAM_BYTES = 512 << 20  # working set for N = 1: far past any last-level cache here
@@ -73,13 +73,13 @@ def bench_matrices(
             small = mats[: max(1, min(len(mats), 4))]
             xs = {k: rng.standard_normal((max(ns), k), dtype=np.float32) for k in {m[2] for m in mats}}
             for th in thread_counts:
-                kernels.configure(threads=th)
+                native.configure(threads=th)
                 row = {"model": path.name, "type": tname, "threads": th}
                 t1 = None
                 for n in ns:
                     sel = stream if n <= 16 else small
                     dt = best_seconds(
-                        lambda sel=sel, n=n, xs=xs: [kernels.matmul_raw(i, r, k, xs[k][:n]) for i, r, k in sel], seconds
+                        lambda sel=sel, n=n, xs=xs: [native.matmul_raw(i, r, k, xs[k][:n]) for i, r, k in sel], seconds
                     )
                     nbytes = sum(r.nbytes for _, r, _ in sel)
                     flops = sum(2.0 * r.shape[0] * k * n for _, r, k in sel)
@@ -91,5 +91,5 @@ def bench_matrices(
                         row[f"n{n}_time_ratio"] = dt / t1
                 rows.append(row)
                 on_row(row)
-    kernels.configure()
+    native.configure()
     return rows

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..gguf import GGUFFile
 from ..llm import LLM
-from ..models import spec_from_gguf
+from ..model.architectures import spec_from_gguf
+from ..model.gguf import GGUFFile
 from .machine import peak_rss_mb, read_bandwidth
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..llm import LLM
-from ..model import BLOCK_SIZE
+from ..model.model import BLOCK_SIZE
+from ..model.step_batch import StepBatchBuilder
 
 
 def step_times(path: Path, threads: int, ns: list[int], context: int = 64, seconds: float = 0.4) -> dict[int, float]:
@@ -34,35 +35,20 @@ def _measure(model, n_vocab: int, ns: list[int], context: int, seconds: float, p
     tables = np.arange(n_max * per_seq, dtype=np.int32).reshape(n_max, per_seq)  # sequence i: its own blocks
     prompts = rng.integers(100, min(n_vocab, 30000), size=(n_max, context + 1))
     for i in range(n_max):  # each sequence's context into the cache, one prefill step each
-        pos = np.arange(context, dtype=np.int32)
-        slots = tables[i, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-        model.forward(
-            prompts[i, :context],
-            pos,
-            slots,
-            np.zeros(context, dtype=np.int32),
-            tables[i : i + 1],
-            np.array([context], dtype=np.int32),
-            np.array([context - 1], dtype=np.int32),
-        )
+        b = StepBatchBuilder(BLOCK_SIZE)
+        b.add(prompts[i, :context], 0, tables[i], logits=[context - 1])
+        model.forward(b.build())
     out = {}
     for n in ns:
-        pos = np.full(n, context, dtype=np.int32)
-        slots = tables[:n, context // BLOCK_SIZE] * BLOCK_SIZE + context % BLOCK_SIZE
-        args = (
-            prompts[:n, context],
-            pos,
-            slots,
-            np.arange(n, dtype=np.int32),
-            tables[:n],
-            np.full(n, context + 1, dtype=np.int32),
-            np.arange(n, dtype=np.int32),
-        )
-        model.forward(*args)  # warm-up: the same slots are written again by every timed step
+        b = StepBatchBuilder(BLOCK_SIZE)
+        for i in range(n):  # one new token each, every row sampled
+            b.add(prompts[i, context : context + 1], context, tables[i], logits=[0])
+        batch = b.build()
+        model.forward(batch)  # warm-up: the same slots are written again by every timed step
         best, t_end = float("inf"), time.perf_counter() + seconds
         while True:
             t0 = time.perf_counter()
-            model.forward(*args)
+            model.forward(batch)
             best = min(best, time.perf_counter() - t0)
             if time.perf_counter() > t_end:
                 break

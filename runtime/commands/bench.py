@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """bench serve MODEL [--clients N...] [--compare]: a live server under an editor's workload over HTTP."""
-    from localllm import kernels
+    from localllm import native
     from localllm.bench.compare import llama_python
     from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead
 
@@ -208,7 +208,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if min(clients) < 1 or args.level_seconds <= 0:
         raise ValueError("--clients and --level-seconds must be positive")
     path = _resolve(args.models[0], args.pull)
-    threads = (args.threads or [kernels.physical_cores()])[0]
+    threads = (args.threads or [native.physical_cores()])[0]
     seconds = args.level_seconds
     python = llama_python(args.llama_python) if args.compare else None
     sides = [("localllm", lambda: local_server(path, threads, 4096, parallel=max(clients)))]
@@ -226,7 +226,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(json.dumps({"results": results, "stream_overhead_ms_per_token": overhead}, indent=1))
         return 0
     print(
-        f"{path.name}: {threads} threads, kernel path {kernels.current_path()}; {seconds:.0f} s per level, "
+        f"{path.name}: {threads} threads, kernel path {native.current_path()}; {seconds:.0f} s per level, "
         "chat turns with history and FIM requests, 32 greedy tokens each, streamed"
     )
     print(f"  {'server':<18}{'clients':>8}{'requests':>9}{'TTFT p50 s':>11}{'p95 s':>8}{'tok/s':>8}")
@@ -249,19 +249,19 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _where(r: dict, threads: int) -> str:
     """'2 threads, kernel path avx512', or the device ('cuda:0', 'cuda:0 0-15 + cpu 16-23') and the threads."""
-    from localllm import kernels
+    from localllm import native
 
     if r.get("device", "cpu") == "cpu":
-        return f"{threads} threads, kernel path {kernels.current_path()}"
+        return f"{threads} threads, kernel path {native.current_path()}"
     return f"device {r['device']}, {threads} CPU threads"
 
 
 def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
     """bench MODEL --parallel N... / --multi-turn: the engine under concurrent clients and follow-up turns."""
-    from localllm import kernels
+    from localllm import native
     from localllm.bench.engine import multi_turn, parallel_levels
 
-    head = f"{path.name}: {threads} threads, kernel path {kernels.current_path()}, kv {args.k_type or args.kv_type}/{args.v_type or args.kv_type}"
+    head = f"{path.name}: {threads} threads, kernel path {native.current_path()}, kv {args.k_type or args.kv_type}/{args.v_type or args.kv_type}"
     result: dict = {}
     if args.parallel:
         if min(args.parallel) < 1:
@@ -304,13 +304,13 @@ def run_engine(args: argparse.Namespace, path: Path, threads: int) -> int:
 def run_speculation(args: argparse.Namespace, path: Path) -> int:
     """bench spec MODEL (or bench MODEL --speculative): editor tasks with drafting off, n-gram and a draft model,
     and with --compare llama.cpp plain and with prompt lookup, alternated."""
-    from localllm import kernels
+    from localllm import native
     from localllm.bench.compare import llama_python
     from localllm.bench.speculation import LOOKUP_SWEEP, ratios, speculation_tasks
 
     if args.parallel or args.multi_turn:
         raise ValueError("bench spec runs on its own: not with --parallel or --multi-turn")
-    threads = (args.threads or [kernels.physical_cores()])[0]
+    threads = (args.threads or [native.physical_cores()])[0]
     if threads < 1 or args.repetitions < 1 or (args.max_tokens is not None and args.max_tokens < 1):
         raise ValueError("--threads, --reps and --max-tokens must be positive")
     kv = kv_kwargs(args)
@@ -324,7 +324,7 @@ def run_speculation(args: argparse.Namespace, path: Path) -> int:
         "model": path.name,
         "draft_model": Path(draft).name if draft else None,
         "threads": threads,
-        "path": kernels.current_path(),
+        "path": native.current_path(),
         "reps": args.repetitions,
         "lookup_sweep": list(LOOKUP_SWEEP),
         "loadavg_before": os.getloadavg()[0],
@@ -418,7 +418,7 @@ def _llama_table(rows: list[dict], draft: bool) -> str:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    from localllm import kernels
+    from localllm import native
     from localllm.bench.compare import compare_first_token, llama_cpp_rounds, llama_python
     from localllm.bench.model import bench_llm, model_prompt_ids
 
@@ -428,7 +428,7 @@ def run_model(args: argparse.Namespace) -> int:
         if v < 1:
             raise ValueError(f"{name} must be positive")
     path = _resolve(args.what, args.pull)
-    threads = (args.threads or [kernels.physical_cores()])[0]
+    threads = (args.threads or [native.physical_cores()])[0]
     if args.speculative:
         return run_speculation(args, path)
     if args.parallel or args.multi_turn:
@@ -481,12 +481,12 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
-    from localllm import kernels
+    from localllm import native
     from localllm.bench.machine import int8_peak, read_bandwidth
     from localllm.bench.matrices import bench_matrices, check_tensor_names
     from localllm.bench.step import step_times
 
-    threads = args.threads or sorted({1, kernels.physical_cores()})
+    threads = args.threads or sorted({1, native.physical_cores()})
     if any(t < 1 for t in threads):
         raise ValueError("--threads values must be positive")
     if any(n < 1 for n in args.n):
@@ -500,11 +500,11 @@ def run_kernels(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     if args.tensors:
         check_tensor_names(paths, args.tensors)
-    kernels.configure(threads=max(threads))
+    native.configure(threads=max(threads))
     bw = read_bandwidth(mib=args.bandwidth_mib)
     peak = int8_peak()
     print(
-        f"machine: {os.cpu_count()} logical CPUs, kernel path {kernels.current_path()}; "
+        f"machine: {os.cpu_count()} logical CPUs, kernel path {native.current_path()}; "
         f"streaming read bandwidth {bw:.1f} GB/s with {max(threads)} threads (the decode roofline)"
         + (f"; int8 multiply-add peak {peak:.0f} GOP/s (the N = 512 roofline)" if peak else ""),
         file=out,
@@ -533,7 +533,7 @@ def run_kernels(args: argparse.Namespace) -> int:
             cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items())
             print(f"  {p.name[:36]:<36} {cells}", file=out, flush=True)
     if args.json:
-        report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": kernels.current_path()}
+        report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": native.current_path()}
         report.update(results=results, step_ms={name: {str(n): t for n, t in ms.items()} for name, ms in steps.items()})
         print(json.dumps(report, indent=1))
     return 0

@@ -88,12 +88,12 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         from localllm.tui.app import ChatApp
-        from localllm.tui.engine import ChatEngine
         from localllm.tui.history import History
+        from localllm.tui.reply_worker import ChatEngine
     except ImportError as e:
         print(f"error: the chat needs Textual ({e.name or e}): pip install textual", file=sys.stderr)
         return 1
-    from localllm.engine.draft_model import DraftMismatchError
+    from localllm.engine.drafting.draft_model import DraftMismatchError
     from localllm.hub import default_home
     from localllm.llm import LLM
 

@@ -1,10 +1,10 @@
-"""The device options shared by the commands that load a model: --device and --gpu-layers (localllm.placement)."""
+"""The device options shared by the commands that load a model: --device and --gpu-layers (localllm.model.placement)."""
 
 from __future__ import annotations
 
 import argparse
 
-from localllm.placement import DEFAULT_DEVICE, DEVICES
+from localllm.model.placement import DEFAULT_DEVICE, DEVICES
 
 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:

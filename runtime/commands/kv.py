@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from localllm.kv_types import KV_TYPES
+from localllm.model.kv_types import KV_TYPES
 
 
 def add_kv_arguments(p: argparse.ArgumentParser) -> None:

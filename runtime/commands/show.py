@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def summary(path: Path) -> dict:
-    from localllm.gguf import GGUFFile
+    from localllm.model.gguf import GGUFFile
 
     t0 = time.perf_counter()
     with GGUFFile(path) as f:

@@ -7,7 +7,7 @@
                                                      # become reusable prefixes for later sequences
     bm.append_slots(seq_id, k)                       # room for k more tokens; None when the pool is full
     bm.truncate(seq_id, n)                           # give back slots past n (rejected draft tokens)
-    slots = bm.slot_mapping(seq_id, positions)       # [len(positions)] int64: block_id * block_size + offset
+    bm.block_table(seq_id).block_ids                 # its blocks in position order (a step's slots: step_batch.py)
     bm.free(seq_id)
 
 A full block is keyed by blake2b(parent block's key, its token ids), so a key names the whole prefix. Only
@@ -39,7 +39,7 @@ class BlockTable:
 
 
 class _Seq:
-    __slots__ = ("array", "blocks", "keys", "num_cached", "num_registered", "num_slots")
+    __slots__ = ("blocks", "keys", "num_cached", "num_registered", "num_slots")
 
     def __init__(self, blocks: list[int], num_slots: int, keys: list[bytes], num_cached_blocks: int, block_size: int):
         self.blocks = blocks  # pool block ids, in position order
@@ -47,7 +47,6 @@ class _Seq:
         self.keys = keys  # prefix keys of the leading full blocks whose tokens are known
         self.num_registered = num_cached_blocks  # leading blocks that are computed and offered to the cache
         self.num_cached = num_cached_blocks * block_size
-        self.array: np.ndarray | None = None  # blocks as int64, built on demand, dropped when blocks change
 
 
 def _count(name: str, value, lo: int) -> int:
@@ -124,7 +123,6 @@ class BlockManager:
             return None
         if need:
             seq.blocks.extend(self._take_free() for _ in range(need))
-            seq.array = None
         seq.num_slots += n
         return self._table(seq)
 
@@ -143,7 +141,6 @@ class BlockManager:
         for b in reversed(seq.blocks[keep:]):
             self._release(b)
         del seq.blocks[keep:]
-        seq.array = None
         del seq.keys[num_tokens // self.block_size :]
         seq.num_slots = int(num_tokens)
         return self._table(seq)
@@ -177,17 +174,6 @@ class BlockManager:
 
     def block_table(self, seq_id: Hashable) -> BlockTable:
         return self._table(self._seq(seq_id))
-
-    def slot_mapping(self, seq_id: Hashable, positions) -> np.ndarray:
-        """positions: [n] ints in [0, num_slots) -> [n] int64 flat KV slots."""
-        seq = self._seq(seq_id)
-        pos = np.asarray(positions, dtype=np.int64)
-        if pos.size and (pos.min() < 0 or pos.max() >= seq.num_slots):
-            raise ValueError(f"positions must lie in [0, {seq.num_slots}) for sequence {seq_id!r}")
-        if seq.array is None:
-            seq.array = np.asarray(seq.blocks, dtype=np.int64)
-        bs = self.block_size
-        return seq.array[pos // bs] * bs + pos % bs
 
     def _seq(self, seq_id: Hashable) -> _Seq:
         seq = self._seqs.get(seq_id)

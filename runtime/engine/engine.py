@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from ..model import TOP_K_MAX, Model
+from ..model.model import TOP_K_MAX, Model
 from ..sampling import SamplingParams
-from ..token_ids import token_ids
-from ..tokenizer import Tokenizer
+from ..text.token_ids import token_ids
+from ..text.tokenizer import Tokenizer
 from .block_manager import BlockManager
-from .draft_model import DraftModel, ModelDrafter, propose_batch
-from .ngram import NgramDrafter
-from .ngram_table import NgramTable
+from .drafting.draft_model import DraftModel, ModelDrafter, propose_batch
+from .drafting.ngram import NgramDrafter
+from .drafting.ngram_table import NgramTable
 from .request import Request
 from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
 from .sequence import Sequence, SequenceStatus
@@ -326,21 +326,20 @@ class Engine:
         now = time.perf_counter()
         for seq in out.seqs:
             active[seq.seq_id].scheduled(now)
-        batch = (out.token_ids, out.positions, out.slot_mapping, out.seq_index, out.block_tables, out.context_lens)
         k = self._candidates_needed(active, out)
-        if k:  # only each row's top k comes back (localllm.candidates), the padding columns left out
-            logits = self._model.forward(*batch, out.logits_rows, top_k=k, n_valid=self._n_tokens)
+        if k:  # only each row's top k comes back (localllm.model.candidates), the padding columns left out
+            logits = self._model.forward(out.batch, top_k=k, n_valid=self._n_tokens)
         else:
-            logits = self._model.forward(*batch, out.logits_rows)
+            logits = self._model.forward(out.batch)
             if self._n_tokens < self._n_vocab:
                 logits[:, self._n_tokens :] = -np.inf
         tokens: list[int | None] = []  # per logits row: the verified run of each sequence, None past it
-        rows = out.logits_rows
+        rows = out.batch.logits_rows
         j = 0
         while j < len(rows):
             s = out.sampled_seqs[j]
             k = out.num_drafts[s]
-            drafts = out.token_ids[rows[j] + 1 : rows[j] + 1 + k]
+            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k]
             run = active[out.seqs[s].seq_id].verify(logits[j : j + k + 1], drafts)
             tokens += run + [None] * (k + 1 - len(run))
             j += k + 1

@@ -26,7 +26,7 @@ class Stats:
     ttft_s: float = 0.0  # submission to first token, queueing included
     ctx_size: int = 0
     context_full: bool = False  # generation ended because prompt + completion filled ctx_size
-    draft_proposed: int = 0  # draft tokens verified (speculation: engine/ngram.py)
+    draft_proposed: int = 0  # draft tokens verified (speculation: engine/drafting/ngram.py)
     draft_accepted: int = 0  # of them, those kept: each one a token that cost no step of its own
     draft_steps: int = 0  # steps that carried drafts: draft_accepted / draft_steps is the mean accepted length
 

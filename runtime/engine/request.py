@@ -29,8 +29,8 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from ..sampling import Sampler, StopChecker
-from ..tokenizer import Tokenizer
-from .ngram import NgramDrafter
+from ..text.tokenizer import Tokenizer
+from .drafting.ngram import NgramDrafter
 from .output import Chunk, Stats, TokenLogprob, token_logprob
 from .sequence import FinishReason, Sequence
 from .stream import RequestStream
@@ -78,7 +78,7 @@ class Request:
 
     def verify(self, logits, drafts: Seq[int]) -> list[int]:
         """logits: [k + 1, n_vocab], the rows of the sequence's last token and of its k drafts, or their Candidates
-        (localllm.candidates) when candidates_needed() allowed it. The run x_1 ..
+        (localllm.model.candidates) when candidates_needed() allowed it. The run x_1 ..
         x_m: x_i sampled from row i - 1 with history = the tokens + x_1 .. x_(i-1); it goes on while x_i equals
         draft i, and ends early at a stop token or at max_tokens (nothing after could be emitted)."""
         seq, k = self.seq, len(drafts)

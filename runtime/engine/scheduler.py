@@ -1,12 +1,11 @@
-"""The scheduling policy: which sequences run in the next engine step and how many tokens each, the flat arrays
-the native step takes, and what the sampled tokens change afterwards.
+"""The scheduling policy: which sequences run in the next engine step and how many tokens each (the step's batch:
+model/step_batch.py), and what the sampled tokens change afterwards.
 
     bm = BlockManager(n_blocks, block_size)
     sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=256, max_model_len=4096)
     sched.add(seq)                            # ValueError naming the sizes when it could never fit alone
     out = sched.schedule()                    # out.num_tokens == 0: nothing to run
-    logits = model.forward(out.token_ids, out.positions, out.slot_mapping, out.seq_index,
-                           out.block_tables, out.context_lens, out.logits_rows)    # [len(logits_rows), n_vocab]
+    logits = model.forward(out.batch)       # [len(out.batch.logits_rows), n_vocab]
     tokens = [sample(logits[j], out.seqs[s]) for j, s in enumerate(out.sampled_seqs)]
     for seq in sched.update(out, tokens): ...  # sequences that got tokens; finished ones carry finish_reason
     sched.abort(seq_id)                        # a cancelled sequence's blocks go back at once
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.step_batch import StepBatch, StepBatchBuilder
 from .block_manager import BlockManager, BlockTable
 from .sequence import FinishReason, Sequence, SequenceStatus
 
@@ -54,28 +54,21 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 128
 
 @dataclass(frozen=True, eq=False)
 class SchedulerOutput:
-    """One step, made by Scheduler.schedule and handed back to Scheduler.update. T tokens from S sequences;
-    the array fields are Model.forward's arguments, int32 each."""
+    """One step, made by Scheduler.schedule and handed back to Scheduler.update. T tokens from S sequences."""
 
-    seqs: tuple[Sequence, ...]  # [S] row s of block_tables and context_lens
+    seqs: tuple[Sequence, ...]  # [S] sequence s of the batch
     num_scheduled: tuple[int, ...]  # [S] tokens of seqs[s] in this step, >= 1
-    token_ids: np.ndarray  # [T] seqs[s].token_ids[c : c + n - k] + its k drafts, for each s in order (c: computed
-    # before the step, k: num_drafts[s])
-    positions: np.ndarray  # [T] c .. c + n - 1
-    slot_mapping: np.ndarray  # [T] block_tables[s, p // block_size] * block_size + p % block_size
-    seq_index: np.ndarray  # [T] s
-    block_tables: np.ndarray  # [S, max_blocks] each sequence's blocks in position order, padded with -1
-    context_lens: np.ndarray  # [S] c + n: positions with KV once the step ran
-    logits_rows: np.ndarray  # [L] token rows whose logits are sampled: a sequence's last row when it reaches
-    # the end of its tokens (a prompt's last chunk, or a decode token) and each of its draft rows after it; none
-    # for a chunk mid-prompt
+    batch: StepBatch  # what Model.forward takes: for each s in order, seqs[s].token_ids[c : c + n - k] and its k
+    # drafts at positions c .. c + n - 1 (c: computed before the step, k: num_drafts[s]); the logits rows are a
+    # sequence's last row when it reaches the end of its tokens (a prompt's last chunk, or a decode token) and each
+    # of its draft rows after it; none for a chunk mid-prompt
     sampled_seqs: tuple[int, ...]  # [L] the s of each logits row (a sequence with k drafts: k + 1 rows in order)
     num_drafts: tuple[int, ...]  # [S] draft tokens of seqs[s] in the step: the last num_drafts[s] of its rows
     preempted: tuple[Sequence, ...]  # sequences this step preempted (now waiting, holding no blocks)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.token_ids)
+        return self.batch.num_tokens
 
 
 def _count(name: str, value, lo: int) -> int:
@@ -244,7 +237,7 @@ class Scheduler:
                 raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its rows' tokens {toks} are not a run then None")
             run = runs[s] = [int(t) for t in toks[:m]]
             k = output.num_drafts[s]
-            if run[:-1] != output.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
+            if run[:-1] != output.batch.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
                 raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
         self._pending = None
         advanced = []
@@ -327,43 +320,24 @@ class Scheduler:
     def _output(
         self, scheduled: list[tuple[Sequence, int]], preempted: list[Sequence], drafts: dict[Hashable, int]
     ) -> SchedulerOutput:
-        n_seqs = len(scheduled)
-        n_tokens = sum(n for _, n in scheduled)
-        tables = [self._tables[seq.seq_id].block_ids for seq, _ in scheduled]
-        block_tables = np.full((n_seqs, max((len(t) for t in tables), default=0)), -1, dtype=np.int32)
-        token_ids = np.empty(n_tokens, dtype=np.int32)
-        positions = np.empty(n_tokens, dtype=np.int32)
-        slot_mapping = np.empty(n_tokens, dtype=np.int32)
-        seq_index = np.empty(n_tokens, dtype=np.int32)
-        context_lens = np.empty(n_seqs, dtype=np.int32)
-        logits_rows, sampled_seqs = [], []
-        t = 0
+        builder = StepBatchBuilder(self._bm.block_size)
+        sampled_seqs: list[int] = []
         num_drafts = []
         for s, (seq, n) in enumerate(scheduled):
             c = seq.num_computed_tokens
             k = drafts.get(seq.seq_id, 0)
             num_drafts.append(k)
-            block_tables[s, : len(tables[s])] = tables[s]
-            token_ids[t : t + n - k] = seq.token_ids[c : c + n - k]
-            token_ids[t + n - k : t + n] = seq.draft_token_ids[:k]
-            positions[t : t + n] = np.arange(c, c + n)
-            slot_mapping[t : t + n] = self._bm.slot_mapping(seq.seq_id, positions[t : t + n])
-            seq_index[t : t + n] = s
-            context_lens[s] = c + n
-            if c + n - k == seq.num_tokens:
-                logits_rows.extend(range(t + n - k - 1, t + n))
+            tokens = seq.token_ids[c : c + n - k]
+            if k:
+                tokens = tokens + seq.draft_token_ids[:k]
+            sampled = c + n - k == seq.num_tokens  # the last row of its tokens, and its drafts after it
+            builder.add(tokens, c, self._tables[seq.seq_id].block_ids, logits=range(n - k - 1, n) if sampled else ())
+            if sampled:
                 sampled_seqs.extend([s] * (k + 1))
-            t += n
         return SchedulerOutput(
             seqs=tuple(seq for seq, _ in scheduled),
             num_scheduled=tuple(n for _, n in scheduled),
-            token_ids=token_ids,
-            positions=positions,
-            slot_mapping=slot_mapping,
-            seq_index=seq_index,
-            block_tables=block_tables,
-            context_lens=context_lens,
-            logits_rows=np.asarray(logits_rows, dtype=np.int32),
+            batch=builder.build(),
             sampled_seqs=tuple(sampled_seqs),
             num_drafts=tuple(num_drafts),
             preempted=tuple(preempted),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..gguf import GGUFFile
+from ..model.gguf import GGUFFile
 
 # llama_ftype (general.file_type) -> the quant name llama.cpp prints
 FILE_TYPES = {

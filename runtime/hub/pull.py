@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ..gguf import GGUFError
+from ..model.gguf import GGUFError
 from . import catalog as catalog_mod
 from . import hf, wheels
 from .catalog import CatalogEntry, HubSource, PackageSource

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 
 
 def has_fim(tok: Tokenizer) -> bool:

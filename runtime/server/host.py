@@ -24,10 +24,10 @@ from pathlib import Path
 
 from fastapi.responses import StreamingResponse
 
-from ..engine.draft_model import DraftMismatchError
-from ..gguf import GGUFFile
+from ..engine.drafting.draft_model import DraftMismatchError
 from ..hub import DamagedModelError, Store, resolve_model
 from ..llm import LLM
+from ..model.gguf import GGUFFile
 from .errors import APIError
 
 log = logging.getLogger("localllm.serve")

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .. import __version__
-from ..chat_template import ChatTemplateError
-from ..gguf import GGUFFile
+from ..model.gguf import GGUFFile
+from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt

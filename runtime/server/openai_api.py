@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..chat_template import ChatTemplateError
 from ..engine import Chunk, Stats
+from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt

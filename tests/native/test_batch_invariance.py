@@ -14,7 +14,7 @@ import pytest
 from conftest import model_file
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
-from localllm import kernels
+from localllm import native
 from localllm.llm import LLM
 from quant_blocks import TYPES, random_rows
 
@@ -26,16 +26,16 @@ ALONE = list(range(17)) + [40, 63, 300, 511]
 
 @pytest.fixture(params=PATHS)
 def path(request):
-    if request.param not in kernels.available_paths():
+    if request.param not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {request.param} path")
     yield request.param
-    kernels.configure()
+    native.configure()
 
 
 @pytest.fixture
 def restore_path():
     yield
-    kernels.configure()
+    native.configure()
 
 
 def activations(k: int, rng: np.random.Generator) -> np.ndarray:
@@ -55,30 +55,30 @@ def test_row_results_do_not_depend_on_n_or_threads(qt, path):
     for k in [896, 4864] if bs < 256 else [4864]:
         rows = random_rows(qt, 37, k, rng)
         x = activations(k, rng)
-        kernels.configure(path=path, threads=1)
-        alone = {c: kernels.matmul_raw(int(qt), rows, k, x[c : c + 1])[0] for c in ALONE}
+        native.configure(path=path, threads=1)
+        alone = {c: native.matmul_raw(int(qt), rows, k, x[c : c + 1])[0] for c in ALONE}
         for threads in (1, 2):
-            kernels.configure(path=path, threads=threads)
+            native.configure(path=path, threads=threads)
             for n in N_LIST:
-                y = kernels.matmul_raw(int(qt), rows, k, x[:n])
+                y = native.matmul_raw(int(qt), rows, k, x[:n])
                 for c in (c for c in ALONE if c < n):
                     assert np.array_equal(y[c], alone[c]), f"{qt.name} k={k} threads={threads}: row {c} of N={n}"
             # the rows alone again, on this thread count
             for c in (0, 5, 9):
-                assert np.array_equal(kernels.matmul_raw(int(qt), rows, k, x[c : c + 1])[0], alone[c])
+                assert np.array_equal(native.matmul_raw(int(qt), rows, k, x[c : c + 1])[0], alone[c])
 
 
 def test_products_sharing_an_input_do_not_depend_on_n(path):
     """q/k/v and gate/up run as one call (matmul_multi): a row's results there do not depend on N either."""
-    kernels.configure(path=path, threads=2)
+    native.configure(path=path, threads=2)
     rng = np.random.default_rng(77)
     k = 896
     mix = [(T.Q5_0, 37), (T.Q8_0, 19), (T.Q4_1, 24), (T.F16, 5), (T.Q4_0, 9)]
     products = [(int(qt), random_rows(qt, m, k, rng)) for qt, m in mix]
     x = activations(k, rng)
-    alone = [kernels.testing.matmul_multi(products, k, x[c : c + 1]) for c in range(9)]
+    alone = [native.testing.matmul_multi(products, k, x[c : c + 1]) for c in range(9)]
     for n in (2, 3, 4, 5, 8, 9, 16):
-        got = kernels.testing.matmul_multi(products, k, x[:n])
+        got = native.testing.matmul_multi(products, k, x[:n])
         for c in range(min(n, 9)):
             for j, y in enumerate(got):
                 assert np.array_equal(y[c], alone[c][j][0]), f"product {j}: row {c} of N={n}"
@@ -100,9 +100,9 @@ CASES.remove(("scalar", "qwen2.5-coder-0.5b-instruct-q4_k_m"))
 @pytest.mark.model
 @pytest.mark.parametrize(("cpu", "name"), CASES)
 def test_prompt_logits_alike_in_one_step_chunked_and_token_by_token(cpu, name, restore_path):
-    if cpu not in kernels.available_paths():
+    if cpu not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {cpu} path")
-    kernels.configure(cpu)
+    native.configure(cpu)
     with LLM(model_file(name), n_threads=2, ctx_size=64) as llm:
         ids = np.array(llm.tokenize(TEXT, add_special=False)[:20], dtype=np.int32)
         n = len(ids)
@@ -134,7 +134,7 @@ def test_qwen_1_5b_massive_activation_position_keeps_its_top1_at_every_n(path):
     thousands, which per-256 activation blocks flattened (top-1 15 at N <= 8 on AVX2 before, 16 from 9 on;
     float64 says 16 at 10.62, 13 at 9.92). Row 0 is now the same bits at every N, and its top-1 is 16 on every
     path (the scalar path's, which the float64 forward agrees with; that forward takes about a minute here)."""
-    kernels.configure(path)
+    native.configure(path)
     with LLM(model_file("qwen2.5-coder-1.5b-instruct-q4_k_m"), n_threads=2, ctx_size=64) as llm:
         ids = np.array(llm.tokenize("import the rest of the sentence from the old document", add_special=False))
         assert ids[0] == 474

@@ -16,7 +16,7 @@ import pytest
 from conftest import gpu, no_gpu
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-from localllm import backends, kernels
+from localllm import backends, native
 from quant_blocks import random_rows
 
 U = 2.0**-23
@@ -40,7 +40,7 @@ def test_backends_report_what_was_built_and_why_cuda_is_absent():
 def test_device_entry_points_fail_cleanly_without_a_device():
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
-        kernels.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((1, 64), np.float32))
+        native.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((1, 64), np.float32))
 
 
 @gpu
@@ -53,14 +53,14 @@ def test_qgemv_matches_the_float64_product(qt, n):
         rows = random_rows(qt, m, k, rng)
         w64 = ref_dequantize(rows, qt).reshape(m, k).astype(np.float64)
         x = rng.standard_normal((n, k), dtype=np.float32) * np.exp(rng.standard_normal(k)).astype(np.float32)
-        y = kernels.testing.cuda_qgemv(int(qt), rows, k, x)
+        y = native.testing.cuda_qgemv(int(qt), rows, k, x)
         x64 = x.astype(np.float64)
         dx = np.abs(x64).reshape(n, -1, 32).max(axis=2) / 127
         act_err = np.repeat(dx, 32, axis=1) / 2 + 8 * U * np.abs(x64)  # int8 rounding per 32, as on the CPU
         bound = act_err @ np.abs(w64).T + (k / 16 + 16) * U * ((np.abs(x64) + act_err) @ np.abs(w64).T)
         err = np.abs(y - x64 @ w64.T)
         assert np.all(err <= bound), f"{qt.name} m={m} k={k} n={n}: max excess {np.max(err - bound)}"
-        cpu = kernels.matmul_raw(int(qt), rows, k, x)
+        cpu = native.matmul_raw(int(qt), rows, k, x)
         assert np.max(np.abs(y - cpu)) <= np.max(bound), f"{qt.name}: device and CPU differ beyond the bound"
 
 
@@ -69,7 +69,7 @@ def test_qgemv_matches_the_float64_product(qt, n):
 def test_qgemv_refuses_what_it_does_not_run():
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(ValueError, match="n must be in"):
-        kernels.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((9, 64), np.float32))
+        native.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((9, 64), np.float32))
     q5k = random_rows(T.Q5_K, 4, 256, np.random.default_rng(0))
     with pytest.raises(ValueError, match="not supported on CUDA"):
-        kernels.testing.cuda_qgemv(int(T.Q5_K), q5k, 256, np.ones((1, 256), np.float32))
+        native.testing.cuda_qgemv(int(T.Q5_K), q5k, 256, np.ones((1, 256), np.float32))

@@ -1,14 +1,14 @@
 """The KV cache and attention kernels of the CUDA backend (native/cuda/kv.cu) against their CPU twins, on a
 machine with an NVIDIA GPU (tests marked gpu, skipped without one):
 
-- kv_write: the bytes of kernels.testing.kv_quantize (kv_format.cpp's kv_quantize_row, as KvCache::write calls it
+- kv_write: the bytes of native.testing.kv_quantize (kv_format.cpp's kv_quantize_row, as KvCache::write calls it
   on a whole row of n_kv_head * head_dim values) exactly, for f16, q8_0 and q4_0 (whose scale search the device
   repeats with the CPU's float / double operations in the CPU's order);
 - the KV transforms: KvTransforms::to_cache / from_cache written out with numpy's float32 operations (each
-  correctly rounded, as the CPU's) and kernels.testing.hadamard (the CPU's butterflies); the device runs the
+  correctly rounded, as the CPU's) and native.testing.hadamard (the CPU's butterflies); the device runs the
   same operations in the same order, so the tolerance is a few units of float32 rounding only;
 - paged attention: the float64 softmax over the keys and values as the CPU dequantizes them
-  (kernels.testing.kv_dequantize), within 1e-4 of the values' magnitude (the device sums in float32 in its own
+  (native.testing.kv_dequantize), within 1e-4 of the values' magnitude (the device sums in float32 in its own
   order). Slots no sequence owns hold 0xff bytes, a NaN in every KV type: a read outside the block tables shows.
 
 Without a device each entry point raises RuntimeError (the backend not compiled in, or the CUDA error), after
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import gpu, no_gpu
-from localllm import kernels
+from localllm import native
 from test_kv_format import kv_rows
 
 KV_TYPES = ["f16", "q8_0", "q4_0"]
@@ -30,7 +30,7 @@ SHAPES = [(14, 2, 64), (8, 2, 128), (4, 1, 256), (6, 3, 96)]
 
 
 def rows_bytes(kv_type: str, row: int) -> int:
-    return kernels.testing.kv_quantize(kv_type, np.zeros((1, row), np.float32)).shape[1]
+    return native.testing.kv_quantize(kv_type, np.zeros((1, row), np.float32)).shape[1]
 
 
 # ---- kv_write ----
@@ -48,9 +48,9 @@ def test_kv_write_is_the_cpu_bytes(kv_type, n_kv_head, head_dim):
     x[20:30] = rng.standard_normal((10, row)).astype(np.float32)  # no outliers: q4_0's search picks inner scales
     slots = rng.permutation(n_slots)[:T].astype(np.int32)
     pool = rng.integers(0, 256, (n_slots, rows_bytes(kv_type, row)), dtype=np.uint8)
-    got = kernels.testing.cuda_kv_write(kv_type, x, head_dim, slots, pool)
+    got = native.testing.cuda_kv_write(kv_type, x, head_dim, slots, pool)
     want = pool.copy()
-    want[slots] = kernels.testing.kv_quantize(kv_type, x)
+    want[slots] = native.testing.kv_quantize(kv_type, x)
     assert got.dtype == np.uint8 and got.shape == pool.shape
     bad = np.nonzero(np.any(got != want, axis=1))[0]
     assert bad.size == 0, f"{kv_type}: {bad.size} slots differ from the CPU's bytes, first {bad[:5]}"
@@ -61,9 +61,9 @@ def test_kv_write_is_the_cpu_bytes(kv_type, n_kv_head, head_dim):
 def test_kv_write_refuses_a_slot_written_twice():
     x = np.ones((2, 64), np.float32)
     with pytest.raises(ValueError, match="slots"):
-        kernels.testing.cuda_kv_write("q8_0", x, 64, np.array([3, 3], np.int32), np.zeros((4, 68), np.uint8))
+        native.testing.cuda_kv_write("q8_0", x, 64, np.array([3, 3], np.int32), np.zeros((4, 68), np.uint8))
     with pytest.raises(ValueError, match="slots"):
-        kernels.testing.cuda_kv_write("q8_0", x, 64, np.array([0, 4], np.int32), np.zeros((4, 68), np.uint8))
+        native.testing.cuda_kv_write("q8_0", x, 64, np.array([0, 4], np.int32), np.zeros((4, 68), np.uint8))
 
 
 # ---- the KV transforms ----
@@ -75,7 +75,7 @@ def cpu_transforms(q, k, v, att, *, rotate_k, rotate_v, center_k, center_v, k_sc
     group = n_head // n_kv_head
 
     def rot(a):
-        return kernels.testing.hadamard(np.ascontiguousarray(a).reshape(-1, hd)).reshape(a.shape)
+        return native.testing.hadamard(np.ascontiguousarray(a).reshape(-1, hd)).reshape(a.shape)
 
     if center_k:
         k = k - k_bias.reshape(n_kv_head, hd)
@@ -119,13 +119,13 @@ def test_kv_transforms_match_the_cpu(n_head, n_kv_head, head_dim, flags):
     k_bias = (rng.standard_normal(ch) * 4).astype(f32)
     v_bias = rng.standard_normal(ch).astype(f32)
     kw = dict(rotate_k=rotate_k, rotate_v=rotate_v, center_k=center_k, center_v=center_v, k_scale=k_scale)
-    got = kernels.testing.cuda_kv_transforms(q, k, v, att, k_bias=k_bias, v_bias=v_bias, **kw)
+    got = native.testing.cuda_kv_transforms(q, k, v, att, k_bias=k_bias, v_bias=v_bias, **kw)
     want = cpu_transforms(q, k, v, att, k_bias=k_bias, v_bias=v_bias, **kw)
     for name, g, w in zip(("q", "k", "v", "att"), got, want):
         assert g.dtype == np.float32 and g.shape == w.shape, name
         np.testing.assert_allclose(g, w, rtol=0, atol=2.0**-20 * np.abs(w).max(), err_msg=name)
     # without att: to_cache alone, att comes back None
-    q2, k2, v2, none = kernels.testing.cuda_kv_transforms(q, k, v, k_bias=k_bias, v_bias=v_bias, **kw)
+    q2, k2, v2, none = native.testing.cuda_kv_transforms(q, k, v, k_bias=k_bias, v_bias=v_bias, **kw)
     assert none is None
     for g2, g in zip((q2, k2, v2), got):
         np.testing.assert_array_equal(g2, g)
@@ -158,7 +158,7 @@ def attention_case(rng, n_head, n_kv_head, hd, k_type, v_type, block_size=16, le
             slots = tables[s, j // block_size] * block_size + j % block_size
             x = rng.standard_normal((length, row)).astype(np.float32)
             x[:, 5] *= 8  # an outlier channel
-            pool[slots] = kernels.testing.kv_quantize(kv_type, x)
+            pool[slots] = native.testing.kv_quantize(kv_type, x)
         pools[name] = pool
     if rows is None:
         rows = [(0, p) for p in range(lengths[0])] + [(1, lengths[1] - 1)]
@@ -175,8 +175,8 @@ def reference_attention(
     """float64 causal GQA over the keys and values as the CPU dequantizes them; also the largest |value| read."""
     T, n_head, hd = q.shape
     group = n_head // n_kv_head
-    K = kernels.testing.kv_dequantize(k_type, k_pool, n_kv_head * hd).reshape(-1, n_kv_head, hd).astype(np.float64)
-    V = kernels.testing.kv_dequantize(v_type, v_pool, n_kv_head * hd).reshape(-1, n_kv_head, hd).astype(np.float64)
+    K = native.testing.kv_dequantize(k_type, k_pool, n_kv_head * hd).reshape(-1, n_kv_head, hd).astype(np.float64)
+    V = native.testing.kv_dequantize(v_type, v_pool, n_kv_head * hd).reshape(-1, n_kv_head, hd).astype(np.float64)
     out = np.zeros((T, n_head, hd))
     vmax = 0.0
     for t in range(T):
@@ -209,8 +209,8 @@ def check_attention(
     )
     args = (q, k_type, k_pool, v_type, v_pool, positions, seq_index, tables)
     kw = dict(n_kv_head=n_kv_head, block_size=block_size, scale=float(hd**-0.5), softcap=softcap, window=window)
-    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
-    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw) if kernel == "tiles" else per_row
+    per_row = native.testing.cuda_paged_attention(*args, **kw)
+    got = native.testing.cuda_paged_attention_tiled(*args, **kw) if kernel == "tiles" else per_row
     want, vmax = reference_attention(*args, **kw)
     assert got.dtype == np.float32 and got.shape == q.shape
     assert np.all(np.isfinite(got)), "a read outside the sequences' blocks (NaN slots)"
@@ -257,7 +257,7 @@ def test_paged_attention_refuses_a_row_past_its_blocks(kernel):
     q, k_pool, v_pool, positions, seq_index, tables = attention_case(rng, 2, 1, 64, "f16", "f16")
     positions = positions.copy()
     positions[-1] = 40  # sequence 3 owns one block of 16 positions; its table's second entry is -1
-    entry = kernels.testing.cuda_paged_attention_tiled if kernel == "tiles" else kernels.testing.cuda_paged_attention
+    entry = native.testing.cuda_paged_attention_tiled if kernel == "tiles" else native.testing.cuda_paged_attention
     with pytest.raises(ValueError, match="block_tables"):
         entry(q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables, n_kv_head=1, block_size=16, scale=0.125)
 
@@ -345,8 +345,8 @@ def test_tiled_attention_keys_a_row_does_not_see_add_nothing(window):
     v_pool[tables[0, 20 // bs] * bs + 20 % bs] = np.frombuffer(np.full(n_kv_head * hd, 0x7C00, np.uint16), np.uint8)
     kw = dict(n_kv_head=n_kv_head, block_size=bs, scale=float(hd**-0.5), softcap=0.0, window=window)
     args = (q, "f16", k_pool, "f16", v_pool, positions, seq_index, tables)
-    got = kernels.testing.cuda_paged_attention_tiled(*args, **kw)
-    per_row = kernels.testing.cuda_paged_attention(*args, **kw)
+    got = native.testing.cuda_paged_attention_tiled(*args, **kw)
+    per_row = native.testing.cuda_paged_attention(*args, **kw)
     blind = (positions < 20) | ((positions >= 20 + window) if window else False)
     assert blind.sum() == (20 if not window else 20 + length - 24)
     sub = (q[blind], "f16", k_pool, "f16", v_pool, positions[blind], seq_index[blind], tables)
@@ -360,7 +360,7 @@ def test_tiled_attention_keys_a_row_does_not_see_add_nothing(window):
 
 
 def test_entry_points_check_their_arguments():
-    t = kernels.testing
+    t = native.testing
     x = np.ones((2, 64), np.float32)
     with pytest.raises(ValueError, match="kv_type"):
         t.cuda_kv_write("q5_0", x, 64, np.arange(2, dtype=np.int32), np.zeros((4, 128), np.uint8))
@@ -384,7 +384,7 @@ def test_entry_points_check_their_arguments():
 
 @no_gpu
 def test_entry_points_fail_cleanly_without_a_device():
-    t = kernels.testing
+    t = native.testing
     x = np.ones((1, 64), np.float32)
     pool = np.zeros((16, 128), np.uint8)  # 16 slots of one f16 head of 64
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):

@@ -27,7 +27,7 @@ from conftest import gpu, no_gpu
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-from localllm import kernels
+from localllm import native
 from quant_blocks import TYPES, random_rows
 
 U = 2.0**-23
@@ -84,9 +84,9 @@ def cpu_bound(qt: T, x64: np.ndarray, w64: np.ndarray) -> np.ndarray:
 def test_entry_points_fail_cleanly_without_a_device():
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
-        kernels.testing.cuda_qgemm(int(T.Q8_0), rows, 64, np.ones((2, 64), np.float32))
+        native.testing.cuda_qgemm(int(T.Q8_0), rows, 64, np.ones((2, 64), np.float32))
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
-        kernels.testing.cuda_dequant_rows(int(T.Q8_0), rows, 64, np.array([0, 3], np.int32), 1.0)
+        native.testing.cuda_dequant_rows(int(T.Q8_0), rows, 64, np.array([0, 3], np.int32), 1.0)
 
 
 @gpu
@@ -101,13 +101,13 @@ def test_qgemm_matches_the_float64_product_and_the_cpu(qt):
         w64 = ref_dequantize(rows, qt).reshape(m, k).astype(np.float64)
         for n in N_LIST:
             x = activations(n, k, rng)
-            y = kernels.testing.cuda_qgemm(int(qt), rows, k, x)
+            y = native.testing.cuda_qgemm(int(qt), rows, k, x)
             assert y.shape == (n, m) and y.dtype == np.float32
             x64 = x.astype(np.float64)
             bound = qgemm_bound(x64, w64)
             err = np.abs(y - x64 @ w64.T)
             assert np.all(err <= bound), f"{qt.name} m={m} k={k} n={n}: max excess {np.max(err - bound)}"
-            cpu = kernels.matmul_raw(int(qt), rows, k, x)
+            cpu = native.matmul_raw(int(qt), rows, k, x)
             gap = np.abs(y.astype(np.float64) - cpu)
             both = bound + cpu_bound(qt, x64, w64)
             assert np.all(gap <= both), f"{qt.name} m={m} k={k} n={n}: device and CPU differ beyond both bounds"
@@ -123,7 +123,7 @@ def test_qgemm_reads_rows_with_a_longer_stride(qt):
     x = activations(9, k, rng)
     pad = 8 if qt == T.F32 else 6  # keeps F32 rows 4-byte aligned, leaves the others only 2-byte aligned
     np.testing.assert_array_equal(
-        kernels.testing.cuda_qgemm(int(qt), padded(rows, pad), k, x), kernels.testing.cuda_qgemm(int(qt), rows, k, x)
+        native.testing.cuda_qgemm(int(qt), padded(rows, pad), k, x), native.testing.cuda_qgemm(int(qt), rows, k, x)
     )
 
 
@@ -136,9 +136,9 @@ def test_qgemm_rows_do_not_depend_on_the_batch(qt):
     m, k = 100, whole_blocks(qt, 768)
     rows = random_rows(qt, m, k, rng)
     x = activations(70, k, rng)
-    y = kernels.testing.cuda_qgemm(int(qt), rows, k, x)
+    y = native.testing.cuda_qgemm(int(qt), rows, k, x)
     for c in (0, 2, 3, 69):
-        np.testing.assert_array_equal(y[c : c + 1], kernels.testing.cuda_qgemm(int(qt), rows, k, x[c : c + 1]))
+        np.testing.assert_array_equal(y[c : c + 1], native.testing.cuda_qgemm(int(qt), rows, k, x[c : c + 1]))
 
 
 @gpu
@@ -153,10 +153,10 @@ def test_dequant_rows_equal_gguf_and_the_cpu(qt, scale):
         rows = random_rows(qt, 11, k, rng)
         ids = np.array([3, 0, 10, 3, 7, 1], np.int32)
         ref = ref_dequantize(rows, qt).reshape(11, k)[ids] * np.float32(scale)
-        cpu = kernels.dequantize_raw(int(qt), rows, k)[ids] * np.float32(scale)
+        cpu = native.dequantize_raw(int(qt), rows, k)[ids] * np.float32(scale)
         pad = 8 if qt == T.F32 else 6
         for w in (rows, padded(rows, pad)):
-            got = kernels.testing.cuda_dequant_rows(int(qt), w, k, ids, scale)
+            got = native.testing.cuda_dequant_rows(int(qt), w, k, ids, scale)
             assert got.shape == (len(ids), k) and got.dtype == np.float32
             np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=f"{qt.name} k={k}")
             np.testing.assert_array_equal(got.view(np.uint32), cpu.view(np.uint32), err_msg=f"{qt.name} k={k}")
@@ -167,12 +167,12 @@ def test_dequant_rows_equal_gguf_and_the_cpu(qt, scale):
 def test_entry_points_refuse_what_they_cannot_run():
     rows = random_rows(T.Q4_K, 4, 256, np.random.default_rng(0))
     with pytest.raises(ValueError, match="not a row"):
-        kernels.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([0, 4], np.int32), 1.0)
+        native.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([0, 4], np.int32), 1.0)
     with pytest.raises(ValueError, match="not a row"):
-        kernels.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([-1], np.int32), 1.0)
+        native.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([-1], np.int32), 1.0)
     with pytest.raises(ValueError, match="int32"):
-        kernels.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([0], np.int64), 1.0)
+        native.testing.cuda_dequant_rows(int(T.Q4_K), rows, 256, np.array([0], np.int64), 1.0)
     with pytest.raises(ValueError, match="n must be"):
-        kernels.testing.cuda_qgemm(int(T.Q4_K), rows, 256, np.ones((0, 256), np.float32))
+        native.testing.cuda_qgemm(int(T.Q4_K), rows, 256, np.ones((0, 256), np.float32))
     with pytest.raises(ValueError, match="whole number of blocks"):
-        kernels.testing.cuda_qgemm(int(T.Q4_K), rows[:, :72], 128, np.ones((1, 128), np.float32))
+        native.testing.cuda_qgemm(int(T.Q4_K), rows[:, :72], 128, np.ones((1, 128), np.float32))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import gpu, no_gpu
-from localllm import kernels
+from localllm import native
 from localllm.sampling import _largest
 
 F32_MAX = np.finfo(np.float32).max
@@ -27,7 +27,7 @@ def reference(row: np.ndarray, k: int) -> np.ndarray:
 
 
 def check(x: np.ndarray, n_valid: int, k: int) -> None:
-    ids, vals = kernels.testing.cuda_top_k(x, n_valid, k)
+    ids, vals = native.testing.cuda_top_k(x, n_valid, k)
     assert ids.shape == (x.shape[0], k) and ids.dtype == np.int32
     assert vals.shape == (x.shape[0], k) and vals.dtype == np.float32
     for r in range(x.shape[0]):
@@ -42,7 +42,7 @@ def check(x: np.ndarray, n_valid: int, k: int) -> None:
 @no_gpu
 def test_entry_point_fails_cleanly_without_a_device():
     with pytest.raises(RuntimeError, match="CUDA|not compiled"):
-        kernels.testing.cuda_top_k(np.ones((1, 64), np.float32), 64, 4)
+        native.testing.cuda_top_k(np.ones((1, 64), np.float32), 64, 4)
 
 
 @gpu
@@ -133,8 +133,8 @@ def test_refuses_bad_arguments():
     x = np.ones((2, 300), np.float32)
     for n_valid, k, name in ((300, 0, "k"), (300, 257, "k"), (10, 11, "k"), (0, 1, "n_valid"), (301, 1, "n_valid")):
         with pytest.raises(ValueError, match=f"{name} must be"):
-            kernels.testing.cuda_top_k(x, n_valid, k)
+            native.testing.cuda_top_k(x, n_valid, k)
     with pytest.raises(ValueError, match="n must be"):
-        kernels.testing.cuda_top_k(np.ones((0, 300), np.float32), 300, 1)
+        native.testing.cuda_top_k(np.ones((0, 300), np.float32), 300, 1)
     with pytest.raises(ValueError, match="x must be"):
-        kernels.testing.cuda_top_k(np.ones((2, 300), np.float64), 300, 1)
+        native.testing.cuda_top_k(np.ones((2, 300), np.float64), 300, 1)

@@ -1,13 +1,14 @@
 """The extension's shape (DESIGN.md, house style): the binding files are the only C++ that includes pybind11,
-runtime/kernels.py is the only module that imports localllm._native, and the type table the kernels compute
-with is the one runtime/quant_types.py declares."""
+runtime/native.py is the only module that imports localllm._native, and the type table the kernels compute
+with is the one runtime/model/quant_types.py declares."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from localllm import kernels, quant_types
+from localllm import native
+from localllm.model import quant_types
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,10 +29,10 @@ def test_kernels_py_is_the_only_importer_of_the_extension():
         for p in (ROOT / folder).rglob("*.py")
         if pattern.search(p.read_text())
     )
-    assert importers == ["runtime/kernels.py"]
+    assert importers == ["runtime/native.py"]
 
 
 def test_native_type_table_is_quant_types_supported_list():
-    native = [tuple(t) for t in kernels.testing.type_table()]
+    table = [tuple(t) for t in native.testing.type_table()]
     declared = [(q.id, q.name, q.block_size, q.type_size) for q in sorted(quant_types.SUPPORTED, key=lambda q: q.id)]
-    assert native == declared
+    assert table == declared

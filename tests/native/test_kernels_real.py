@@ -7,8 +7,8 @@ import pytest
 from conftest import MODEL_NAMES, model_file
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
-from localllm import kernels
-from localllm.gguf import GGUFFile
+from localllm import native
+from localllm.model.gguf import GGUFFile
 from test_kernels import check_product
 
 
@@ -25,8 +25,8 @@ def test_real_tensors(name):
                 k = t.row_len
                 ref = ref_dequantize(np.array(rows), T(t.type.id)).reshape(rows.shape[0], k)
                 np.testing.assert_array_equal(
-                    kernels.dequantize_raw(t.type.id, rows, k, t.name), ref, err_msg=f"{name}: {t.name} ({tname})"
+                    native.dequantize_raw(t.type.id, rows, k, t.name), ref, err_msg=f"{name}: {t.name} ({tname})"
                 )
                 if (len(t.dims) == 2 and t.type.id != 0) or (tname == "F32" and len(t.dims) == 2):
                     x = rng.standard_normal((5, k), dtype=np.float32)
-                    check_product(T(t.type.id), kernels.matmul_raw(t.type.id, rows, k, x), ref.astype(np.float64), x)
+                    check_product(T(t.type.id), native.matmul_raw(t.type.id, rows, k, x), ref.astype(np.float64), x)

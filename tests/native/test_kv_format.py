@@ -1,4 +1,4 @@
-"""The KV cache row formats (native/kv_format.h, through localllm.kernels.testing) against gguf.quants and numpy.
+"""The KV cache row formats (native/kv_format.h, through localllm.native.testing) against gguf.quants and numpy.
 
 - q8_0 quantize: the same float32 operations as ggml's reference quantizer (and gguf.quants, which reproduces
   it bit for bit), so the bytes must be equal; dequantize is d * q in float32: equal too.
@@ -18,12 +18,12 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize as ref_dequantize
 from gguf.quants import quantize as ref_quantize
-from localllm import kernels
+from localllm import native
 
 kv_quantize, kv_dequantize, hadamard = (
-    kernels.testing.kv_quantize,
-    kernels.testing.kv_dequantize,
-    kernels.testing.hadamard,
+    native.testing.kv_quantize,
+    native.testing.kv_dequantize,
+    native.testing.hadamard,
 )
 
 QTYPES = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}

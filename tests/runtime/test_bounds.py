@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import model_file
 from localllm.engine import Engine
-from localllm.gguf import GGUFFile
 from localllm.llm import LLM
-from localllm.model import Model
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model
 from localllm.sampling import SamplingParams
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -94,10 +94,10 @@ def test_a_thread_that_cannot_start_is_an_error_naming_the_count():
     code = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from localllm import kernels\n"
+        "from localllm import native\n"
         "try:\n"
-        "    kernels.configure(threads=400)\n"
-        "    kernels.matmul_raw(8, __import__('numpy').zeros((16, 34), 'uint8'), 32, __import__('numpy').ones((1, 32), 'float32'))\n"
+        "    native.configure(threads=400)\n"
+        "    native.matmul_raw(8, __import__('numpy').zeros((16, 34), 'uint8'), 32, __import__('numpy').ones((1, 32), 'float32'))\n"
         "except RuntimeError as e:\n"
         "    print('refused:', e)\n"
     )
@@ -156,7 +156,7 @@ def test_text_that_cannot_fit_is_refused_before_tokenizing(smol):
 def test_an_unsupported_tensor_type_names_the_file_and_the_tensor(monkeypatch):
     import dataclasses
 
-    from localllm import quant_types
+    from localllm.model import quant_types
 
     path = model_file(SMOL)
     real = GGUFFile.tensor

@@ -8,8 +8,8 @@ from datetime import datetime
 
 import pytest
 from conftest import model_file, reference
-from localllm.chat_template import CHATML, ChatTemplate, ChatTemplateError
-from localllm.gguf import GGUFFile
+from localllm.model.gguf import GGUFFile
+from localllm.text.chat_template import CHATML, ChatTemplate, ChatTemplateError
 
 CHAT_MODELS = ["smollm2-135m-instruct-q4_1", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m"]
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]
@@ -194,7 +194,7 @@ def test_messages_are_not_mutated():
 def test_rendering_is_bounded(source, what):
     import re
 
-    from localllm.chat_template import ChatTemplate, ChatTemplateError
+    from localllm.text.chat_template import ChatTemplate, ChatTemplateError
 
     t = ChatTemplate(source, model="evil.gguf")
     with pytest.raises(
@@ -204,7 +204,7 @@ def test_rendering_is_bounded(source, what):
 
 
 def test_bounded_operators_still_compute():
-    from localllm.chat_template import ChatTemplate
+    from localllm.text.chat_template import ChatTemplate
 
     t = ChatTemplate(
         "{{ '=' * 3 }}{{ 2 ** 10 }}{{ 'a' + 'b' }}{{ 1 + 2 }}{{ 3 * 4 }}{% for i in range(3) %}{{ i }}{% endfor %}",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from conftest import model_file
-from localllm.gguf import GGUFFile
+from localllm.model.gguf import GGUFFile
 
 
 def localllm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

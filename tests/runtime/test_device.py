@@ -1,4 +1,4 @@
-"""Where the layers run (localllm.placement, native/stage.h): the --device / --gpu-layers policy, the stage seam
+"""Where the layers run (localllm.model.placement, native/stage.h): the --device / --gpu-layers policy, the stage seam
 itself (a model cut into CPU stages computes exactly what one stage does: the hidden state handed from stage to
 stage, each stage's own KV cache), clean errors where CUDA is missing, and, on a machine with an NVIDIA GPU
 (tests marked gpu, skipped without one), the CUDA stage against the CPU: whole-model logits, --gpu-layers
@@ -9,27 +9,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import MODEL_NAMES, gpu, model_file, no_gpu
-from localllm import kernels, placement
-from localllm.gguf import GGUFFile
+from localllm import native
 from localllm.llm import LLM
-from localllm.model import Model, footprint, kv_block_bytes
-from localllm.placement import DeviceUnavailableError, Footprint
+from localllm.model import placement
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model, footprint, kv_block_bytes
+from localllm.model.placement import DeviceUnavailableError, Footprint
+from localllm.model.step_batch import StepBatch
 from localllm.sampling import SamplingParams
-from localllm.tokenizer import Tokenizer
+from localllm.text.tokenizer import Tokenizer
 from test_forward import one_sequence, write_qhead_model
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """backends() reporting a compiled CUDA backend with one device (the policy only, nothing runs on it)."""
-    real = kernels.backends
+    real = native.backends
 
     def with_gpu():
         b = real()
         b["cuda"] = {"compiled": True, "devices": [{"index": 0, "name": "fake"}], "error": ""}
         return b
 
-    monkeypatch.setattr(kernels, "backends", with_gpu)
+    monkeypatch.setattr(native, "backends", with_gpu)
 
 
 def test_placement_with_a_gpu(fake_gpu):
@@ -56,16 +58,16 @@ GIB = 2**30
     ],
 )
 def test_layers_that_fit_the_free_memory_go_to_the_gpu(fake_gpu, monkeypatch, free, gpu_layers, expected):
-    devices = kernels.backends()["cuda"]["devices"]
+    devices = native.backends()["cuda"]["devices"]
     devices[0]["free_memory"] = free
-    monkeypatch.setattr(kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
+    monkeypatch.setattr(native, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
     fp = Footprint(embed=GIB, layers=(GIB,) * 4, head=GIB // 2)
     assert placement.placement("auto", gpu_layers, 4, fp) == expected
 
 
 def test_a_split_that_does_not_fit_is_refused(fake_gpu, monkeypatch):
     devices = [{"index": 0, "name": "small", "free_memory": 4 * GIB}]
-    monkeypatch.setattr(kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
+    monkeypatch.setattr(native, "backends", lambda: {"cuda": {"compiled": True, "devices": devices, "error": ""}})
     fp = Footprint(embed=GIB, layers=(GIB,) * 4, head=GIB // 2)
     with pytest.raises(ValueError, match="the first 3 layers need 4.00 GiB on the GPU and it has 4.00 GiB free"):
         placement.placement("cuda", 3, 4, fp)
@@ -86,14 +88,14 @@ def test_the_footprint_is_the_tensors_and_the_kv_pools():
 
 def test_placement_without_cuda(monkeypatch):
     monkeypatch.setattr(
-        kernels, "backends", lambda: {"cuda": {"compiled": False, "devices": [], "error": "built without nvcc"}}
+        native, "backends", lambda: {"cuda": {"compiled": False, "devices": [], "error": "built without nvcc"}}
     )
     assert placement.placement("auto", None, 24) == [("cpu", 24)]
     assert placement.placement("auto", 8, 24) == [("cpu", 24)]
     with pytest.raises(DeviceUnavailableError, match="not in this build.*built without nvcc"):
         placement.placement("cuda", None, 24)
     monkeypatch.setattr(
-        kernels, "backends", lambda: {"cuda": {"compiled": True, "devices": [], "error": "no NVIDIA driver found"}}
+        native, "backends", lambda: {"cuda": {"compiled": True, "devices": [], "error": "no NVIDIA driver found"}}
     )
     with pytest.raises(DeviceUnavailableError, match="no CUDA device: no NVIDIA driver found"):
         placement.placement("cuda", 4, 24)
@@ -126,7 +128,7 @@ def _steps(model: Model) -> list[np.ndarray]:
         seq = np.array([0, 1, 1, 1, 1])
         slots = tables[seq, pos // bs] * bs + pos % bs
         ids = [(5 * step + 1) % 10, 2, 7, 1, 8]
-        out.append(model.forward(ids, pos, slots, seq, tables, [71 + step, 4 * step + 4], np.arange(5)))
+        out.append(model.forward(StepBatch(ids, pos, slots, seq, tables, [71 + step, 4 * step + 4], np.arange(5))))
     return out
 
 
@@ -262,18 +264,18 @@ def test_candidates_are_the_top_of_the_logits(device):
         pos = np.arange(len(ids))
         table = np.arange(8, dtype=np.int32)[None, :]
         batch = (ids, pos, pos, np.zeros(len(ids), int), table, [len(ids)], np.arange(len(ids)))
-        whole = Model(f, n_blocks=8, threads=2, device=device).forward(*batch)
+        whole = Model(f, n_blocks=8, threads=2, device=device).forward(StepBatch(*batch))
         model = Model(f, n_blocks=8, threads=2, device=device)
         assert model.supports_candidates == (device == "cuda")
         n_valid = model.spec.n_vocab - 7
-        cand = model.forward(*batch, top_k=40, n_valid=n_valid)
-        want_ids, want_vals = kernels.testing.top_k(whole, n_valid, 40)
+        cand = model.forward(StepBatch(*batch), top_k=40, n_valid=n_valid)
+        want_ids, want_vals = native.testing.top_k(whole, n_valid, 40)
         np.testing.assert_array_equal(cand.ids, want_ids)
         np.testing.assert_array_equal(cand.vals, want_vals)
         with pytest.raises(ValueError, match="top_k must be in"):
-            model.forward(*batch, top_k=257)
+            model.forward(StepBatch(*batch), top_k=257)
         with pytest.raises(ValueError, match="n_valid"):
-            model.forward(*batch, top_k=4, n_valid=model.spec.n_vocab + 1)
+            model.forward(StepBatch(*batch), top_k=4, n_valid=model.spec.n_vocab + 1)
 
 
 @pytest.mark.model

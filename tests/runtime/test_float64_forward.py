@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import model_file
-from localllm import kernels
-from localllm.gguf import GGUFFile
+from localllm import native
 from localllm.llm import LLM
+from localllm.model.gguf import GGUFFile
 from reference_forward import ReferenceModel
 
 PATHS = ["scalar", "avx2", "avx512"]
@@ -63,11 +63,11 @@ def float64_logits():
 
 @pytest.fixture(params=PATHS)
 def cpu_path(request):
-    if request.param not in kernels.available_paths():
+    if request.param not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {request.param} path")
-    kernels.configure(request.param)
+    native.configure(request.param)
     yield request.param
-    kernels.configure()
+    native.configure()
 
 
 def check_rows(got: np.ndarray, want: np.ndarray, bounds, what: str) -> None:
@@ -128,7 +128,7 @@ PROSE_MARGIN = 0.5  # every path's top-1 is float64's wherever float64's margin 
 def test_simd_paths_as_close_to_float64_as_scalar_on_prose():
     name = "smollm2-135m-instruct-q4_1"
     path = model_file(name)
-    paths = kernels.available_paths()
+    paths = native.available_paths()
     if paths == ["scalar"]:
         pytest.skip("this CPU runs the scalar path only")
     with LLM(path, n_threads=1, ctx_size=64) as llm:
@@ -138,7 +138,7 @@ def test_simd_paths_as_close_to_float64_as_scalar_on_prose():
     dist, flips = {}, {}
     try:
         for p in paths:
-            kernels.configure(p)
+            native.configure(p)
             with LLM(path, n_threads=2, ctx_size=64) as llm:
                 got = [llm.logits(ids) for ids in seqs]
             diffs, flips[p] = [], []
@@ -149,7 +149,7 @@ def test_simd_paths_as_close_to_float64_as_scalar_on_prose():
                 flips[p] += [(i, int(t), round(float(margin[t]), 3)) for t in np.nonzero(g.argmax(1) != top[:, 0])[0]]
             dist[p] = float(np.mean(np.concatenate(diffs)))
     finally:
-        kernels.configure()
+        native.configure()
     print(f"top-10 mean |diff| from float64 {dist}; top-1 misses (sequence, position, float64's margin) {flips}")
     for p in paths:
         assert dist[p] <= PROSE_RATIO * dist["scalar"], f"{p}: {dist[p]:.4f} from float64, scalar {dist['scalar']:.4f}"

@@ -1,4 +1,4 @@
-"""The native forward step (localllm.model.Model, localllm.llm.LLM): against the numpy reference forward on
+"""The native forward step (localllm.model.model.Model, localllm.llm.LLM): against the numpy reference forward on
 tiny float32 models (every optional piece of the decoder block, paging through scrambled block tables,
 mixed prefill/decode batches, bad input), and against llama.cpp's recorded logits and greedy tokens on the
 four real test models."""
@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import reference_forward
 from conftest import gpu, model_file, reference
-from localllm import kernels
-from localllm.gguf import GGUFFile
+from localllm import native
 from localllm.llm import LLM
-from localllm.model import Model, kv_block_bytes
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model, kv_block_bytes
+from localllm.model.step_batch import StepBatch
 from reference_forward import ReferenceModel
 from test_model_spec import HEAD, VOCAB, write_model
 
@@ -76,7 +77,7 @@ def one_sequence(model: Model, ids, start: int = 0, rows=None) -> np.ndarray:
     pos = np.arange(start, start + len(ids))
     slots = table[0, pos // bs] * bs + pos % bs
     rows = np.arange(len(ids)) if rows is None else rows
-    return model.forward(ids, pos, slots, np.zeros(len(ids), int), table, [start + len(ids)], rows)
+    return model.forward(StepBatch(ids, pos, slots, np.zeros(len(ids), int), table, [start + len(ids)], rows))
 
 
 @pytest.mark.parametrize("arch", list(TINY_CASES))
@@ -130,7 +131,7 @@ def test_mixed_batches_through_scrambled_block_tables(tmp_path):
             pos = np.array(pos)
             slots = tables[seq_index, pos // 4] * 4 + pos % 4
             rows = np.arange(len(ids))[::-1].copy()  # logits rows in any order
-            got = model.forward(ids, pos, slots, seq_index, tables, [done[0], done[1]], rows)
+            got = model.forward(StepBatch(ids, pos, slots, seq_index, tables, [done[0], done[1]], rows))
             for out_row, r in enumerate(rows):
                 want = expected[seq_index[r]][pos[r]]
                 np.testing.assert_allclose(got[out_row], want, rtol=0, atol=TINY_ATOL)
@@ -150,7 +151,7 @@ def test_bad_steps_raise_and_leave_the_cache_alone(tmp_path):
             context_lens=[2],
             logits_rows=[1],
         )
-        before = model.forward(**good)
+        before = model.forward(StepBatch(**good))
         bad = [
             ({"token_ids": [1, VOCAB]}, "token_ids\\[1\\] = 12 is outside the vocabulary"),
             ({"token_ids": [1.0, 2.0]}, "token_ids must hold integers"),
@@ -168,9 +169,9 @@ def test_bad_steps_raise_and_leave_the_cache_alone(tmp_path):
         ]
         for change, message in bad:
             with pytest.raises(ValueError, match=message):
-                model.forward(**{**good, **change})
-        np.testing.assert_array_equal(model.forward(**good), before)
-        assert model.forward(**{**good, "logits_rows": []}).shape == (0, VOCAB)
+                model.forward(StepBatch(**{**good, **change}))
+        np.testing.assert_array_equal(model.forward(StepBatch(**good)), before)
+        assert model.forward(StepBatch(**{**good, "logits_rows": []})).shape == (0, VOCAB)
         with pytest.raises(ValueError, match="n_blocks"):
             Model(f, n_blocks=0)
 
@@ -248,7 +249,7 @@ def llms(request):
             path = model_file(name)
             if request.param != "cpu" and not _is_the_real_model(path, name):
                 pytest.skip(f"{path} is not the model llama.cpp's outputs were recorded on (a synthetic twin?)")
-            opened[name] = LLM(path, n_threads=kernels.physical_cores(), ctx_size=256, device=request.param)
+            opened[name] = LLM(path, n_threads=native.physical_cores(), ctx_size=256, device=request.param)
         return opened[name]
 
     yield get
@@ -317,7 +318,7 @@ def test_prefill_equals_decode_exactly_on_the_scalar_path():
     name = "smollm2-135m-instruct-q4_1"
     case = reference(name)["teacher_forced"][2]
     ids = case["prompt_ids"] + case["greedy_ids"][:8]
-    kernels.configure("scalar", kernels.physical_cores())
+    native.configure("scalar", native.physical_cores())
     try:
         with LLM(model_file(name), ctx_size=64) as llm:
             batched = llm.logits(ids)
@@ -327,7 +328,7 @@ def test_prefill_equals_decode_exactly_on_the_scalar_path():
                 )
             )
     finally:
-        kernels.configure()
+        native.configure()
     np.testing.assert_array_equal(steps, batched)
 
 
@@ -415,13 +416,13 @@ def fwht64(x: np.ndarray) -> np.ndarray:
 
 def roundtrip(x32: np.ndarray, kv_type: str) -> np.ndarray:
     """float32 [..., head_dim] -> the float64 values a KV row of kv_type holds: gguf.quants for q8_0 (ggml's
-    reference quantizer); for q4_0 localllm's own least-squares quantizer (kernels.testing.kv_quantize), which
+    reference quantizer); for q4_0 localllm's own least-squares quantizer (native.testing.kv_quantize), which
     tests/native/test_kv_format.py checks against gguf's q4_0 format and error."""
     if kv_type == "f16":
         return x32.astype(np.float16).astype(np.float64)
     if kv_type == "q4_0":
         flat = np.ascontiguousarray(x32.reshape(-1, x32.shape[-1]), dtype=np.float32)
-        back = kernels.testing.kv_dequantize("q4_0", kernels.testing.kv_quantize("q4_0", flat), flat.shape[1])
+        back = native.testing.kv_dequantize("q4_0", native.testing.kv_quantize("q4_0", flat), flat.shape[1])
         return back.reshape(x32.shape).astype(np.float64)
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
@@ -564,7 +565,7 @@ def test_quantized_kv_matches_reference(tmp_path, arch, k_type, v_type, transfor
 @pytest.mark.parametrize("threads", [1, 2])
 def test_long_prompt_split_by_rows_matches_reference(tmp_path, arch, threads):
     """A 70-token prompt (64 rows or more: the per-row work between the products runs over row ranges on the
-    pool, native/forward.cpp) with q4_0 K and V and every transform equals the reference over the same
+    pool, native/model.cpp) with q4_0 K and V and every transform equals the reference over the same
     quantized values, and token-by-token decode (one row, no split) agrees."""
     path = write_qhead_model(tmp_path / "m.gguf", arch)
     ids = [(7 * i + 3) % 10 for i in range(70)]
@@ -597,15 +598,16 @@ def test_models_and_kernels_share_one_set_of_worker_threads(tmp_path):
     path = write_model(tmp_path / "m.gguf", "qwen2")
     code = f"""
 import os, numpy as np
-from localllm import kernels
-from localllm.gguf import GGUFFile
-from localllm.model import Model, kv_block_bytes
-kernels.configure(threads=2)
+from localllm import native
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model, kv_block_bytes
+from localllm.model.step_batch import StepBatch
+native.configure(threads=2)
 base = len(os.listdir("/proc/self/task"))
 f = GGUFFile({str(path)!r})
 models = [Model(f, n_blocks=4, threads=t, block_size=4) for t in (3, 3, 1)]
-out = [m.forward([1, 2, 3, 4, 5], range(5), range(5), [0] * 5, [[0, 1]], [5], range(5)) for m in models]
-print(len(os.listdir("/proc/self/task")) - base, [m.threads for m in models], kernels.threads(),
+out = [m.forward(StepBatch([1, 2, 3, 4, 5], range(5), range(5), [0] * 5, [[0, 1]], [5], range(5))) for m in models]
+print(len(os.listdir("/proc/self/task")) - base, [m.threads for m in models], native.threads(),
       all(np.array_equal(o, out[0]) for o in out))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -614,7 +616,7 @@ print(len(os.listdir("/proc/self/task")) - base, [m.threads for m in models], ke
 
 
 def test_models_stepping_in_parallel_threads_match_serial(tmp_path):
-    """Two models stepped from two Python threads at once while a third runs kernels.matmul: runs on the shared
+    """Two models stepped from two Python threads at once while a third runs native.matmul: runs on the shared
     workers take turns, so every result equals the one computed alone."""
     path = write_model(tmp_path / "m.gguf", "llama")
     ids = [(5 * i + 1) % VOCAB for i in range(9)]
@@ -623,7 +625,7 @@ def test_models_stepping_in_parallel_threads_match_serial(tmp_path):
         want = [one_sequence(m, ids) for m in models]
         w = f.tensor("blk.0.attn_q.weight")
         x = np.random.default_rng(0).standard_normal((3, w.row_len)).astype(np.float32)
-        want_mm = kernels.matmul(w, x)
+        want_mm = native.matmul(w, x)
         got, errors = {}, []
 
         def work(i):
@@ -632,7 +634,7 @@ def test_models_stepping_in_parallel_threads_match_serial(tmp_path):
                     if i < 2:
                         got.setdefault(i, []).append(one_sequence(models[i], ids))
                     else:
-                        got.setdefault(i, []).append(kernels.matmul(w, x))
+                        got.setdefault(i, []).append(native.matmul(w, x))
             except Exception as e:
                 errors.append(e)
 

@@ -119,7 +119,7 @@ def test_run_cli_streams_only_text_to_stdout():
 
 
 def test_kv_budget_caps_the_pool():
-    from localllm.model import BLOCK_SIZE, kv_block_bytes
+    from localllm.model.model import BLOCK_SIZE, kv_block_bytes
 
     with LLM(model_file(SMOL), n_threads=1, ctx_size=4096, kv_budget_mib=1) as llm:
         per_block = kv_block_bytes(llm.model.spec, "f16", "f16")

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from localllm.gguf import GGUFError, GGUFFile, StringArray
+from localllm.model.gguf import GGUFError, GGUFFile, StringArray
 
 
 def write_sample(path, alignment=None, tensors=True):

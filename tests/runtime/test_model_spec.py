@@ -10,10 +10,10 @@ import gguf
 import numpy as np
 import pytest
 from conftest import model_file, reference
-from localllm import kernels
-from localllm.gguf import GGUFFile
-from localllm.models import UnsupportedModelError, spec_from_gguf
-from localllm.models.spec import LayerSpec, ModelSpec, RopeSpec
+from localllm import native
+from localllm.model.architectures import UnsupportedModelError, spec_from_gguf
+from localllm.model.architectures.spec import LayerSpec, ModelSpec, RopeSpec
+from localllm.model.gguf import GGUFFile
 from reference_forward import ReferenceModel
 
 # -- the native model's fields -----------------------------------------------------------------------
@@ -23,7 +23,7 @@ def test_native_fields_are_spec_fields():
     """Every field and weight name of the native model (native/model_config.h, the one list each) is spelt as the
     spec spells it: the layer lists are LayerSpec's fields in its order, scalars first; the model-level ones are
     attributes of ModelSpec or its RopeSpec (never both), and the weights among them name tensors (str)."""
-    fields = kernels.model_fields()
+    fields = native.model_fields()
     layer = [(f.name, f.type) for f in dataclasses.fields(LayerSpec)]
     assert fields["layer"] + fields["layer_weights"] == [name for name, _ in layer]
     assert all(t.startswith("str") for name, t in layer if name in fields["layer_weights"])

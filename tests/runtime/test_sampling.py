@@ -455,7 +455,7 @@ def test_speed_report(capsys):
     assert medians["model-like", "top_k=40 top_p=0.95"] < 5000  # ~0.1-0.2 ms here; loose for a busy machine
 
 
-# -- candidates (localllm.candidates): each row's top K computed natively, sampled as the whole row ---------------
+# -- candidates (localllm.model.candidates): each row's top K computed natively, sampled as the whole row ---------------
 
 
 def _tied_row(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -468,7 +468,7 @@ def _tied_row(rng: np.random.Generator, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("n,k", [(1000, 1), (1000, 40), (151936, 40), (300, 256), (256, 256)])
 def test_native_top_k_is_largest(n, k):
-    from localllm.kernels import testing
+    from localllm.native import testing
     from localllm.sampling import _largest
 
     rng = np.random.default_rng(n + k)
@@ -481,7 +481,7 @@ def test_native_top_k_is_largest(n, k):
 
 
 def test_native_top_k_leaves_out_the_padding_and_ranks_nan_first():
-    from localllm.kernels import testing
+    from localllm.native import testing
 
     row = np.array([[1.0, 5.0, np.nan, 2.0, 9.0, 9.0]], dtype=np.float32)
     ids, vals = testing.top_k(row, 4, 3)  # columns 4 and 5 are padding
@@ -501,8 +501,8 @@ def test_native_top_k_leaves_out_the_padding_and_ranks_nan_first():
     ],
 )
 def test_candidate_rows_sample_what_whole_rows_sample(kw):
-    from localllm.candidates import CandidateRow
-    from localllm.kernels import testing
+    from localllm.model.candidates import CandidateRow
+    from localllm.native import testing
 
     params = SamplingParams(seed=11, **kw)
     a, b = Sampler(params), Sampler(params)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 from gguf.quants import dequantize
-from localllm import kernels
-from localllm.gguf import GGUFFile
+from localllm import native
+from localllm.model.gguf import GGUFFile
 
 SCRIPT = Path(__file__).resolve().parents[2] / "models" / "synthetic_matrices.py"
 
@@ -37,7 +37,7 @@ def test_synthetic_files_hold_the_declared_matrices(tmp_path):
                 # 6- or 8-bit group scales)
                 assert np.allclose(w * 128, np.round(w * 128))
                 x = np.random.default_rng(0).standard_normal((1, k), dtype=np.float32)
-                y = kernels.matmul_raw(int(qtype), raw, k, x)[0]
+                y = native.matmul_raw(int(qtype), raw, k, x)[0]
                 ref = w.astype(np.float64) @ x[0].astype(np.float64)
                 assert np.linalg.norm(y - ref) <= 0.02 * np.linalg.norm(ref)  # int8 activations: 0.1-0.9% here
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import synthetic_twin
 from conftest import model_file
-from localllm.gguf import GGUFFile
-from localllm.model import Model
-from localllm.tokenizer import Tokenizer
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model
+from localllm.text.tokenizer import Tokenizer
 from test_forward import one_sequence
 
 QWEN = "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -44,13 +44,14 @@ SMOL = "smollm2-135m-instruct-q4_1"
 _LOGITS = """
 import sys
 import numpy as np
-from localllm.gguf import GGUFFile
-from localllm.model import Model
+from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model
+from localllm.model.step_batch import StepBatch
 f = GGUFFile(sys.argv[1])
 ids = [int(i) for i in sys.argv[3].split(",")]
 m = Model(f, n_blocks=8, threads=2)
 pos = np.arange(len(ids))
-np.save(sys.argv[2], m.forward(ids, pos, pos, np.zeros(len(ids), int), np.arange(8)[None, :], [len(ids)], pos))
+np.save(sys.argv[2], m.forward(StepBatch(ids, pos, pos, np.zeros(len(ids), int), np.arange(8)[None, :], [len(ids)], pos)))
 """
 
 

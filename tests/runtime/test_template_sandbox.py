@@ -12,9 +12,9 @@ import jinja2.ext
 import pytest
 from conftest import model_file
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from localllm.chat_template import ChatTemplate, ChatTemplateError
-from localllm.gguf import GGUFFile
-from localllm.template_sandbox import MAX_STEPS, MAX_VALUE_CHARS
+from localllm.model.gguf import GGUFFile
+from localllm.text.chat_template import ChatTemplate, ChatTemplateError
+from localllm.text.template_sandbox import MAX_STEPS, MAX_VALUE_CHARS
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 NS = "{% set ns = namespace(a=['x'], b=['x'], s='x', n=2, l=[]) %}"

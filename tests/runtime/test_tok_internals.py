@@ -10,10 +10,10 @@ import pytest
 from conftest import model_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from localllm.bpe import BPE, BYTE_TO_UNICODE, PRE_TOKENIZERS
-from localllm.special_tokens import SpecialSplitter, can_overlap, trie_pattern
-from localllm.spm import SPACE
-from localllm.tokenizer import Tokenizer
+from localllm.text.bpe import BPE, BYTE_TO_UNICODE, PRE_TOKENIZERS
+from localllm.text.special_tokens import SpecialSplitter, can_overlap, trie_pattern
+from localllm.text.spm import SPACE
+from localllm.text.tokenizer import Tokenizer
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -234,8 +234,8 @@ def _packed(strings):
 def test_native_merge_check_agrees_with_bpe():
     """tokenizer._merges_checked's native check passes exactly the merges bpe.py accepts (it only skips the
     Python check: False leaves BPE to name the problem)."""
-    from localllm import kernels
-    from localllm.bpe import BPE
+    from localllm import native
+    from localllm.text.bpe import BPE
 
     tokens = ["a", "b", "ab", "c", "abc", "é", "éa"]
     cases = {
@@ -250,11 +250,11 @@ def test_native_merge_check_agrees_with_bpe():
     }
     vocab = {t: i for i, t in enumerate(tokens)}
     for merges, ok in cases.items():
-        assert kernels.merges_valid(*_packed(tokens), *_packed(merges)) is ok, merges
+        assert native.merges_valid(*_packed(tokens), *_packed(merges)) is ok, merges
         if ok:
             BPE(vocab, list(merges), "qwen2")
         else:
             with pytest.raises(ValueError, match="tokenizer.ggml.merges"):
                 BPE(vocab, list(merges), "qwen2")
     # a merge that is not well-formed UTF-8 goes to the Python check (which decodes with replacement)
-    assert kernels.merges_valid(*_packed(tokens), *_packed([b"a \xc3"])) is False
+    assert native.merges_valid(*_packed(tokens), *_packed([b"a \xc3"])) is False

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from localllm.bpe import BYTE_TO_UNICODE
-from localllm.chat_template import ChatTemplateError
-from localllm.tokenizer import Tokenizer, TokenizerError
+from localllm.text.bpe import BYTE_TO_UNICODE
+from localllm.text.chat_template import ChatTemplateError
+from localllm.text.tokenizer import Tokenizer, TokenizerError
 
 BPE_WORDS = ["he", "hel", "hell", "hello", "Ġhello"]
 BPE_MERGES = ["h e", "he l", "hel l", "hell o", "Ġ hello"]

@@ -11,8 +11,8 @@ import pytest
 from conftest import MODEL_NAMES, model_file, reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from localllm.bpe import BYTE_TO_UNICODE
-from localllm.tokenizer import CONTROL, Tokenizer
+from localllm.text.bpe import BYTE_TO_UNICODE
+from localllm.text.tokenizer import CONTROL, Tokenizer
 
 SMOLLM, QWEN, GEMMA, QWEN15 = MODEL_NAMES
 HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,8 +14,8 @@ from localllm.engine import Stats
 from localllm.tui.app import ChatApp
 from localllm.tui.chat_input import ChatInput
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note, UserMessage
-from localllm.tui.engine import ChatEngine
 from localllm.tui.help import HelpScreen
+from localllm.tui.reply_worker import ChatEngine
 from localllm.tui.status import StatusBar
 from textual.widgets import DataTable
 

@@ -12,8 +12,8 @@ pytest.importorskip("textual")
 from fake_llm import FakeLLM
 from localllm.tui.app import ChatApp
 from localllm.tui.conversation import AssistantMessage, UserMessage
-from localllm.tui.engine import ChatEngine
 from localllm.tui.history import History, title_for
+from localllm.tui.reply_worker import ChatEngine
 from localllm.tui.sidebar import Sidebar
 
 

@@ -14,7 +14,7 @@ from conftest import model_file
 from localllm.llm import LLM
 from localllm.tui.app import ChatApp
 from localllm.tui.conversation import AssistantMessage, ErrorLine
-from localllm.tui.engine import ChatEngine
+from localllm.tui.reply_worker import ChatEngine
 from localllm.tui.status import StatusBar
 
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from localllm.engine.block_manager import BlockManager, BlockTable
+from localllm.model.step_batch import StepBatchBuilder
 
 
 def held_blocks(bm: BlockManager) -> dict[int, int]:
@@ -178,24 +179,6 @@ def test_cached_free_blocks_count_as_free_unless_they_are_the_hits():
     check_invariants(bm)
 
 
-def test_slot_mapping():
-    bm = BlockManager(16, 4)
-    computed(bm, "x", [1, 2, 3])
-    computed(bm, "y", list(range(10)))
-    bm.append_slots("y", 5)
-    blocks = bm.block_table("y").block_ids
-    pos = np.arange(15)
-    want = np.array([blocks[p // 4] * 4 + p % 4 for p in pos])
-    got = bm.slot_mapping("y", pos)
-    assert got.dtype == np.int64 and got.tolist() == want.tolist()
-    assert bm.slot_mapping("y", [14, 0]).tolist() == [want[14], want[0]]
-    assert bm.slot_mapping("y", []).size == 0
-    with pytest.raises(ValueError, match="positions"):
-        bm.slot_mapping("y", [15])
-    with pytest.raises(ValueError, match="positions"):
-        bm.slot_mapping("y", [-1])
-
-
 def test_truncate_gives_back_draft_blocks():
     bm = BlockManager(8, 4)
     prompt = list(range(6))
@@ -230,7 +213,6 @@ def test_misuse_raises_value_error():
     for call in (
         lambda: bm.free("a"),
         lambda: bm.append_slots("a", 1),
-        lambda: bm.slot_mapping("a", [0]),
         lambda: bm.block_table("a"),
         lambda: bm.mark_computed("a", [1], 1),
         lambda: bm.truncate("ghost", 0),
@@ -249,6 +231,15 @@ def test_tables_are_snapshots():
     assert len(t.block_ids) == 2 and len(bm.block_table("a").block_ids) == 4
 
 
+def _slots(bm: BlockManager, seq_id, start: int, end: int) -> np.ndarray:
+    """The KV slots of positions start..end - 1 of seq_id, as a step's batch maps them."""
+    if end <= start:
+        return np.empty(0, dtype=np.int32)
+    b = StepBatchBuilder(bm.block_size)
+    b.add(np.zeros(end - start), start, bm.block_table(seq_id).block_ids)
+    return b.build().slot_mapping
+
+
 class KVSimulation(RuleBasedStateMachine):
     """Random interleavings of allocate / append / truncate / free over prompts that share prefixes. Every
     computed position's token is "written" to its KV slot; each live sequence must read back its own tokens."""
@@ -262,7 +253,7 @@ class KVSimulation(RuleBasedStateMachine):
 
     def write(self, seq_id, start):
         toks = self.tokens[seq_id]
-        slots = self.bm.slot_mapping(seq_id, np.arange(start, len(toks)))
+        slots = _slots(self.bm, seq_id, start, len(toks))
         for s, t in zip(slots.tolist(), toks[start:]):
             self.kv[s] = t
         self.bm.mark_computed(seq_id, toks, len(toks))
@@ -313,7 +304,7 @@ class KVSimulation(RuleBasedStateMachine):
             return
         check_invariants(self.bm)
         for seq_id, toks in self.tokens.items():
-            slots = self.bm.slot_mapping(seq_id, np.arange(len(toks)))
+            slots = _slots(self.bm, seq_id, 0, len(toks))
             assert [self.kv[s] for s in slots.tolist()] == toks, "a sequence reads KV another one overwrote"
 
 

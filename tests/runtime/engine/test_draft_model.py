@@ -1,4 +1,4 @@
-"""Speculative decoding with a draft model (engine/draft_model.py): lossless on real models, greedy and seeded,
+"""Speculative decoding with a draft model (engine/drafting/draft_model.py): lossless on real models, greedy and seeded,
 alone and beside other sequences; a draft identical to the model is always right (which checks the draft's KV
 bookkeeping: catch-up, rollback, truncation across blocks); its KV goes back when requests end; tokenizer
 mismatches and misuse are refused with a clear error.
@@ -14,7 +14,7 @@ import threading
 
 import pytest
 from conftest import model_file
-from localllm.engine.draft_model import ModelDrafter
+from localllm.engine.drafting.draft_model import ModelDrafter
 from localllm.llm import LLM
 
 SMOL = "smollm2-135m-instruct-q4_1"

@@ -216,7 +216,7 @@ def candidates_asked(llm: LLM, monkeypatch) -> list[int]:
     ],
 )
 def test_candidates_sample_what_whole_rows_sample(smol, monkeypatch, kw):
-    """Steps that return each row's top-k candidates (localllm.candidates) give the tokens whole logits rows give,
+    """Steps that return each row's top-k candidates (localllm.model.candidates) give the tokens whole logits rows give,
     alone and batched, with n-gram drafts verified in the same steps."""
     params = [SamplingParams(max_tokens=16, ignore_eos=True, **kw) for _ in PROMPTS[:3]]
     asked = candidates_asked(smol, monkeypatch)

@@ -1,4 +1,4 @@
-"""The n-gram table shared by a model's requests (engine/ngram_table.py): chained drafts against a brute-force
+"""The n-gram table shared by a model's requests (engine/drafting/ngram_table.py): chained drafts against a brute-force
 reading of what was learned, its bound, the drafter's choice between its own match and the table's, and on a
 real model: a regenerated reply drafts from the first one and is the same tokens."""
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import model_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from localllm.engine.ngram import NgramDrafter
-from localllm.engine.ngram_table import NgramTable
+from localllm.engine.drafting.ngram import NgramDrafter
+from localllm.engine.drafting.ngram_table import NgramTable
 from localllm.llm import LLM
 
 

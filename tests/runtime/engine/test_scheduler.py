@@ -19,7 +19,8 @@ def fake_token(context: list[int]) -> int:
 
 def sample(out) -> list[int]:
     return [
-        fake_token(out.seqs[s].token_ids[: out.positions[row] + 1]) for row, s in zip(out.logits_rows, out.sampled_seqs)
+        fake_token(out.seqs[s].token_ids[: out.batch.positions[row] + 1])
+        for row, s in zip(out.batch.logits_rows, out.sampled_seqs)
     ]
 
 
@@ -48,7 +49,12 @@ def scheduled(out) -> dict:
 def test_nothing_to_do_is_an_empty_step():
     sched = Scheduler(BlockManager(8, 4))
     out = sched.schedule()
-    assert out.num_tokens == 0 and out.seqs == () and out.block_tables.shape == (0, 0) and out.logits_rows.size == 0
+    assert (
+        out.num_tokens == 0
+        and out.seqs == ()
+        and out.batch.block_tables.shape == (0, 0)
+        and out.batch.logits_rows.size == 0
+    )
     assert sched.update(out, []) == [] and not sched.has_unfinished
 
 
@@ -58,17 +64,22 @@ def test_one_sequence_prefills_then_decodes():
     a = seq("a", [5, 6, 7, 8, 9, 10], max_tokens=3)
     sched.add(a)
     out = sched.schedule()
-    assert out.token_ids.tolist() == [5, 6, 7, 8, 9, 10] and out.positions.tolist() == list(range(6))
-    assert out.seq_index.tolist() == [0] * 6 and out.context_lens.tolist() == [6]
-    table = out.block_tables[0].tolist()
-    assert len(table) == 2 and out.slot_mapping.tolist() == [table[p // 4] * 4 + p % 4 for p in range(6)]
-    assert out.logits_rows.tolist() == [5] and out.sampled_seqs == (0,)
-    assert all(x.dtype == np.int32 for x in (out.token_ids, out.positions, out.slot_mapping, out.block_tables))
+    assert out.batch.token_ids.tolist() == [5, 6, 7, 8, 9, 10] and out.batch.positions.tolist() == list(range(6))
+    assert out.batch.seq_index.tolist() == [0] * 6 and out.batch.context_lens.tolist() == [6]
+    table = out.batch.block_tables[0].tolist()
+    assert len(table) == 2 and out.batch.slot_mapping.tolist() == [table[p // 4] * 4 + p % 4 for p in range(6)]
+    assert out.batch.logits_rows.tolist() == [5] and out.sampled_seqs == (0,)
+    assert all(
+        x.dtype == np.int32
+        for x in (out.batch.token_ids, out.batch.positions, out.batch.slot_mapping, out.batch.block_tables)
+    )
     assert sched.update(out, sample(out)) == [a]
     assert a.num_computed_tokens == 6 and a.num_tokens == 7
     out = step(sched)
     assert (
-        out.positions.tolist() == [6] and out.token_ids.tolist() == [a.token_ids[6]] and out.logits_rows.tolist() == [0]
+        out.batch.positions.tolist() == [6]
+        and out.batch.token_ids.tolist() == [a.token_ids[6]]
+        and out.batch.logits_rows.tolist() == [0]
     )
     step(sched)
     assert (
@@ -89,7 +100,7 @@ def test_a_long_prompt_is_chunked_while_a_stream_keeps_decoding():
         out = step(sched)
         assert out.num_tokens <= 8 and scheduled(out)["a"] == 1, "the decoding stream gets its token every step"
         chunks.append(scheduled(out)["b"])
-        b_rows = [r for r, s in zip(out.logits_rows, out.sampled_seqs) if out.seqs[s] is b]
+        b_rows = [r for r, s in zip(out.batch.logits_rows, out.sampled_seqs) if out.seqs[s] is b]
         assert (b_rows != []) == (b.num_computed_tokens == 30), "logits only for the prompt's last chunk"
     assert chunks == [7, 7, 7, 7, 2]
     while sched.has_unfinished:
@@ -122,7 +133,7 @@ def test_a_second_request_reuses_the_shared_prefix():
     b = seq("b", system + [3, 4, 5], max_tokens=2)
     sched.add(b)
     out = step(sched)
-    assert b.num_cached_tokens == 8 and out.positions.tolist() == [8, 9, 10, 11, 12]
+    assert b.num_cached_tokens == 8 and out.batch.positions.tolist() == [8, 9, 10, 11, 12]
     c = seq("c", system + [6], max_tokens=2)  # while b is live and shares them
     sched.add(c)
     step(sched)

@@ -158,17 +158,17 @@ class EngineMachine(RuleBasedStateMachine):
             assert out.num_tokens > 0, "a step with work left scheduled nothing"
         self.check_output(out, before, running, given)
 
-        for slot, tok in zip(out.slot_mapping.tolist(), out.token_ids.tolist()):
+        for slot, tok in zip(out.batch.slot_mapping.tolist(), out.batch.token_ids.tolist()):
             self.kv[slot] = tok
         sampled = []
         index: dict[int, int] = {}  # s -> rows of s sampled so far; -1 once its run ended
-        for row, s in zip(out.logits_rows.tolist(), out.sampled_seqs):
-            seq, p, i = out.seqs[s], int(out.positions[row]), index.get(s, 0)
+        for row, s in zip(out.batch.logits_rows.tolist(), out.sampled_seqs):
+            seq, p, i = out.seqs[s], int(out.batch.positions[row]), index.get(s, 0)
             if i < 0:
                 sampled.append(None)
                 continue
             drafts = given.get(seq.seq_id, [])[: out.num_drafts[s]]
-            table = out.block_tables[s]
+            table = out.batch.block_tables[s]
             context = [self.kv[int(table[q // self.bs]) * self.bs + q % self.bs] for q in range(p + 1)]
             assert context == (seq.token_ids + drafts)[: p + 1], "a sampled row reads KV that is not its own tokens"
             tok = model_token(self.salt[seq.seq_id], context)
@@ -238,13 +238,13 @@ class EngineMachine(RuleBasedStateMachine):
                 if c:
                     event("a prefix cache hit")
             table = self.bm.block_table(seq.seq_id).block_ids
-            row = out.block_tables[s].tolist()
+            row = out.batch.block_tables[s].tolist()
             assert row[: len(table)] == list(table) and all(b == -1 for b in row[len(table) :])
-            assert out.context_lens[s] == c + n
-            assert out.positions[t : t + n].tolist() == list(range(c, c + n))
-            assert out.token_ids[t : t + n].tolist() == seq.token_ids[c : c + n - k] + drafts
-            assert out.seq_index[t : t + n].tolist() == [s] * n
-            slots = out.slot_mapping[t : t + n].tolist()
+            assert out.batch.context_lens[s] == c + n
+            assert out.batch.positions[t : t + n].tolist() == list(range(c, c + n))
+            assert out.batch.token_ids[t : t + n].tolist() == seq.token_ids[c : c + n - k] + drafts
+            assert out.batch.seq_index[t : t + n].tolist() == [s] * n
+            slots = out.batch.slot_mapping[t : t + n].tolist()
             assert slots == [table[p // self.bs] * self.bs + p % self.bs for p in range(c, c + n)]
             for slot in slots:
                 assert self.bm._ref[slot // self.bs] == 1, "a step writes a block another sequence holds"
@@ -254,8 +254,8 @@ class EngineMachine(RuleBasedStateMachine):
                 event("a prompt was chunked")
             t += n
         assert t == out.num_tokens
-        assert len(set(out.slot_mapping.tolist())) == out.num_tokens, "a slot is written twice in one step"
-        assert list(zip(out.logits_rows.tolist(), out.sampled_seqs)) == expect_rows
+        assert len(set(out.batch.slot_mapping.tolist())) == out.num_tokens, "a slot is written twice in one step"
+        assert list(zip(out.batch.logits_rows.tolist(), out.sampled_seqs)) == expect_rows
 
     def learn_keys(self, seq):
         keys = self.keys.setdefault(seq.seq_id, [])

@@ -19,9 +19,9 @@ import pytest
 from conftest import model_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from localllm import kernels
+from localllm import native
 from localllm.engine import BlockManager, FinishReason, Scheduler, Sequence
-from localllm.engine.ngram import NgramDrafter
+from localllm.engine.drafting.ngram import NgramDrafter
 from localllm.engine.request import Request
 from localllm.llm import LLM
 from localllm.sampling import SamplingParams
@@ -119,8 +119,8 @@ def test_drafts_ride_after_the_last_token_and_every_row_is_sampled():
     bm, sched, seq = decoding()
     seq.draft_token_ids = [8, 9, 10]
     out = sched.schedule()
-    assert out.token_ids.tolist() == [7, 8, 9, 10] and out.positions.tolist() == [6, 7, 8, 9]
-    assert out.logits_rows.tolist() == [0, 1, 2, 3] and out.sampled_seqs == (0, 0, 0, 0)
+    assert out.batch.token_ids.tolist() == [7, 8, 9, 10] and out.batch.positions.tolist() == [6, 7, 8, 9]
+    assert out.batch.logits_rows.tolist() == [0, 1, 2, 3] and out.sampled_seqs == (0, 0, 0, 0)
     assert out.num_drafts == (3,) and seq.draft_token_ids == []
     assert bm.block_table("a").num_slots == 10
 
@@ -145,7 +145,7 @@ def test_a_partial_run_keeps_the_verified_kv_and_returns_blocks_past_it():
     # only blocks of verified tokens were offered to the prefix cache: positions 0..7 are two full blocks
     assert len(bm._seqs["a"].keys) == 2
     out = sched.schedule()
-    assert out.token_ids.tolist() == [5] and out.positions.tolist() == [8]
+    assert out.batch.token_ids.tolist() == [5] and out.batch.positions.tolist() == [8]
 
 
 def test_a_stop_token_or_max_tokens_inside_the_run_ends_it_there():
@@ -279,12 +279,12 @@ PROSE = "The history of the city begins with a small market by the river, where"
 
 @pytest.fixture(scope="module")
 def smol():
-    kernels.configure("scalar", 2)
+    native.configure("scalar", 2)
     try:
         with LLM(model_file(SMOL), n_threads=2, ctx_size=512, parallel=4) as llm:
             yield llm
     finally:
-        kernels.configure()
+        native.configure()
 
 
 def run(llm, prompt, speculative, **kw):

@@ -27,8 +27,9 @@ from collections.abc import Sequence as Seq
 
 import numpy as np
 
-from ..model import Model
-from .block_manager import BlockManager
+from ...model.model import Model
+from ...model.step_batch import StepBatchBuilder
+from ..block_manager import BlockManager
 from .ngram import DraftPacer, NgramDrafter
 
 DEFAULT_P_MIN = 0.5
@@ -147,40 +148,18 @@ class DraftModel:
         """One native step of the draft model: feed[i] = (seq_id, tokens, first position, k), tokens the
         sequence's own (real) or drafts. Writes their KV and returns the logits row after the last token of every
         sequence with k > 0, in order."""
-        ids, pos, slots, seq_index, tables, ctx, rows = [], [], [], [], [], [], []
-        t = 0
-        for s, (seq_id, toks, p0, k) in enumerate(feed):
+        builder = StepBatchBuilder(self._bm.block_size)
+        for seq_id, toks, p0, k in feed:
             n = len(toks)
             need = p0 + n - self._bm.block_table(seq_id).num_slots
             if need > 0 and self._bm.append_slots(seq_id, need) is None:
                 raise RuntimeError("the draft KV pool is full")  # _sync reserved the tokens; only drafts could miss
-            p = np.arange(p0, p0 + n, dtype=np.int64)
-            ids.append(np.asarray(toks, dtype=np.int32))
-            pos.append(p)
-            slots.append(self._bm.slot_mapping(seq_id, p))
-            seq_index.append(np.full(n, s, dtype=np.int32))
-            tables.append(self._bm.block_table(seq_id).block_ids)
-            ctx.append(p0 + n)
-            t += n
-            if k > 0:
-                rows.append(t - 1)
+            builder.add(toks, p0, self._bm.block_table(seq_id).block_ids, logits=[n - 1] if k > 0 else ())
             st = self._states[seq_id]
             st.fed[p0:] = toks
             if real:
                 st.verified = len(st.fed)
-        width = max(len(tb) for tb in tables)
-        block_tables = np.full((len(feed), width), -1, dtype=np.int32)
-        for s, tb in enumerate(tables):
-            block_tables[s, : len(tb)] = tb
-        logits = self.model.forward(
-            np.concatenate(ids),
-            np.concatenate(pos).astype(np.int32),
-            np.concatenate(slots).astype(np.int32),
-            np.concatenate(seq_index),
-            block_tables,
-            np.asarray(ctx, dtype=np.int32),
-            np.asarray(rows, dtype=np.int32),
-        )
+        logits = self.model.forward(builder.build())
         self.steps += 1
         return list(logits)
 

@@ -1,4 +1,4 @@
-// The model: hyper-parameters of the generic decoder block (runtime/models/spec.py), weight views into
+// The model: hyper-parameters of the generic decoder block (runtime/model/architectures/spec.py), weight views into
 // the memory-mapped GGUF file, and the forward step: one call per engine step (step_batch.h), run by the model's
 // stages (stage.h), each one device's run of layers with the paged KV cache of those layers.
 #pragma once

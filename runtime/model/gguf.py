@@ -91,9 +91,9 @@ class StringArray(Sequence[str]):
 
     def tolist(self) -> list[str]:
         if self._u8 is not None:  # the whole array decoded natively (tokenizer vocabularies: 150k strings)
-            from . import kernels
+            from .. import native
 
-            return kernels.decode_strings(self._u8, self._starts, self._ends)
+            return native.decode_strings(self._u8, self._starts, self._ends)
         b, out = self._buf, []
         for s, e in zip(self._starts.tolist(), self._ends.tolist()):
             out.append(str(b[s:e], "utf-8", "replace"))
@@ -334,10 +334,10 @@ class GGUFFile:
         raise r.fail(f"unknown metadata value type {vtype} for {key!r}", r.pos - 4)
 
     def _string_array(self, r: _Reader, count: int, key: str) -> StringArray:
-        from . import kernels  # the scan is native: a Python loop costs ~0.4 us per string
+        from .. import native  # the scan is native: a Python loop costs ~0.4 us per string
 
         try:
-            starts, ends, r.pos = kernels.scan_strings(self._u8, r.pos, count)
+            starts, ends, r.pos = native.scan_strings(self._u8, r.pos, count)
         except ValueError as e:
             index, _, problem = str(e).partition(": ")
             if problem == "truncated":

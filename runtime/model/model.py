@@ -1,33 +1,32 @@
 """The native model over one GGUF file: the spec's decoder block, weights viewing the mmap, a paged KV cache.
 
     m = Model(GGUFFile(path), n_blocks=256, threads=2)       # spec from spec_from_gguf unless given
-    logits = m.forward(token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows)
+    logits = m.forward(batch)                                # batch: a StepBatch (step_batch.py)
 
-One forward call is one engine step over a flat batch of T tokens from any number of sequences:
-token t is token_ids[t] at positions[t] of sequence seq_index[t]; its K and V go to KV slot
-slot_mapping[t] = block_tables[seq][pos // block_size] * block_size + pos % block_size;
-block_tables: [n_seq, max_blocks], context_lens: [n_seq] (positions cached once this step is done);
-logits_rows picks the rows whose logits come back as float32 [len(logits_rows), n_vocab]. Positions of a
-sequence not in the batch must have been written by earlier steps. Bad input raises ValueError naming
-the array; the GIL is released while the step runs. Block allocation is the caller's (Python's) job.
+One forward call is one engine step over a flat batch of tokens from any number of sequences (step_batch.py says
+what its arrays hold); the logits of the rows it names come back as float32 [len(logits_rows), n_vocab]. Positions
+of a sequence not in the batch must have been written by earlier steps. Bad input raises ValueError naming the
+array; the GIL is released while the step runs. Block allocation is the caller's (the engine's) job.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import kernels, quant_types
+from .. import native
+from . import quant_types
+from .architectures import ModelSpec, spec_from_gguf
 from .candidates import Candidates
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
-from .models import ModelSpec, spec_from_gguf
 from .placement import DEFAULT_DEVICE, Footprint
 from .placement import placement as plan_placement
+from .step_batch import StepBatch
 
 BLOCK_SIZE = 16  # tokens per KV block
 TOP_K_MAX = 256  # the most candidates a step returns per row (native/top_k.h)
 
-_FIELDS = kernels.model_fields()  # the native Model's keys (native/model_config.h): spec attribute names
+_FIELDS = native.model_fields()  # the native Model's keys (native/model_config.h): spec attribute names
 
 
 def _spec_value(spec: ModelSpec, name: str):
@@ -45,7 +44,7 @@ def kv_block_bytes(spec: ModelSpec, k_type: str, v_type: str, block_size: int = 
 
 
 def footprint(f: GGUFFile, spec: ModelSpec, n_blocks: int, block_size: int, k_type: str, v_type: str) -> Footprint:
-    """The device bytes of the model's parts (localllm.placement.Footprint): tensors as stored, KV pools per layer."""
+    """The device bytes of the model's parts (localllm.model.placement.Footprint): tensors as stored, KV pools per layer."""
 
     def size(name: str | None) -> int:
         return f.tensor(name).nbytes if name is not None else 0
@@ -60,7 +59,7 @@ def footprint(f: GGUFFile, spec: ModelSpec, n_blocks: int, block_size: int, k_ty
 
 def _view(f: GGUFFile, t: TensorInfo) -> tuple[int, np.ndarray, int]:
     """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
-    kernels.check_supported(t.type, f"{f.path}: {t.name}")
+    native.check_supported(t.type, f"{f.path}: {t.name}")
     return t.type.id, t.rows(), t.row_len
 
 
@@ -82,7 +81,7 @@ class Model:
         placement: list[tuple[str, int]] | None = None,
     ):
         """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
-        device (cpu | cuda | auto) and gpu_layers: where the layers run (localllm.placement); placement, when
+        device (cpu | cuda | auto) and gpu_layers: where the layers run (localllm.model.placement); placement, when
         given, is that plan spelt out ([(device, last layer)] per stage) and overrides both.
         A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
         channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
@@ -114,20 +113,16 @@ class Model:
         if placement is None:
             fp = None if device == "cpu" else footprint(f, s, n_blocks, block_size, k_type, v_type)
             placement = plan_placement(device, gpu_layers, s.n_layers, fp)
-        self._impl = kernels.new_model(
-            config,
-            weights,
-            layers,
-            n_blocks,
-            block_size,
-            k_type,
-            v_type,
-            kv_rotate,
-            kv_center,
-            kv_equalize,
-            threads or kernels.physical_cores(),
-            placement,
-        )
+        kv = {
+            "n_blocks": n_blocks,
+            "block_size": block_size,
+            "k_type": k_type,
+            "v_type": v_type,
+            "rotate": kv_rotate,
+            "center": kv_center,
+            "equalize": kv_equalize,
+        }
+        self._impl = native.new_model(config, weights, layers, kv, threads or native.physical_cores(), placement)
         # whether the engine asks forward(..., top_k=K) for candidates: where the head runs on a GPU, so K numbers
         # cross the bus instead of the vocabulary; on the CPU the C++ selection over the row measured slower than
         # sampling's own (python -m localllm.bench.host: 40.5 vs 42.5 tok/s greedy on the 0.5B), so whole rows stay
@@ -194,27 +189,14 @@ class Model:
             return st[0][0]
         return " + ".join(f"{d} {a}-{b - 1}" for d, a, b in st)
 
-    def forward(
-        self,
-        token_ids,
-        positions,
-        slot_mapping,
-        seq_index,
-        block_tables,
-        context_lens,
-        logits_rows,
-        top_k: int = 0,
-        n_valid: int | None = None,
-    ) -> np.ndarray | Candidates:
-        """One engine step (module docstring) -> float32 [len(logits_rows), n_vocab]; with top_k (1..TOP_K_MAX)
-        each row's top_k candidates among its first n_valid (default all) columns instead (localllm.candidates)."""
+    def forward(self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None) -> np.ndarray | Candidates:
+        """One engine step (step_batch.py) -> float32 [len(batch.logits_rows), n_vocab]; with top_k (1..TOP_K_MAX)
+        each row's top_k candidates among its first n_valid (default all) columns instead (model/candidates.py)."""
+        if not isinstance(batch, StepBatch):
+            raise TypeError(f"forward takes a StepBatch (localllm.model.step_batch), got {type(batch).__name__}")
         if not top_k:
-            return self._impl.forward(
-                token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows
-            )
+            return self._impl.forward(batch)
         if not 1 <= top_k <= TOP_K_MAX:
             raise ValueError(f"top_k must be in [1, {TOP_K_MAX}], got {top_k!r}")
-        ids, vals = self._impl.forward(
-            token_ids, positions, slot_mapping, seq_index, block_tables, context_lens, logits_rows, top_k, n_valid or 0
-        )
+        ids, vals = self._impl.forward(batch, top_k, n_valid or 0)
         return Candidates(ids, vals)

@@ -1,5 +1,5 @@
 """The KV cache row formats a model can be loaded with, and how LLM and the CLI choose them (the row
-conversions are native: kv_format.h; the tests reach them through kernels.testing)."""
+conversions are native: kv_format.h; the tests reach them through native.testing)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import kernels
+from .. import native
 
 DEVICES = ("cpu", "cuda", "auto")
 DEFAULT_DEVICE = "cpu"
@@ -44,7 +44,7 @@ class DeviceUnavailableError(ValueError):
 
 
 def cuda_unavailable_reason(cuda: dict) -> str:
-    """'' when the CUDA backend (kernels.backends()["cuda"]) is compiled in and sees a device, else why not."""
+    """'' when the CUDA backend (native.backends()["cuda"]) is compiled in and sees a device, else why not."""
     if not cuda["compiled"]:
         return f"the CUDA backend is not in this build ({cuda['error']}); reinstall with LOCALLLM_CUDA=ON"
     if not cuda["devices"]:
@@ -67,7 +67,7 @@ def placement(
         if gpu_layers:
             raise ValueError(f"gpu_layers {gpu_layers} needs device 'cuda' or 'auto', not 'cpu'")
         return [("cpu", n_layers)]
-    cuda = kernels.backends()["cuda"]  # asked once: it opens a context on device 0
+    cuda = native.backends()["cuda"]  # asked once: it opens a context on device 0
     reason = cuda_unavailable_reason(cuda)
     if reason:
         if device == "cuda":

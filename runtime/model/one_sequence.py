@@ -1,6 +1,6 @@
 """The one-sequence path: a single sequence owns the whole KV pool (blocks 0, 1, ... in order).
 
-    seq = OneSequence(model, ctx_origin="ctx_size")   # model: a localllm.model.Model
+    seq = OneSequence(model, ctx_origin="ctx_size")   # model: a localllm.model.model.Model
     ids = seq.check(ids, extra=1)                     # int64 [n]; ValueError naming what is wrong
     logits = seq.step(ids, start=0, logits_rows=np.array([n - 1]))   # float32 [len(logits_rows), n_vocab]
     logits = seq.step(np.array([tid]), start=n, logits_rows=np.array([0]))   # the next position, through the KV
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..text.token_ids import token_ids
 from .model import BLOCK_SIZE, Model
-from .token_ids import token_ids
+from .step_batch import StepBatchBuilder
 
 
 class OneSequence:
@@ -24,7 +25,7 @@ class OneSequence:
         self.model = model
         self.ctx_size = model.n_blocks * BLOCK_SIZE
         self._ctx_origin = ctx_origin
-        self._table = np.arange(model.n_blocks, dtype=np.int32)[None, :]  # [1, n_blocks]: the sequence's blocks
+        self._blocks = np.arange(model.n_blocks, dtype=np.int32)  # the sequence's blocks: the whole pool in order
 
     def check(self, ids, extra: int = 0) -> np.ndarray:
         """ids as int64 [n]: non-empty, inside the vocabulary, and room for `extra` more tokens in the context."""
@@ -40,8 +41,6 @@ class OneSequence:
     def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
         """ids: int [n] at positions start..start+n-1; logits_rows: int32 indices into ids.
         Returns float32 [len(logits_rows), n_vocab]."""
-        pos = np.arange(start, start + len(ids), dtype=np.int32)
-        slots = self._table[0, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-        ctx = np.array([start + len(ids)], dtype=np.int32)
-        seq = np.zeros(len(ids), dtype=np.int32)
-        return self.model.forward(ids, pos, slots, seq, self._table, ctx, np.asarray(logits_rows, dtype=np.int32))
+        b = StepBatchBuilder(BLOCK_SIZE)
+        b.add(ids, start, self._blocks, logits=logits_rows)
+        return self.model.forward(b.build())

@@ -1,14 +1,14 @@
 """Typed facade over the native extension: the only module that imports localllm._native.
 
-    from localllm import kernels
-    y = kernels.matmul(tensor, x)          # tensor: gguf.TensorInfo [m, k]; x: float32 [n, k] -> [n, m]
-    w = kernels.dequantize(tensor)         # float32 [n_rows, row_len]
-    kernels.configure(path="avx2", threads=2)
+    from localllm import native
+    y = native.matmul(tensor, x)          # tensor: gguf.TensorInfo [m, k]; x: float32 [n, k] -> [n, m]
+    w = native.dequantize(tensor)         # float32 [n_rows, row_len]
+    native.configure(path="avx2", threads=2)
 
 The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512) or the best this CPU runs; the kernel entry
 points' threads default to the number of physical cores. One set of worker threads serves the whole process:
 these entry points and every model, each with its own thread count. Besides the kernels the extension holds
-the native model (new_model: localllm.model wraps it), the loader's and tokenizer's byte helpers
+the native model (new_model: localllm.model.model wraps it), the loader's and tokenizer's byte helpers
 (scan_strings, decode_strings, merges_valid), and `testing`: entry points only the tests call.
 """
 
@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _native, quant_types
+from . import _native
+from .model import quant_types
 
 if TYPE_CHECKING:
-    from .gguf import TensorInfo
+    from .model.gguf import TensorInfo
 
 # entry points the product never calls (the tests check the forward step's pieces with them): kv_quantize,
 # kv_dequantize, hadamard, silu_mul, quantize_x, matmul_multi, type_table
@@ -141,36 +142,14 @@ def model_fields() -> dict[str, list[str]]:
 
 
 def new_model(
-    config: dict,
-    weights: dict,
-    layers: list[dict],
-    n_blocks: int,
-    block_size: int,
-    k_type: str,
-    v_type: str,
-    kv_rotate: bool,
-    kv_center: bool,
-    kv_equalize: bool,
-    threads: int,
-    placement: list[tuple[str, int]],
+    config: dict, weights: dict, layers: list[dict], kv: dict, threads: int, placement: list[tuple[str, int]]
 ):
-    """The native Model (native/forward.h) on the current CPU path: config and layers keyed by model_fields(),
-    weights as (type_id, rows uint8 [n_rows, row_bytes], row_len), placement [(device, last layer)] per stage
-    (localllm.placement); localllm.model.Model is its only caller."""
-    return _native.Model(
-        config,
-        weights,
-        layers,
-        n_blocks,
-        block_size,
-        k_type,
-        v_type,
-        kv_rotate,
-        kv_center,
-        kv_equalize,
-        threads,
-        placement,
-    )
+    """The native Model (native/model.h) on the current CPU path: config and layers keyed by model_fields(),
+    weights as (type_id, rows uint8 [n_rows, row_bytes], row_len), kv {n_blocks, block_size, k_type, v_type,
+    rotate, center, equalize} (its KV pool and the transforms of what it stores: native/kv_transforms.h),
+    placement [(device, last layer)] per stage (model/placement.py); localllm.model.Model is its only caller.
+    Its forward(batch[, top_k, n_valid]) takes a StepBatch (model/step_batch.py)."""
+    return _native.Model(config, weights, layers, kv, threads, placement)
 
 
 def scan_strings(buf: np.ndarray, pos: int, count: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -15,7 +15,7 @@ __all__ = ["ARCHITECTURES", "LayerSpec", "ModelSpec", "RopeSpec", "UnsupportedMo
 
 
 def spec_from_gguf(f) -> ModelSpec:
-    """f: a localllm.gguf.GGUFFile."""
+    """f: a localllm.model.gguf.GGUFFile."""
     arch = f.metadata.get("general.architecture")
     if arch is None:
         raise UnsupportedModelError(f.path, "general.architecture", "missing (required)")

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ..model.gguf import GGUFFile, StringArray
 from .bpe import BPE, token_bytes
 from .chat_template import ChatTemplate, ChatTemplateError
 from .detokenizer import IncrementalDetokenizer
-from .gguf import GGUFFile, StringArray
 from .special_tokens import SpecialSplitter
 from .spm import SPACE, SPM
 from .token_ids import token_ids
@@ -348,13 +348,13 @@ def _string(md: Mapping[str, Any], key: str, name: str) -> str:
 def _merges_checked(md: Mapping[str, Any]) -> bool:
     """True when the native check passed every merge against the token texts (bytewise, from the file's
     buffer); False leaves the check to BPE, which names a bad merge."""
-    from . import kernels
+    from .. import native
 
     tokens, merges = md.get("tokenizer.ggml.tokens"), md.get("tokenizer.ggml.merges")
     if not isinstance(tokens, StringArray) or not isinstance(merges, StringArray):
         return False
     tv, mv = tokens.native_view(), merges.native_view()
-    return tv is not None and mv is not None and kernels.merges_valid(*tv, *mv)
+    return tv is not None and mv is not None and native.merges_valid(*tv, *mv)
 
 
 def _strings(md: Mapping[str, Any], key: str, name: str) -> list[str]:

@@ -1,6 +1,6 @@
-// The model (forward.h): its weight checks at load, the placement of its layers on stages (stage.h), the
+// The model (model.h): its weight checks at load, the placement of its layers on stages (stage.h), the
 // step's batch checks, and the step itself: the stages in order.
-#include "forward.h"
+#include "model.h"
 
 #include <algorithm>
 #include <cmath>
