@@ -38,18 +38,17 @@ import numpy as np
 from .engine import Chunk, Engine, RequestStream
 from .engine.drafting.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
 from .engine.engine import SPECULATIVE
-from .engine.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from .engine.one_sequence import OneSequence
+from .engine.scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL
 from .model.architectures import spec_from_gguf
 from .model.gguf import GGUFFile
 from .model.kv_types import kv_types
 from .model.model import BLOCK_SIZE, Model, kv_block_bytes
-from .model.one_sequence import OneSequence
 from .model.placement import DEFAULT_DEVICE
 from .sampling import SamplingParams
 from .text.tokenizer import Tokenizer
 
 DEFAULT_CTX_SIZE = 4096
-DEFAULT_PARALLEL = 4  # sequences decoded together: a chat, an editor and a script or two on one desktop
 
 _T = TypeVar("_T")
 
@@ -68,7 +67,7 @@ class LLM:
         kv_equalize: bool = True,
         kv_budget_mib: float | None = None,
         parallel: int = DEFAULT_PARALLEL,
-        max_batch_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
         speculative: str = "ngram",
         device: str = DEFAULT_DEVICE,
         gpu_layers: int | None = None,
@@ -143,8 +142,8 @@ class LLM:
             self._engine = Engine(
                 self.model,
                 self.tokenizer,
-                max_num_seqs=parallel,
-                max_num_batched_tokens=max(max_batch_tokens, parallel),
+                parallel=parallel,
+                max_batch_tokens=max(max_batch_tokens, parallel),
                 ctx_origin=origin,
                 speculative=speculative,
                 draft=draft,
@@ -156,7 +155,7 @@ class LLM:
             raise
         self.speculative = self._engine.speculative
         self.ctx_size = self._engine.ctx_size
-        self.parallel = self._engine.max_num_seqs
+        self.parallel = self._engine.parallel
         self._n_vocab = self.model.n_vocab
 
     def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int, device: str) -> DraftModel:
@@ -241,19 +240,18 @@ class LLM:
         return self.ctx_size * self.tokenizer.max_piece_bytes
 
     def check_text_fits(self, n_bytes: int) -> None:
-        """ValueError when n_bytes of text cannot fit the context whatever its tokens."""
-        # every token stands for at least one byte: up to ctx_size bytes always fit, and the longest piece (0.15 s
-        # to find over 150k tokens) is only looked up for longer text
-        if n_bytes > self.ctx_size and n_bytes > self.max_prompt_bytes:
-            raise ValueError(
-                f"the prompt is {n_bytes} bytes of text: more than the context of {self.ctx_size} tokens can hold "
-                f"(a token stands for at most {self.tokenizer.max_piece_bytes} bytes here)"
-            )
+        """ValueError when n_bytes of text cannot fit the context whatever its tokens (engine/context_window.py)."""
+        self._engine_open().window.check_text(n_bytes, lambda: self.tokenizer.max_piece_bytes)
+
+    @property
+    def window(self):
+        """The ContextWindow (engine/context_window.py) that decides whether a request fits."""
+        return self._engine_open().window
 
     def pool_stats(self) -> dict[str, int]:
         """The engine's state between two steps: running and waiting sequences, KV blocks (total, used by live
         sequences, free but holding a cached prefix), and with a draft model the draft blocks its live sequences hold."""
-        draft = self._engine_open().draft
+        draft = self._engine_open().drafter.draft
         extra = (lambda: {"draft_blocks_used": draft.num_used_blocks}) if draft is not None else dict
         return self._engine.inspect(lambda sched: {**sched.pool_stats(), **extra()})
 

@@ -1,8 +1,9 @@
 """The engine: request state (sequence.py), paged KV bookkeeping with prefix caching (block_manager.py), the
-scheduling policy (scheduler.py), the loop on its own thread (engine.py), a request's engine-side state
-(request.py) and its client-side stream (stream.py) of chunks (output.py).
+scheduling policy (scheduler.py), whether a request fits (context_window.py), speculative drafting (drafting/),
+the loop on its own thread (engine.py), a request's engine-side state (request.py) and its client-side stream
+(stream.py) of chunks (output.py); the one-sequence path (one_sequence.py) for scoring and benchmarks.
 
-    engine = Engine(model, tokenizer, max_num_seqs=4)
+    engine = Engine(model, tokenizer, parallel=4)
     for chunk in engine.submit(prompt_ids, SamplingParams(max_tokens=64)): print(chunk.text, end="")
 """
 

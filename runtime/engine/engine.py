@@ -1,14 +1,14 @@
 """The engine loop: one thread owns the native model, its KV pool and the scheduler; clients talk to it through
 queues.
 
-    engine = Engine(model, tokenizer, max_num_seqs=4)
+    engine = Engine(model, tokenizer, parallel=4)
     stream = engine.submit(prompt_ids, SamplingParams(temperature=0, max_tokens=64))   # any thread
     for chunk in stream: ...                         # or `async for`; stream.close() cancels (output.py, stream.py)
     result = engine.call(lambda model: ...)          # runs on the engine thread once no request is live
     engine.close()                                   # cancels what is left, stops the thread
 
-Each step: the inbox is drained (new requests, cancellations, calls), each decoding request's drafter proposes
-tokens (speculation, ngram.py), the scheduler picks the step (running sequences first with their drafts, then
+Each step: the inbox is drained (new requests, cancellations, calls), the drafter proposes tokens for the
+decoding sequences (speculation: drafting/), the scheduler picks the step (running sequences first with their drafts, then
 waiting ones under the token budget, prompts in chunks: scheduler.py), the model runs it (logits only for the
 rows that are sampled), each request samples its rows with its own sampler and keeps the verified run of its
 drafts (request.py), and the tokens go back to the scheduler (which rolls back the rest) and out to the streams. A cancelled request's blocks are freed before the next step.
@@ -37,59 +37,51 @@ from ..sampling import SamplingParams
 from ..text.token_ids import token_ids
 from ..text.tokenizer import Tokenizer
 from .block_manager import BlockManager
-from .drafting.draft_model import DraftModel, ModelDrafter, propose_batch
-from .drafting.ngram import NgramDrafter
-from .drafting.ngram_table import NgramTable
+from .context_window import ContextLengthError, ContextWindow  # noqa: F401 (ContextLengthError re-exported)
+from .drafting import MODES, Drafter, DraftModel, accepted_prefix
 from .request import Request
-from .scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Scheduler
+from .scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL, Scheduler
 from .sequence import Sequence, SequenceStatus
 from .stream import RequestStream
 
 _STOP = object()
-SPECULATIVE = ("ngram", "off", "draft")
+SPECULATIVE = MODES
 
 
 class EngineClosedError(RuntimeError):
     pass
 
 
-class ContextLengthError(ValueError):
-    """A prompt (with what it asks to generate) that cannot fit the context."""
-
-
 class Engine:
-    """max_model_len: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
-    (its default). ctx_origin: what set that size, for the error that a prompt does not fit. speculative: "ngram"
-    (prompt-lookup drafts verified in the step; never changes a token), "draft" (drafts from `draft`, a small
-    model of the same vocabulary: draft_model.py) or "off": the default of every request. shared_ngrams: n-gram
-    drafting also looks up what earlier requests generated (ngram_table.py) where a sequence's own text has no
-    match."""
+    """ctx_size: tokens one sequence may hold (prompt + completion), at most the pool's n_blocks * block_size
+    (its default). parallel: sequences decoded together; max_batch_tokens: tokens one step computes at most (the
+    names LLM and the CLI use). ctx_origin: what set the context size, for the error that a prompt does not fit.
+    speculative: "ngram" (prompt-lookup drafts verified in the step; never changes a token), "draft" (drafts from
+    `draft`, a small model of the same vocabulary) or "off": the default of every request (drafting/). shared_ngrams:
+    n-gram drafting also looks up what earlier requests generated where a sequence's own text has no match."""
 
     def __init__(
         self,
         model: Model,
         tokenizer: Tokenizer,
-        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        max_model_len: int | None = None,
+        parallel: int = DEFAULT_PARALLEL,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        ctx_size: int | None = None,
         ctx_origin: str = "ctx_size",
         speculative: str = "ngram",
         draft: DraftModel | None = None,
         shared_ngrams: bool = True,
     ):
-        self._draft = self.draft = draft
-        # what finished requests generated, for n-gram drafting where a sequence's own tokens have no match
-        self.ngram_table = NgramTable() if shared_ngrams else None
-        self.draft_with_ngrams = True  # a draft model's sequences take n-gram drafts (2+ tokens matched) first
-        self.speculative = self._speculative(speculative)
+        self.drafter = Drafter(draft, shared_ngrams=shared_ngrams)
+        self.speculative = self.drafter.check_mode(speculative)
         self._model = model
         self._tok = tokenizer
-        self._limits = (max_num_seqs, max_num_batched_tokens, max_model_len)
+        self._limits = (parallel, max_batch_tokens, ctx_size)
         self._scheduler = self._new_scheduler()  # checks the limits here, in the caller's thread
-        self.max_num_seqs = self._scheduler.max_num_seqs
-        self.max_num_batched_tokens = self._scheduler.max_num_batched_tokens
-        self.ctx_size = self._scheduler.max_model_len
-        self._ctx_origin = ctx_origin
+        self.parallel = self._scheduler.parallel
+        self.max_batch_tokens = self._scheduler.max_batch_tokens
+        self.ctx_size = self._scheduler.ctx_size
+        self.window = ContextWindow(self.ctx_size, ctx_origin)
         self._n_vocab = model.n_vocab
         # rows past the tokenizer's tokens (a padded embedding table) are never sampled: nothing could decode them
         self._n_tokens = min(tokenizer.vocab_size, model.n_vocab)
@@ -101,9 +93,9 @@ class Engine:
         self._thread.start()
 
     def _new_scheduler(self) -> Scheduler:
-        seqs, tokens, max_len = self._limits
+        parallel, max_batch_tokens, ctx_size = self._limits
         bm = BlockManager(self._model.n_blocks, self._model.block_size)
-        return Scheduler(bm, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=max_len)
+        return Scheduler(bm, parallel=parallel, max_batch_tokens=max_batch_tokens, ctx_size=ctx_size)
 
     # -- client side (any thread) -------------------------------------------------------------------------
     def submit(
@@ -125,31 +117,22 @@ class Engine:
             isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= 20
         ):
             raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
-        spec = self.speculative if speculative is None else self._speculative(speculative)
+        spec = self.speculative if speculative is None else self.drafter.check_mode(speculative)
         ids = self.check(prompt_ids, extra=1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
-        if spec == "ngram":
-            drafter = NgramDrafter(shared=self.ngram_table)
-        elif spec == "draft":  # n-gram matches of 2+ tokens draft first, the model drafts the rest
-            drafter = ModelDrafter(self._draft, NgramDrafter(min_n=2, shared=self.ngram_table))
-        else:
-            drafter = None
-        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, drafter)))
+        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs), spec))
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
-        """ids as a list: non-empty, inside the vocabulary, with room for `extra` more tokens in the context
-        (token_ids.py: TypeError for anything but integers)."""
+        """ids as a list: non-empty, inside the vocabulary (token_ids.py: TypeError for anything but integers), with
+        room for `extra` more tokens in the context (ContextLengthError: context_window.py)."""
         a = token_ids(ids, "the prompt", self._n_vocab)
         if not a:
             raise ValueError("the prompt must be a non-empty sequence of token ids")
-        if len(a) + extra > self.ctx_size:
-            raise ContextLengthError(
-                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
-            )
+        self.window.check(len(a), extra)
         return a
 
     def call(self, fn: Callable[[Model], Any]) -> Any:
@@ -163,13 +146,7 @@ class Engine:
         """Forgets what earlier requests left behind: the prefix cache, the draft model's, the shared n-gram table
         (benchmarks start each run cold with it). Waits for the live requests like call()."""
 
-        def reset(model) -> None:
-            if self._draft is not None:
-                self._draft.reset()
-            if self.ngram_table is not None:
-                self.ngram_table.clear()
-
-        self.call(reset)  # a call drops the prefix cache after it ran
+        self.call(lambda model: self.drafter.reset())  # a call drops the prefix cache after it ran
 
     def inspect(self, fn: Callable[[Scheduler], Any]) -> Any:
         """fn(scheduler) on the engine thread between two steps (the pool's state, for tests and metrics); fn must
@@ -198,24 +175,14 @@ class Engine:
         if not self._closed:  # a stream collected after close has nothing left to cancel
             self._inbox.put(("abort", request_id))
 
-    def _speculative(self, value) -> str:
-        if value not in SPECULATIVE:
-            raise ValueError(f"speculative must be one of {', '.join(map(repr, SPECULATIVE))}, got {value!r}")
-        if value == "draft" and self._draft is None:
-            raise ValueError('speculative "draft" needs a draft model, and this model was loaded without one')
-        return value
-
     # -- engine thread ------------------------------------------------------------------------------------
     def _retire(self, req: Request) -> None:
-        """A request is over: its draft KV goes back, what it generated feeds the shared n-gram table."""
-        if self.ngram_table is not None and req.seq.num_generated_tokens:
-            self.ngram_table.learn(req.seq.token_ids, req.seq.num_prompt_tokens)
-        if isinstance(req.drafter, ModelDrafter):
-            req.drafter.draft.release(req.seq.seq_id)
+        """A request is over: the drafter learns what it generated and gives back its draft KV."""
+        self.drafter.close(req.seq.seq_id, req.seq.token_ids, req.seq.num_prompt_tokens)
 
     def _run(self) -> None:
         active: dict[Any, Request] = {}  # admitted to the scheduler, not over
-        held: deque[Request] = deque()  # submitted while a call waits
+        held: deque[tuple[Request, str]] = deque()  # submitted while a call waits, with their speculative mode
         calls: deque[tuple[Callable, Future]] = deque()
         while True:
             idle = not active and not calls
@@ -228,18 +195,17 @@ class Engine:
             for msg in msgs:
                 kind = msg[0]
                 if kind is _STOP:
-                    for req in [*active.values(), *held]:
+                    for req in [*active.values(), *(item[0] for item in held)]:
                         req.abort()
                     for _, fut in calls:
                         if fut.set_running_or_notify_cancel():
                             fut.set_exception(EngineClosedError("the engine closed before the call ran"))
                     return
                 if kind == "add":
-                    req = msg[1]
                     if calls:
-                        held.append(req)
+                        held.append(msg[1:])
                     else:
-                        self._admit(req, active)
+                        self._admit(*msg[1:], active)
                 elif kind == "abort":
                     self._abort(msg[1], active, held)
                 elif kind == "call":
@@ -252,7 +218,7 @@ class Engine:
                     _resolve(fut, fn, self._model)
                 self._scheduler = self._new_scheduler()  # the call wrote over the pool: no cached prefix holds
                 while held:
-                    self._admit(held.popleft(), active)
+                    self._admit(*held.popleft(), active)
                 continue
             if active:
                 try:
@@ -262,16 +228,16 @@ class Engine:
                         req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
                     active.clear()
                     self._scheduler = self._new_scheduler()
-                    if self._draft is not None:
-                        self._draft.reset()
+                    self.drafter.reset()
 
-    def _admit(self, req: Request, active: dict) -> None:
+    def _admit(self, req: Request, speculative: str, active: dict) -> None:
         try:
             self._scheduler.add(req.seq)
         except ValueError as e:
             req.fail(e)
             return
         active[req.seq.seq_id] = req
+        self.drafter.open(req.seq.seq_id, speculative)
 
     def _abort(self, request_id, active: dict, held: deque) -> None:
         req = active.pop(request_id, None)
@@ -280,10 +246,10 @@ class Engine:
             self._retire(req)
             req.abort()
             return
-        for r in held:
-            if r.seq.seq_id == request_id:
-                held.remove(r)
-                r.abort()
+        for item in held:
+            if item[0].seq.seq_id == request_id:
+                held.remove(item)
+                item[0].abort()
                 return
 
     def _candidates_needed(self, active: dict, out) -> int:
@@ -301,25 +267,13 @@ class Engine:
 
     def _step(self, active: dict) -> None:
         sched = self._scheduler
-        by_model = []  # (seq_id, tokens, k, draft model) of the sequences a draft model drafts for, batched below
-        for req in active.values():
-            seq, d = req.seq, req.drafter
-            decoding = seq.status is SequenceStatus.RUNNING and seq.num_tokens - seq.num_computed_tokens == 1
-            if d is None or not decoding:
-                continue
-            if not isinstance(d, ModelDrafter):
-                seq.draft_token_ids = req.propose()
-            elif k := d.wants():
-                own = d.ngram.draft(seq.token_ids, k) if d.ngram is not None and self.draft_with_ngrams else []
-                if own:
-                    seq.draft_token_ids = own
-                    d.proposing(from_model=False)
-                elif d.model_pays():
-                    by_model.append((seq.seq_id, seq.token_ids, k, d.draft))
-                    d.proposing(from_model=True)
-        if by_model:
-            for seq_id, drafts in propose_batch(by_model).items():
-                active[seq_id].seq.draft_token_ids = drafts
+        decoding = [
+            (req.seq.seq_id, req.seq.token_ids)
+            for req in active.values()
+            if req.seq.status is SequenceStatus.RUNNING and req.seq.num_tokens - req.seq.num_computed_tokens == 1
+        ]
+        for seq_id, drafts in self.drafter.propose(decoding).items():
+            active[seq_id].seq.draft_token_ids = drafts
         out = sched.schedule()
         if out.num_tokens == 0:
             return
@@ -339,8 +293,11 @@ class Engine:
         while j < len(rows):
             s = out.sampled_seqs[j]
             k = out.num_drafts[s]
-            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k]
-            run = active[out.seqs[s].seq_id].verify(logits[j : j + k + 1], drafts)
+            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist()
+            seq_id = out.seqs[s].seq_id
+            run = active[seq_id].verify(logits[j : j + k + 1], drafts)
+            if k:
+                self.drafter.observe(seq_id, k, accepted_prefix(run, drafts))
             tokens += run + [None] * (k + 1 - len(run))
             j += k + 1
         before = {out.seqs[s].seq_id: out.seqs[s].num_tokens for s in set(out.sampled_seqs)}

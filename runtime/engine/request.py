@@ -1,9 +1,8 @@
-"""One request on the engine thread: its scheduler Sequence, its sampler (own generator, own seed), its drafter
-(speculation), and what turns sampled tokens into the chunks its stream receives (detokenized text, stop strings,
-statistics).
+"""One request on the engine thread: its scheduler Sequence, its sampler (own generator, own seed), and what turns
+sampled tokens into the chunks its stream receives (detokenized text, stop strings, statistics). Its drafts come
+from the engine's Drafter (drafting/).
 
-    req = Request(seq, stream, tokenizer, ctx_size, submitted=time.perf_counter(), drafter=NgramDrafter())
-    seq.draft_token_ids = req.propose()      # before a step, while decoding: [] or tokens to verify
+    req = Request(seq, stream, tokenizer, ctx_size, submitted=time.perf_counter())
     run = req.verify(logits_rows, drafts)    # logits_rows: [k + 1, n_vocab] for the last token and k drafts
     done = req.emit(tid, seq_finish)         # per token appended; delivers a chunk; True when the request is
                                              # over (stop string included: the engine then aborts its sequence)
@@ -30,7 +29,7 @@ import numpy as np
 
 from ..sampling import Sampler, StopChecker
 from ..text.tokenizer import Tokenizer
-from .drafting.ngram import NgramDrafter
+from .drafting import accepted_prefix
 from .output import Chunk, Stats, TokenLogprob, token_logprob
 from .sequence import FinishReason, Sequence
 from .stream import RequestStream
@@ -45,10 +44,8 @@ class Request:
         ctx_size: int,
         submitted: float,
         logprobs: int | None = None,
-        drafter: NgramDrafter | None = None,
     ):
         self.seq = seq
-        self.drafter = drafter
         self.stream = stream
         self.sampler = Sampler(seq.params)
         self._stop = StopChecker(seq.params.stop)
@@ -66,10 +63,6 @@ class Request:
         if self._started is None:
             self._started = now
             self.stats.cached_tokens = self.seq.num_cached_tokens
-
-    def propose(self) -> list[int]:
-        """Drafts to follow the sequence's tokens in its next step ([] without a drafter)."""
-        return self.drafter.propose(self.seq.token_ids) if self.drafter is not None else []
 
     def candidates_needed(self) -> int | None:
         """Candidates per row that sample as the whole row does (Sampler.candidates_needed); None with logprobs,
@@ -95,14 +88,9 @@ class Request:
             if i == k or tid != drafts[i] or tid in stops or len(run) >= left:
                 break
         if k:
-            accepted = 0
-            while accepted < min(k, len(run)) and run[accepted] == drafts[accepted]:
-                accepted += 1
             self.stats.draft_proposed += k
-            self.stats.draft_accepted += accepted
+            self.stats.draft_accepted += accepted_prefix(run, drafts)
             self.stats.draft_steps += 1
-            if self.drafter is not None:
-                self.drafter.observe(k, accepted)
         return run
 
     def sample(self, logits: np.ndarray) -> int:

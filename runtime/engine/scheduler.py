@@ -2,7 +2,7 @@
 model/step_batch.py), and what the sampled tokens change afterwards.
 
     bm = BlockManager(n_blocks, block_size)
-    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=256, max_model_len=4096)
+    sched = Scheduler(bm, parallel=4, max_batch_tokens=256, ctx_size=4096)
     sched.add(seq)                            # ValueError naming the sizes when it could never fit alone
     out = sched.schedule()                    # out.num_tokens == 0: nothing to run
     logits = model.forward(out.batch)       # [len(out.batch.logits_rows), n_vocab]
@@ -10,7 +10,7 @@ model/step_batch.py), and what the sampled tokens change afterwards.
     for seq in sched.update(out, tokens): ...  # sequences that got tokens; finished ones carry finish_reason
     sched.abort(seq_id)                        # a cancelled sequence's blocks go back at once
 
-Each step spends at most max_num_batched_tokens tokens:
+Each step spends at most max_batch_tokens tokens:
 1. Running sequences, oldest admission first. Each takes what it has not computed yet (one token when decoding,
    the rest of its prompt otherwise) but leaves one token of budget for every running sequence after it, so a
    long prompt is prefilled in chunks while decoding streams get their token every step. When the pool has no
@@ -21,11 +21,11 @@ Each step spends at most max_num_batched_tokens tokens:
    (drafts past where it must stop could never be kept), and by free blocks: drafts never preempt anyone.
    Every one of its 1 + k rows is sampled; update() takes the verified run and rolls the rest back.
 2. Unless this step preempted, waiting sequences in arrival order (preempted ones first) while there is budget,
-   a free row (max_num_seqs) and blocks for all their tokens: allocation is all-or-nothing and the head of the
+   a free row (parallel) and blocks for all their tokens: allocation is all-or-nothing and the head of the
    queue blocks the rest. An admitted sequence starts after its cached prefix (sequence.num_cached_tokens).
 
 Nothing is refused once added: a sequence finishes (stop token, max_tokens, a full context) or is aborted. Every
-live sequence is at most max_model_len <= n_blocks * block_size tokens long, so it always fits the pool alone.
+live sequence is at most ctx_size <= n_blocks * block_size tokens long, so it always fits the pool alone.
 The scheduler holds the block manager's results (BlockTable snapshots), never its lists.
 """
 
@@ -42,14 +42,15 @@ import numpy as np
 
 from ..model.step_batch import StepBatch, StepBatchBuilder
 from .block_manager import BlockManager, BlockTable
+from .context_window import ContextWindow
 from .sequence import FinishReason, Sequence, SequenceStatus
 
-DEFAULT_MAX_NUM_SEQS = 4
+DEFAULT_PARALLEL = 4  # sequences decoded together: a chat, an editor and a script or two on one desktop
 # Tokens one step computes at most. Measured (qwen2.5-coder-0.5b, 2 threads, AVX2 Zen 3; a step of T prompt
 # tokens at context 256): T = 1: 25 ms, 32: 174 ms, 64: 293 ms (218 tok/s), 128: 516 ms (248 tok/s), 256: 989 ms
 # (259 tok/s), 512: 2154 ms. 128 keeps prefill at 96% of its best rate while a stream decoding beside a long
 # prompt still gets a token every ~0.5 s (256: every second, for 4% more prefill speed).
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 128
+DEFAULT_MAX_BATCH_TOKENS = 128
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,29 +80,29 @@ def _count(name: str, value, lo: int) -> int:
 
 class Scheduler:
     """Owns the waiting queue and the running list over one BlockManager. Not thread-safe: the engine thread
-    calls add / abort / schedule / update. max_model_len: None = the pool's n_blocks * block_size; a larger value
+    calls add / abort / schedule / update. ctx_size: None = the pool's n_blocks * block_size; a larger value
     is capped there."""
 
     def __init__(
         self,
         block_manager: BlockManager,
-        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        max_model_len: int | None = None,
+        parallel: int = DEFAULT_PARALLEL,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        ctx_size: int | None = None,
     ):
         self._bm = block_manager
-        self.max_num_seqs = _count("max_num_seqs", max_num_seqs, 1)
-        self.max_num_batched_tokens = _count("max_num_batched_tokens", max_num_batched_tokens, 1)
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        self.parallel = _count("parallel", parallel, 1)
+        self.max_batch_tokens = _count("max_batch_tokens", max_batch_tokens, 1)
+        if self.max_batch_tokens < self.parallel:
             raise ValueError(
-                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_num_seqs "
-                f"({max_num_seqs}): every running sequence gets a token each step"
+                f"max_batch_tokens ({max_batch_tokens}) must be at least parallel "
+                f"({parallel}): every running sequence gets a token each step"
             )
         self.pool_tokens = block_manager.n_blocks * block_manager.block_size
-        if max_model_len is not None:
-            _count("max_model_len", max_model_len, 2)
-        self._requested_len = max_model_len
-        self.max_model_len = min(max_model_len or self.pool_tokens, self.pool_tokens)
+        if ctx_size is not None:
+            _count("ctx_size", ctx_size, 2)
+        self._requested_len = ctx_size
+        self.ctx_size = min(ctx_size or self.pool_tokens, self.pool_tokens)
         self._waiting: deque[Sequence] = deque()  # head is admitted first
         self._running: list[Sequence] = []  # admission order: the last is preempted first
         self._tables: dict[Hashable, BlockTable] = {}  # running seq_id -> its latest table
@@ -139,11 +140,8 @@ class Scheduler:
         if seq.seq_id in self._live:
             raise ValueError(f"a live sequence already has the id {seq.seq_id!r}")
         n = seq.num_tokens
-        if self._requested_len is not None and n >= self._requested_len:
-            raise ValueError(
-                f"the prompt has {n} tokens; the context holds {self._requested_len} (max_model_len), "
-                "so no token could be generated"
-            )
+        if self._requested_len is not None:
+            ContextWindow(self._requested_len).check(n, 1)
         if n >= self.pool_tokens:
             raise ValueError(
                 f"the prompt has {n} tokens; the KV pool holds {self.pool_tokens} "
@@ -168,7 +166,7 @@ class Scheduler:
         return True
 
     def schedule(self) -> SchedulerOutput:
-        budget = self.max_num_batched_tokens
+        budget = self.max_batch_tokens
         scheduled: list[tuple[Sequence, int]] = []
         preempted: list[Sequence] = []
         i = 0
@@ -189,7 +187,7 @@ class Scheduler:
                 scheduled[j] = (seq, 1 + k)
                 drafts[seq.seq_id] = k
                 budget -= k
-        while not preempted and self._waiting and budget > 0 and len(self._running) < self.max_num_seqs:
+        while not preempted and self._waiting and budget > 0 and len(self._running) < self.parallel:
             seq = self._waiting[0]
             table = self._bm.allocate(seq.seq_id, seq.token_ids)
             if table is None:
@@ -252,7 +250,7 @@ class Scheduler:
             k = output.num_drafts[s]
             reason, m = None, 0
             for tok in run:
-                reason = seq.append_token(tok, self.max_model_len)
+                reason = seq.append_token(tok, self.ctx_size)
                 m += 1
                 if reason is not None:
                     break
@@ -273,7 +271,7 @@ class Scheduler:
         pass its context or max_tokens, and its k drafts must fit the budget left."""
         if not seq.draft_token_ids:
             return 0
-        room = min(len(seq.draft_token_ids), budget, self.max_model_len - seq.num_tokens - 1)
+        room = min(len(seq.draft_token_ids), budget, self.ctx_size - seq.num_tokens - 1)
         if seq.max_tokens is not None:
             room = min(room, seq.max_tokens - seq.num_generated_tokens - 1)
         return max(room, 0)

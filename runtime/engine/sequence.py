@@ -37,7 +37,7 @@ class SequenceStatus(enum.Enum):
 class FinishReason(enum.Enum):
     STOP = "stop"  # sampled one of stop_token_ids (unless params.ignore_eos)
     LENGTH = "length"  # generated params.max_tokens tokens
-    CONTEXT = "context"  # the sequence fills the context (the scheduler's max_model_len); OpenAI calls it "length"
+    CONTEXT = "context"  # the sequence fills the context (the scheduler's ctx_size); OpenAI calls it "length"
     ABORT = "abort"  # cancelled by its client
 
 
@@ -100,7 +100,7 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def append_token(self, token_id: int, max_model_len: int) -> FinishReason | None:
+    def append_token(self, token_id: int, ctx_size: int) -> FinishReason | None:
         """Appends a sampled token; returns why the sequence must stop now, or None to go on."""
         token_id = int(token_id)
         self.token_ids.append(token_id)
@@ -108,7 +108,7 @@ class Sequence:
             return FinishReason.STOP
         if self.max_tokens is not None and self.num_generated_tokens >= self.max_tokens:
             return FinishReason.LENGTH
-        if len(self.token_ids) >= max_model_len:
+        if len(self.token_ids) >= ctx_size:
             return FinishReason.CONTEXT
         return None
 

@@ -52,15 +52,13 @@ def sampling_params(fields: dict, max_tokens: int | None) -> SamplingParams:
 
 
 def check_fits(llm: LLM, ids: list[int], params: SamplingParams) -> None:
-    need = len(ids) + (params.max_tokens or 1)
-    if need > llm.ctx_size:
-        raise APIError(
-            400,
-            f"the prompt has {len(ids)} tokens and {params.max_tokens or 1} are to be generated: {need} > the "
-            f"context of {llm.ctx_size} tokens",
-            param="messages" if params.max_tokens is None else "max_tokens",
-            code="context_length_exceeded",
-        )
+    """A 400 (context_length_exceeded) when the prompt and the tokens it asks for exceed the context: OpenAI's rule,
+    max_tokens counted whole (the engine's ContextWindow decides)."""
+    try:
+        llm.window.check(len(ids), params.max_tokens or 1)
+    except ContextLengthError as e:
+        param = "messages" if params.max_tokens is None else "max_tokens"
+        raise APIError(400, str(e), param=param, code="context_length_exceeded") from None
 
 
 async def run(

@@ -2,10 +2,9 @@
 proposes up to k greedy tokens per step, batched across sequences, over its own paged KV pool (prefix cached).
 
     draft = DraftModel(model, n_tokens=tokenizer.vocab_size)     # model: a Model over the draft GGUF
-    d = ModelDrafter(draft)                                       # one per request (the engine's drafter)
     draft.propose_all([(seq_id, seq.token_ids, k), ...])         # {seq_id: [up to k draft tokens]} this step
-    d.observe(proposed, accepted)                                 # adapts d.draft_len, backs off (ngram.py rules)
     draft.release(seq_id)                                         # the request ended: its draft KV goes back
+    policy = ModelCostPolicy(draft.cost)                          # per sequence: whether the model pays this step
 
 One propose_all is a few native steps of the draft model: first a catch-up step that writes the KV of each
 sequence's tokens the draft has not seen (the one sampled last and the drafts verified since, or a prompt a chunk
@@ -30,7 +29,6 @@ import numpy as np
 from ...model.model import Model
 from ...model.step_batch import StepBatchBuilder
 from ..block_manager import BlockManager
-from .ngram import DraftPacer, NgramDrafter
 
 DEFAULT_P_MIN = 0.5
 DEFAULT_CATCH_UP_CHUNK = 64
@@ -67,7 +65,7 @@ class DraftModel:
         self.name = name
         self.n_tokens = min(n_tokens, model.n_vocab)
         self.p_min = p_min
-        self.cost = cost  # one draft position's cost in decode steps of the model it drafts for (ModelDrafter's policy)
+        self.cost = cost  # one draft position's cost in decode steps of the model it drafts for (ModelCostPolicy)
         self.catch_up_chunk = catch_up_chunk
         self._bm = BlockManager(model.n_blocks, model.block_size)
         self._states: dict[Hashable, _State] = {}
@@ -173,40 +171,32 @@ class DraftModel:
         return tok, float(1.0 / z)
 
 
-class ModelDrafter(DraftPacer):
-    """One request's handle on the shared DraftModel, with the adaptive draft length and back-off of n-gram
-    drafting (ngram.py's DraftPacer). ngram: when given, a match of at least its min_n tokens in the sequence's
-    own text (or the shared table) drafts instead of the model that step: free, and on edits of given text
-    longer and surer than what a small model guesses. The engine batches the model's proposals (propose_batch)."""
+class ModelCostPolicy:
+    """Whether one sequence's drafts should come from the draft model this step.
 
-    # Cost policy: each draft the model proposes costs a draft position (draft.cost) and a verification row
-    # (VERIFY_ROW_COST), and each one kept saves a decode step, so the model drafts while the share of its drafts
-    # kept (decayed over about the last ten proposals) exceeds that cost. Below it the model rests and probes after
-    # PROBE_EVERY steps, then after twice as many each time the probe does not pay (up to MAX_PROBE_EVERY: a probe
-    # feeds the draft the tokens since the last one, a prefill of its own). (Kept first drafts alone measured too
-    # lenient: on the 1.5B's prose, 0.5B drafting, 42% of drafts kept still ran at 0.93x plain.)
+    Each draft the model proposes costs a draft position (draft.cost) and a verification row (VERIFY_ROW_COST), and
+    each one kept saves a decode step, so the model drafts while the share of its drafts kept (decayed over about
+    the last ten proposals) exceeds that cost. Below it the model rests and probes after PROBE_EVERY steps, then
+    after twice as many each time the probe does not pay (up to MAX_PROBE_EVERY: a probe feeds the draft the tokens
+    since the last one, a prefill of its own). (Kept first drafts alone measured too lenient: on the 1.5B's prose,
+    0.5B drafting, 42% of drafts kept still ran at 0.93x plain.) Only the model's own proposals count
+    (observe(..., from_model=False) is ignored)."""
+
     VERIFY_ROW_COST = 0.1  # a row beyond the first of a target step, in one-row steps (AVX-512 Xeon: N = 8 ~ 1.6x)
     PROBE_EVERY = 16
     MAX_PROBE_EVERY = 128
     DECAY = 0.9
 
-    def __init__(self, draft: DraftModel, ngram: NgramDrafter | None = None, max_draft: int = 8, start_draft: int = 4):
-        super().__init__(max_draft=max_draft, start_draft=start_draft)
-        self.draft = draft
-        self.ngram = ngram
+    def __init__(self, cost: float):
+        self.cost = cost  # one draft position, in decode steps of the model it drafts for
         self._kept = self._drafted = 0.0  # decayed counts of the model's drafts verified and kept
         self._tries = 0.0  # decayed count of the model's proposals
-        self._from_model = False  # whether the proposal being verified came from the model
-        self._idle = 0  # steps the model has rested under the cost policy
+        self._idle = 0  # steps the model has rested
         self._probe_every = self.PROBE_EVERY
 
-    def wants(self) -> int:
-        """Drafts wanted this step (0 while resting)."""
-        return 0 if self.resting() else self.draft_len
-
-    def model_pays(self) -> bool:
-        """Whether the model drafts this step under the cost policy (above); False while it rests."""
-        if self._tries < 4 or self._kept > (self.draft.cost + self.VERIFY_ROW_COST) * self._drafted:
+    def pays(self) -> bool:
+        """Whether the model drafts this step; False while it rests (each call is a step)."""
+        if self._tries < 4 or self._kept > (self.cost + self.VERIFY_ROW_COST) * self._drafted:
             self._probe_every = self.PROBE_EVERY
             return True
         self._idle += 1
@@ -216,27 +206,12 @@ class ModelDrafter(DraftPacer):
             return True
         return False
 
-    def proposing(self, from_model: bool) -> None:
-        """Where this step's drafts come from: the model (its acceptance feeds the cost policy) or n-grams."""
-        self._from_model = from_model
-
     def observe(self, proposed: int, accepted: int) -> None:
-        if self._from_model and proposed > 0:
+        """The verification of one of the model's proposals."""
+        if proposed > 0:
             self._kept = self.DECAY * self._kept + accepted
             self._drafted = self.DECAY * self._drafted + proposed
             self._tries = self.DECAY * self._tries + 1
-        super().observe(proposed, accepted)
-
-
-def propose_batch(items: Seq[tuple[Hashable, list[int], int, DraftModel]]) -> dict[Hashable, list[int]]:
-    """The drafts of every (seq_id, tokens, k, draft model), one batched round per draft model."""
-    out: dict[Hashable, list[int]] = {}
-    by_model: dict[int, tuple[DraftModel, list]] = {}
-    for seq_id, tokens, k, draft in items:
-        by_model.setdefault(id(draft), (draft, []))[1].append((seq_id, tokens, k))
-    for draft, group in by_model.values():
-        out.update(draft.propose_all(group))
-    return out
 
 
 def check_draft_vocab(target, draft, target_name: str, draft_name: str) -> None:

@@ -14,7 +14,8 @@ import threading
 
 import pytest
 from conftest import model_file
-from localllm.engine.drafting.draft_model import ModelDrafter
+from localllm.engine.drafting import Drafter
+from localllm.engine.drafting.draft_model import ModelCostPolicy
 from localllm.llm import LLM
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -33,8 +34,8 @@ def smol_pair(tmp_path_factory):
     copy = tmp_path_factory.mktemp("draft") / "smol-draft.gguf"
     shutil.copyfile(src, copy)
     with LLM(src, n_threads=2, ctx_size=512, parallel=4, speculative=str(copy)) as llm:
-        assert llm._engine._draft.cost == pytest.approx(1.0)  # a copy costs a whole step: never worth it
-        llm._engine._draft.cost = 0.0  # these tests check the bookkeeping, so the model drafts regardless
+        assert llm._engine.drafter.draft.cost == pytest.approx(1.0)  # a copy costs a whole step: never worth it
+        llm._engine.drafter.draft.cost = 0.0  # these tests check the bookkeeping, so the model drafts regardless
         yield llm
 
 
@@ -46,9 +47,9 @@ def run(llm, prompt, speculative, **kw):
 @pytest.fixture
 def model_drafts_only(smol_pair):
     """Every draft from the draft model (no n-gram drafts first) for the length of a test."""
-    smol_pair._engine.draft_with_ngrams = False
+    smol_pair._engine.drafter.ngrams_first = False
     yield smol_pair
-    smol_pair._engine.draft_with_ngrams = True
+    smol_pair._engine.drafter.ngrams_first = True
 
 
 @pytest.mark.model
@@ -75,12 +76,12 @@ def test_ngram_matches_draft_first_and_the_model_drafts_the_rest(smol_pair):
     off, _ = run(smol_pair, prompt, "off", temperature=0, max_tokens=40, ignore_eos=True)
     engine, model_steps = smol_pair._engine, {}
     for hybrid in (True, False):
-        engine.draft_with_ngrams = hybrid
-        before = engine.draft.steps
+        engine.drafter.ngrams_first = hybrid
+        before = engine.drafter.draft.steps
         on, last = run(smol_pair, prompt, "draft", temperature=0, max_tokens=40, ignore_eos=True)
-        model_steps[hybrid] = engine.draft.steps - before
+        model_steps[hybrid] = engine.drafter.draft.steps - before
         assert on == off and last.stats.draft_accepted >= 20, last.stats
-    engine.draft_with_ngrams = True
+    engine.drafter.ngrams_first = True
     assert model_steps[True] * 2 < model_steps[False], model_steps  # measured: 8 vs 38
 
 
@@ -155,41 +156,66 @@ def test_qwen_0_5b_drafting_for_1_5b_gives_the_same_tokens():
         assert chunks[-1].stats.draft_accepted > 0, chunks[-1].stats
 
 
-class _Costly:
-    """Stands in for a DraftModel in the cost policy: only its cost is read."""
+class _FakeDraft:
+    """Stands in for a DraftModel in the Drafter: proposes k copies of 7, records what it is asked."""
 
-    def __init__(self, cost: float):
-        self.cost = cost
+    cost = 0.4
+
+    def __init__(self):
+        self.asked, self.released = [], []
+
+    def propose_all(self, items):
+        self.asked.append([(seq_id, k) for seq_id, _, k in items])
+        return {seq_id: [7] * k for seq_id, _, k in items}
+
+    def release(self, seq_id):
+        self.released.append(seq_id)
+
+    def reset(self):
+        pass
 
 
-def _verify(d: ModelDrafter, from_model: bool, k: int, accepted: int) -> None:
-    d.proposing(from_model=from_model)
-    d.observe(k, accepted)
+def test_the_drafter_drafts_by_ngrams_first_and_only_the_models_drafts_feed_its_cost_policy():
+    fake = _FakeDraft()
+    d = Drafter(draft=fake, shared_ngrams=False)
+    d.open("copy", "draft")
+    d.open("new", "draft")
+    copying = [1, 2, 3, 4, 5, 1, 2]  # 1 2 occurred before: an n-gram match of 2 drafts 3 4 5 ...
+    fresh = [9, 8, 6, 5]
+    assert d.propose([("copy", copying), ("new", fresh)]) == {"copy": [3, 4, 5, 1], "new": [7, 7, 7, 7]}
+    assert fake.asked == [[("new", 4)]]  # one batched round, for the sequence without a match
+    for _ in range(20):  # the n-gram drafts all fail: the pacer shortens them, the model's record is untouched
+        d.observe("copy", 4, 0)
+    assert d._seqs["copy"].policy.pays()
+    d.close("copy", copying, 5)
+    d.close("new", fresh, 4)
+    assert fake.released == ["copy", "new"]
 
 
 def test_the_model_rests_while_its_first_drafts_do_not_pay_and_probes_again():
     """A draft position costing 0.4 of a step: drafts kept half the time or less do not pay (0.4 + a verified row's
     0.1), so after a few proposals the model rests, probing after PROBE_EVERY steps and then less often; kept often
-    again, it drafts every step. n-gram drafts verified meanwhile do not count toward the model's record."""
-    d = ModelDrafter(_Costly(0.4))
+    again, it drafts every step."""
+    d = ModelCostPolicy(0.4)
     proposals = 0
-    while d.model_pays():  # 3 drafts, 1 kept: a third
-        _verify(d, True, 3, 1)
+    while d.pays():  # 3 drafts, 1 kept: a third
+        d.observe(3, 1)
         proposals += 1
         assert proposals <= 8, "still drafting at a loss"
     assert proposals >= 4  # it gathers a few proposals' evidence first
-    for _ in range(40):
-        _verify(d, False, 4, 4)  # n-gram drafts all kept: no evidence about the model
     # probes after PROBE_EVERY steps, then twice as many while the probes do not pay
-    calls = [d.model_pays() for _ in range(3 * ModelDrafter.PROBE_EVERY)]
-    assert [i for i, c in enumerate(calls) if c] == [ModelDrafter.PROBE_EVERY - 2, 3 * ModelDrafter.PROBE_EVERY - 2]
+    calls = [d.pays() for _ in range(3 * ModelCostPolicy.PROBE_EVERY)]
+    assert [i for i, c in enumerate(calls) if c] == [
+        ModelCostPolicy.PROBE_EVERY - 2,
+        3 * ModelCostPolicy.PROBE_EVERY - 2,
+    ]
     for _ in range(12):  # the probes' drafts are kept now: the record climbs back over the cost
-        _verify(d, True, 2, 2)
-    assert all(d.model_pays() for _ in range(5))
+        d.observe(2, 2)
+    assert all(d.pays() for _ in range(5))
 
 
 def test_a_cheap_draft_model_drafts_even_when_most_of_its_drafts_fail():
-    d = ModelDrafter(_Costly(0.05))
+    d = ModelCostPolicy(0.05)
     for i in range(30):
-        assert d.model_pays(), i
-        _verify(d, True, 4, i % 2 * 2)  # a quarter of its drafts kept: above 0.05 + 0.1
+        assert d.pays(), i
+        d.observe(4, i % 2 * 2)  # a quarter of its drafts kept: above 0.05 + 0.1

@@ -8,7 +8,7 @@ import pytest
 from conftest import model_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from localllm.engine.drafting.ngram import NgramDrafter
+from localllm.engine.drafting.ngram import NgramIndex
 from localllm.engine.drafting.ngram_table import NgramTable
 from localllm.llm import LLM
 
@@ -71,13 +71,13 @@ def test_the_drafter_takes_the_tables_drafts_only_for_a_longer_match():
     table.learn([10, 11, 12, 13, 14, 15])
 
     def drafter():
-        return NgramDrafter(max_n=4, min_n=1, start_draft=3, shared=table)
+        return NgramIndex(max_n=4, min_n=1, shared=table)
 
     # own tokens: 12 followed by 99 earlier (a match of 1); the table knows 11 12 -> 13 14 15 (a match of 2)
-    assert drafter().propose([12, 99, 11, 12]) == [13, 14, 15]
+    assert drafter().draft([12, 99, 11, 12], 3) == [13, 14, 15]
     # own match of 2 (11 12 -> 7) ties the table's: the sequence's own text wins
-    assert drafter().propose([11, 12, 7, 11, 12]) == [7, 11, 12]
-    assert NgramDrafter(max_n=4, min_n=1, start_draft=3).propose([12, 99, 11, 12]) == [99, 11, 12]
+    assert drafter().draft([11, 12, 7, 11, 12], 3) == [7, 11, 12]
+    assert NgramIndex(max_n=4, min_n=1).draft([12, 99, 11, 12], 3) == [99, 11, 12]
 
 
 @pytest.mark.model

@@ -60,7 +60,7 @@ def test_nothing_to_do_is_an_empty_step():
 
 def test_one_sequence_prefills_then_decodes():
     bm = BlockManager(8, 4)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=16)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=16)
     a = seq("a", [5, 6, 7, 8, 9, 10], max_tokens=3)
     sched.add(a)
     out = sched.schedule()
@@ -89,7 +89,7 @@ def test_one_sequence_prefills_then_decodes():
 
 
 def test_a_long_prompt_is_chunked_while_a_stream_keeps_decoding():
-    sched = Scheduler(BlockManager(64, 4), max_num_seqs=2, max_num_batched_tokens=8)
+    sched = Scheduler(BlockManager(64, 4), parallel=2, max_batch_tokens=8)
     a = seq("a", [1, 2, 3], max_tokens=20)
     sched.add(a)
     step(sched)
@@ -109,7 +109,7 @@ def test_a_long_prompt_is_chunked_while_a_stream_keeps_decoding():
 
 
 def test_waiting_requests_get_the_budget_that_running_ones_leave():
-    sched = Scheduler(BlockManager(64, 4), max_num_seqs=3, max_num_batched_tokens=8)
+    sched = Scheduler(BlockManager(64, 4), parallel=3, max_batch_tokens=8)
     b = seq("b", list(range(10, 40)), max_tokens=2)  # 30 tokens
     sched.add(b)
     assert scheduled(step(sched)) == {"b": 8}
@@ -124,7 +124,7 @@ def test_waiting_requests_get_the_budget_that_running_ones_leave():
 
 def test_a_second_request_reuses_the_shared_prefix():
     bm = BlockManager(32, 4)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=64)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=64)
     system = list(range(50, 60))  # 10 tokens: two full blocks
     a = seq("a", system + [1, 2], max_tokens=2)
     sched.add(a)
@@ -145,7 +145,7 @@ def test_a_second_request_reuses_the_shared_prefix():
 
 
 def test_a_follow_up_turn_reuses_the_generated_tokens_too():
-    sched = Scheduler(BlockManager(32, 4), max_num_batched_tokens=64)
+    sched = Scheduler(BlockManager(32, 4), max_batch_tokens=64)
     turn1 = seq("t1", [7, 8, 9], max_tokens=6)
     sched.add(turn1)
     while sched.has_unfinished:
@@ -159,7 +159,7 @@ def test_a_follow_up_turn_reuses_the_generated_tokens_too():
 
 def test_the_most_recently_admitted_sequence_is_preempted_and_recomputed():
     bm = BlockManager(6, 2)
-    sched = Scheduler(bm, max_num_seqs=3, max_num_batched_tokens=9)
+    sched = Scheduler(bm, parallel=3, max_batch_tokens=9)
     a, b, c = (seq(name, [i, i + 1, i + 2], max_tokens=4) for i, name in [(10, "a"), (20, "b"), (30, "c")])
     for s in (a, b, c):
         sched.add(s)
@@ -181,7 +181,7 @@ def test_the_most_recently_admitted_sequence_is_preempted_and_recomputed():
 
 def test_a_sequence_that_is_last_preempts_itself():
     bm = BlockManager(4, 2)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=8)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=8)
     a, b = seq("a", [1, 2, 3], max_tokens=3), seq("b", [4, 5, 6, 7], max_tokens=3)
     sched.add(a)
     sched.add(b)
@@ -197,8 +197,8 @@ def test_requests_that_could_never_fit_are_refused_at_add():
     sched = Scheduler(BlockManager(4, 4))  # 16 slots
     with pytest.raises(ValueError, match=r"the prompt has 16 tokens; the KV pool holds 16 \(4 blocks of 4\)"):
         sched.add(seq("big", list(range(16))))
-    capped = Scheduler(BlockManager(4, 4), max_model_len=10)
-    with pytest.raises(ValueError, match=r"the prompt has 10 tokens; the context holds 10"):
+    capped = Scheduler(BlockManager(4, 4), ctx_size=10)
+    with pytest.raises(ValueError, match=r"10 tokens \+ 1 to generate exceed the context size 10 \(ctx_size\)"):
         capped.add(seq("long", list(range(10))))
     assert not sched.has_unfinished and not capped.has_unfinished
     edge = seq("edge", list(range(1, 16)))  # 15 tokens: room for exactly one generated token
@@ -209,7 +209,7 @@ def test_requests_that_could_never_fit_are_refused_at_add():
 
 
 def test_the_context_limit_ends_generation():
-    sched = Scheduler(BlockManager(16, 4), max_model_len=8)
+    sched = Scheduler(BlockManager(16, 4), ctx_size=8)
     a = seq("a", [1, 2, 3])
     sched.add(a)
     while sched.has_unfinished:
@@ -230,7 +230,7 @@ def test_a_stop_token_ends_generation_unless_ignored():
 
 def test_abort_frees_blocks_at_once():
     bm = BlockManager(16, 4)
-    sched = Scheduler(bm, max_num_seqs=1)
+    sched = Scheduler(bm, parallel=1)
     a, b = seq("a", list(range(1, 11))), seq("b", [1, 2])
     sched.add(a)
     sched.add(b)
@@ -258,12 +258,12 @@ def test_abort_between_schedule_and_update():
 
 def test_misuse_raises_value_error():
     bm = BlockManager(8, 4)
-    with pytest.raises(ValueError, match="max_num_seqs"):
-        Scheduler(bm, max_num_seqs=0)
-    with pytest.raises(ValueError, match="at least max_num_seqs"):
-        Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=3)
-    with pytest.raises(ValueError, match="max_model_len"):
-        Scheduler(bm, max_model_len=1)
+    with pytest.raises(ValueError, match="parallel"):
+        Scheduler(bm, parallel=0)
+    with pytest.raises(ValueError, match="at least parallel"):
+        Scheduler(bm, parallel=4, max_batch_tokens=3)
+    with pytest.raises(ValueError, match="ctx_size"):
+        Scheduler(bm, ctx_size=1)
     sched = Scheduler(bm)
     a = seq("a", [1, 2])
     sched.add(a)

@@ -8,7 +8,7 @@ budgets and context limits, over a simulated KV cache:
   recomputation must not change it (checked against the request run by itself);
 - no block is leaked or freed twice, reference counts equal the live tables holding each block, only cached full
   blocks are shared, and every cached block's KV holds the tokens its hash chain names;
-- each step: at most max_num_batched_tokens tokens and max_num_seqs sequences, a sequence's rows are its next
+- each step: at most max_batch_tokens tokens and parallel sequences, a sequence's rows are its next
   uncomputed positions with slots from its own table, every slot lies in a block the sequence holds alone and is
   written once, logits rows are exactly the rows that reach the end of a sequence's tokens, every running sequence
   not preempted gets a token, and a step is empty only when nothing is left;
@@ -60,17 +60,17 @@ class EngineMachine(RuleBasedStateMachine):
     @initialize(
         n_blocks=st.integers(2, 12),
         block_size=st.sampled_from([1, 2, 3, 4]),
-        max_num_seqs=st.integers(1, 4),
+        parallel=st.integers(1, 4),
         extra_budget=st.integers(0, 10),
-        max_model_len=st.none() | st.integers(2, 40),
+        ctx_size=st.none() | st.integers(2, 40),
     )
-    def setup(self, n_blocks, block_size, max_num_seqs, extra_budget, max_model_len):
+    def setup(self, n_blocks, block_size, parallel, extra_budget, ctx_size):
         self.bm = BlockManager(n_blocks, block_size)
-        self.sched = Scheduler(self.bm, max_num_seqs, max_num_seqs + extra_budget, max_model_len)
+        self.sched = Scheduler(self.bm, parallel, parallel + extra_budget, ctx_size)
         self.bs = block_size
         self.pool = n_blocks * block_size
-        self.max_len = min(max_model_len or self.pool, self.pool)
-        self.budget = max_num_seqs + extra_budget
+        self.max_len = min(ctx_size or self.pool, self.pool)
+        self.budget = parallel + extra_budget
         self.kv: dict[int, int] = {}  # flat slot -> token whose KV was written there
         self.seqs: dict[int, Sequence] = {}  # every accepted request
         self.salt: dict[int, int] = {}
@@ -98,7 +98,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.sched.add(seq)
         except ValueError as e:
             assert len(prompt) >= self.max_len, f"refused a request that fits: {e}"
-            assert f"the prompt has {len(prompt)} tokens" in str(e)
+            assert f"{len(prompt)} tokens" in str(e)
             assert seq.status is SequenceStatus.WAITING and seq.arrival == -1
             self.refused += 1
             event("a request was refused")
@@ -196,7 +196,7 @@ class EngineMachine(RuleBasedStateMachine):
                 assert (seq.generated_token_ids, seq.finish_reason) == want
 
     def check_output(self, out, before, running, given):
-        assert out.num_tokens <= self.budget and len(out.seqs) <= self.sched.max_num_seqs
+        assert out.num_tokens <= self.budget and len(out.seqs) <= self.sched.parallel
         assert len({s.seq_id for s in out.seqs}) == len(out.seqs)
         assert all(n >= 1 for n in out.num_scheduled)
         preempted = {s.seq_id for s in out.preempted}
@@ -272,7 +272,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         bm = self.bm
         running = [s for s in self.seqs.values() if s.status is SequenceStatus.RUNNING]
-        assert len(running) == self.sched.num_running <= self.sched.max_num_seqs
+        assert len(running) == self.sched.num_running <= self.sched.parallel
         assert set(bm._seqs) == {s.seq_id for s in running}, "only running sequences hold blocks"
         waiting = [s for s in self.seqs.values() if s.status in (SequenceStatus.WAITING, SequenceStatus.PREEMPTED)]
         assert len(waiting) == self.sched.num_waiting

@@ -36,14 +36,14 @@ def test_bad_stop_tokens_are_refused():
 
 def test_append_token_reports_why_to_stop():
     seq = Sequence("a", [1, 2], SamplingParams(max_tokens=3), stop_token_ids={0})
-    assert seq.append_token(7, max_model_len=100) is None
-    assert seq.append_token(0, max_model_len=100) is FinishReason.STOP
+    assert seq.append_token(7, ctx_size=100) is None
+    assert seq.append_token(0, ctx_size=100) is FinishReason.STOP
     assert seq.generated_token_ids == [7, 0]
 
     seq = Sequence("b", [1, 2], SamplingParams(max_tokens=2, ignore_eos=True), stop_token_ids={0})
-    assert seq.append_token(0, max_model_len=100) is None
-    assert seq.append_token(0, max_model_len=100) is FinishReason.LENGTH
+    assert seq.append_token(0, ctx_size=100) is None
+    assert seq.append_token(0, ctx_size=100) is FinishReason.LENGTH
 
     seq = Sequence("c", [1, 2], SamplingParams(), stop_token_ids={0})
-    assert seq.append_token(3, max_model_len=4) is None
-    assert seq.append_token(3, max_model_len=4) is FinishReason.CONTEXT
+    assert seq.append_token(3, ctx_size=4) is None
+    assert seq.append_token(3, ctx_size=4) is FinishReason.CONTEXT

@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from localllm import native
 from localllm.engine import BlockManager, FinishReason, Scheduler, Sequence
-from localllm.engine.drafting.ngram import NgramDrafter
+from localllm.engine.drafting import Drafter
+from localllm.engine.drafting.ngram import NgramIndex
 from localllm.engine.request import Request
 from localllm.llm import LLM
 from localllm.sampling import SamplingParams
@@ -50,54 +51,74 @@ def brute_lookup(tokens: list[int], max_n: int, min_n: int, k: int) -> list[int]
 )
 def test_lookup_finds_the_latest_earlier_match_of_the_longest_suffix(tokens, cuts, max_n, min_n, k):
     min_n = min(min_n, max_n)
-    d = NgramDrafter(max_n=max_n, min_n=min_n, max_draft=10)
+    d = NgramIndex(max_n=max_n, min_n=min_n)
     for c in sorted(cuts):  # the index catches up over growing prefixes, as a decoding sequence grows
         assert d.lookup(tokens[:c], k) == brute_lookup(tokens[:c], max_n, min_n, k)
     assert d.lookup(tokens, k) == brute_lookup(tokens, max_n, min_n, k)
-    fresh = NgramDrafter(max_n=max_n, min_n=min_n, max_draft=10)
+    fresh = NgramIndex(max_n=max_n, min_n=min_n)
     assert fresh.lookup(tokens, k) == brute_lookup(tokens, max_n, min_n, k)
     assert d.lookup(tokens[:1], k) == []  # a shorter sequence (recomputed elsewhere) starts a fresh index
 
 
+def ngram_drafter(**pacer) -> Drafter:
+    """A Drafter drafting by n-grams (min_n 1, max_n 2) for sequence 0, no shared table: propose(tokens) -> drafts."""
+    d = Drafter(shared_ngrams=False, ngram=dict(max_n=2, min_n=1), pacer=pacer)
+    d.open(0, "ngram")
+    return d
+
+
+def proposed(d: Drafter, tokens) -> list[int]:
+    return d.propose([(0, tokens)]).get(0, [])
+
+
 def test_repeated_text_is_proposed_and_new_text_is_not():
-    d = NgramDrafter(max_n=3, min_n=2, max_draft=8, start_draft=4)
+    d = Drafter(shared_ngrams=False, ngram=dict(max_n=3, min_n=2), pacer=dict(max_draft=8, start_draft=4))
+    d.open("a", "ngram")
+    d.open("b", "ngram")
+    d.open("quiet", "off")
     text = [10, 11, 12, 13, 14, 15, 16, 17]
-    assert d.propose(text + [1, 2, 10, 11]) == [12, 13, 14, 15]
-    assert d.propose([1, 2, 3, 4, 5]) == []
+    assert d.propose([("a", text + [1, 2, 10, 11]), ("b", [1, 2, 3, 4, 5]), ("quiet", text + [10, 11])]) == {
+        "a": [12, 13, 14, 15]
+    }
+    with pytest.raises(ValueError, match="speculative must be one of 'ngram', 'off', 'draft', got 'fast'"):
+        d.open("c", "fast")
+    with pytest.raises(ValueError, match='speculative "draft" needs a draft model'):
+        d.open("c", "draft")
 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(outcomes=st.lists(st.tuples(st.booleans(), st.integers(0, 8)), max_size=80))
 def test_draft_length_stays_in_bounds_and_failures_back_off_then_probe_again(outcomes):
-    d = NgramDrafter(max_n=2, min_n=1, max_draft=8, start_draft=2, patience=2, cooldown=4, max_cooldown=16)
+    pacing = dict(max_draft=8, start_draft=2, patience=2, cooldown=4, max_cooldown=16)
+    d = ngram_drafter(**pacing)
     tokens = [1, 2] * 4
     for hit, a in outcomes:
-        drafts = d.propose(tokens)
-        assert 1 <= d.draft_len <= 8 and len(drafts) <= d.draft_len
+        drafts = proposed(d, tokens)
+        assert 1 <= len(drafts) <= 8 or not drafts
         if drafts:
-            d.observe(len(drafts), len(drafts) if hit else min(a, len(drafts) - 1))
+            d.observe(0, len(drafts), len(drafts) if hit else min(a, len(drafts) - 1))
     # drafts that always fail: after `patience` misses it rests, and each wake-up probes once more
-    d = NgramDrafter(max_n=2, min_n=1, max_draft=8, start_draft=2, patience=2, cooldown=4, max_cooldown=16)
+    d = ngram_drafter(**pacing)
     proposed_at = []
     for step in range(120):
-        drafts = d.propose(tokens)
+        drafts = proposed(d, tokens)
         if drafts:
             proposed_at.append(step)
-            d.observe(len(drafts), 0)
+            d.observe(0, len(drafts), 0)
     assert proposed_at[:2] == [0, 1]
     gaps = np.diff(proposed_at).tolist()
     assert gaps[1:5] == [5, 9, 17, 17], gaps  # rest 4, 8, 16, then capped at max_cooldown
     assert len(proposed_at) < 12  # of 120 steps
     # a probe that is accepted ends the back-off: the next two misses rest the base 4 steps again
-    while not (drafts := d.propose(tokens)):
+    while not (drafts := proposed(d, tokens)):
         pass
-    d.observe(len(drafts), 1)
+    d.observe(0, len(drafts), 1)
     proposed_at = []
     for step in range(20):
-        drafts = d.propose(tokens)
+        drafts = proposed(d, tokens)
         if drafts:
             proposed_at.append(step)
-            d.observe(len(drafts), 0)
+            d.observe(0, len(drafts), 0)
     assert proposed_at == [0, 1, 6, 15]
 
 
@@ -107,7 +128,7 @@ def test_draft_length_stays_in_bounds_and_failures_back_off_then_probe_again(out
 def decoding(bm_blocks=8, block_size=4, prompt=(1, 2, 3, 4, 5, 6), **params):
     """A scheduler whose one sequence has its prompt computed and one sampled token waiting."""
     bm = BlockManager(bm_blocks, block_size)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=32)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=32)
     seq = Sequence("a", list(prompt), SamplingParams(temperature=0, **params), stop_token_ids=[0])
     sched.add(seq)
     out = sched.schedule()
@@ -166,7 +187,7 @@ def test_a_stop_token_or_max_tokens_inside_the_run_ends_it_there():
 
 def test_drafts_fit_the_context_and_never_take_blocks_from_anyone():
     bm = BlockManager(4, 4)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=12)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=32, ctx_size=12)
     seq = Sequence("a", [1, 2, 3, 4, 5, 6, 7, 8, 9], SamplingParams(temperature=0), stop_token_ids=[0])
     sched.add(seq)
     sched.update(sched.schedule(), [7])  # 10 tokens: room for 2 more in the context
@@ -177,7 +198,7 @@ def test_drafts_fit_the_context_and_never_take_blocks_from_anyone():
     assert seq.finish_reason is FinishReason.CONTEXT and seq.num_tokens == 12
 
     bm = BlockManager(3, 4)  # a full pool: the drafts are dropped, nothing is preempted
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=32)
+    sched = Scheduler(bm, parallel=2, max_batch_tokens=32)
     a = Sequence("a", [1, 2, 3, 4, 5, 6, 7], SamplingParams(temperature=0))
     b = Sequence("b", [1, 9, 9], SamplingParams(temperature=0))
     sched.add(a)

@@ -14,28 +14,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.model import BLOCK_SIZE, Model
+from ..model.step_batch import StepBatchBuilder
 from ..text.token_ids import token_ids
-from .model import BLOCK_SIZE, Model
-from .step_batch import StepBatchBuilder
+from .context_window import ContextWindow
 
 
 class OneSequence:
     def __init__(self, model: Model, ctx_origin: str = "ctx_size"):
         """ctx_origin: what set the context size, for the error that a prompt does not fit."""
         self.model = model
-        self.ctx_size = model.n_blocks * BLOCK_SIZE
-        self._ctx_origin = ctx_origin
+        self.window = ContextWindow(model.n_blocks * BLOCK_SIZE, ctx_origin)
         self._blocks = np.arange(model.n_blocks, dtype=np.int32)  # the sequence's blocks: the whole pool in order
 
     def check(self, ids, extra: int = 0) -> np.ndarray:
-        """ids as int64 [n]: non-empty, inside the vocabulary, and room for `extra` more tokens in the context."""
+        """ids as int64 [n]: non-empty, inside the vocabulary, and room for `extra` more tokens in the context
+        (ContextLengthError otherwise: context_window.py)."""
         a = np.asarray(token_ids(ids, "ids", self.model.n_vocab), dtype=np.int64)
         if len(a) == 0:
             raise ValueError("ids must be a non-empty sequence of token ids")
-        if len(a) + extra > self.ctx_size:
-            raise ValueError(
-                f"{len(a)} tokens + {extra} to generate exceed the context size {self.ctx_size} ({self._ctx_origin})"
-            )
+        self.window.check(len(a), extra)
         return a
 
     def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
