@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.parallel < 1 or args.max_models < 1 or args.max_queue < 1:
         raise ValueError("--parallel, --max-models and --max-queue must be positive")
     model = args.model or catalog.load().default
-    resolve_model(model, pull=args.pull)  # an unknown or unpulled model is one error line before anything starts
+    path = resolve_model(model, pull=args.pull)  # an unknown or unpulled model: one error line before anything starts
     if not _loopback(args.host) and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who can reach it can use it", file=sys.stderr)
     llm_kwargs = {
@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         **device_kwargs(args),
     }
     llm_kwargs["speculative"] = args.speculative
-    host = ModelHost(model, llm_kwargs=llm_kwargs, max_models=args.max_models, max_queue=args.max_queue)
+    host = ModelHost(
+        model, llm_kwargs=llm_kwargs, max_models=args.max_models, max_queue=args.max_queue, default_path=path
+    )
     app = create_app(host, api_key=args.api_key, cors_origins=args.cors_origin)
     print(f"localllm serving {model} on http://{args.host}:{args.port} (OpenAI: /v1, Ollama: /api)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -93,14 +93,23 @@ class _LeasedStream(StreamingResponse):
 
 
 class ModelHost:
-    def __init__(self, default: str, llm_kwargs: dict | None = None, max_models: int = 1, max_queue: int = 64):
+    def __init__(
+        self,
+        default: str,
+        llm_kwargs: dict | None = None,
+        max_models: int = 1,
+        max_queue: int = 64,
+        default_path: str | os.PathLike | None = None,
+    ):
+        """default: the model requests get when they name none; default_path: its file when the caller resolved
+        the name already (serve does, to refuse an unknown model before the server starts)."""
         self.default = default
         self.llm_kwargs = dict(llm_kwargs or {})
         self.max_models = max(1, int(max_models))
         self.max_queue = max_queue  # requests in flight per model beyond which new ones get 503
         self._loaded: OrderedDict[str, _Loaded] = OrderedDict()  # least recently used first
         self._lock = asyncio.Lock()
-        self._default_path: Path | None = None
+        self._default_path: Path | None = Path(default_path) if default_path is not None else None
         self._closing: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's: keep-alive timers run on it
         self.state = "loading"  # "loading" until the default model is loaded, then "ok"; "error" if it failed
@@ -165,6 +174,8 @@ class ModelHost:
         return name
 
     async def _load(self, name: str) -> _Loaded:
+        if name == self.default and self._default_path is not None:
+            return await self._open(name, self._default_path)
         try:
             path = Path(resolve_model(name))
         except DamagedModelError as e:
@@ -173,6 +184,9 @@ class ModelHost:
             raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
         if name == self.default:
             self._default_path = path
+        return await self._open(name, path)
+
+    async def _open(self, name: str, path: Path) -> _Loaded:
         try:
             llm = await asyncio.to_thread(LLM, path, **self.llm_kwargs)
         except DraftMismatchError as e:
