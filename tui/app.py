@@ -1,10 +1,10 @@
-"""The chat application: conversation view, message input and status bar over a ChatEngine.
+"""The chat application: conversation view, message input and status bar over a ReplyWorker.
 
-    app = ChatApp(ChatEngine(llm, "smollm2:135m"), system="Be brief.", temperature=0.8, top_p=0.95, max_tokens=None,
+    app = ChatApp(ReplyWorker(llm, "smollm2:135m"), system="Be brief.", temperature=0.8, top_p=0.95, max_tokens=None,
                   saved=History(path), store=Store(), load_model=lambda path: LLM(path, ctx_size=4096))
     app.run()
 
-One reply at a time: the engine's worker thread streams it, the app is woken (ReplyUpdated) and takes all the
+One reply at a time: the reply worker's thread streams it, the app is woken (ReplyUpdated) and takes all the
 text that arrived since the last wake. The conversation sent to the model is self.history
 ([{"role", "content"}], without the system message); a reply stopped with Esc keeps its text in it, a turn the
 engine refused (an error) is shown but left out of it. F4 loads the last message back into the input; sending it
@@ -13,7 +13,7 @@ stopped reply included) is saved with the conversation's settings (Ctrl+S: syste
 max tokens; a new conversation starts from the constructor's), and the side panel (Ctrl+B) lists, resumes,
 renames and deletes conversations. Ctrl+R asks again: a new reply in place of the last one, or after an error
 the refused message resent. Ctrl+O picks another model from the store: load_model(path) opens it on a
-worker thread, the engine swaps to it once loaded, and a failed load is an error line (the old model stays).
+worker thread, the reply worker swaps to it once loaded, and a failed load is an error line (the old model stays).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from .help import HelpScreen
 from .history import History, title_for
 from .model_picker import ModelPicker
 from .rename import RenameScreen
-from .reply_worker import ChatEngine, End, Reply
+from .reply_worker import End, Reply, ReplyWorker
 from .settings import Settings, SettingsScreen
 from .sidebar import Sidebar
 from .status import StatusBar
 
 
 class ReplyUpdated(Message):
-    """Posted from the engine's worker thread: `reply` has text or its end waiting in take()."""
+    """Posted from the reply worker's thread: `reply` has text or its end waiting in take()."""
 
     def __init__(self, reply: Reply):
         super().__init__()
@@ -50,7 +50,7 @@ class ReplyUpdated(Message):
 
 
 class ModelLoaded(Message):
-    """Posted from the loading worker: `name` is the engine's model now, or `error` says why it is not."""
+    """Posted from the loading worker: `name` is the reply worker's model now, or `error` says why it is not."""
 
     def __init__(self, name: str, error: str | None = None):
         super().__init__()
@@ -89,7 +89,7 @@ class ChatApp(App):
 
     def __init__(
         self,
-        engine: ChatEngine,
+        worker: ReplyWorker,
         system: str | None = None,
         temperature: float = 0.8,
         top_p: float = 0.95,
@@ -99,7 +99,7 @@ class ChatApp(App):
         load_model: Callable[[Path], Any] = open_llm,
     ):
         super().__init__()
-        self.engine = engine
+        self.worker = worker
         self.saved = saved  # where conversations are kept; None: nothing is saved and there is no side panel
         self.store = store if store is not None else Store()
         self.load_model = load_model
@@ -119,7 +119,7 @@ class ChatApp(App):
             with Vertical(id="chat"):
                 yield Conversation(id="conversation")
                 yield ChatInput(id="input")
-        yield StatusBar(self.engine.model_name, self.engine.ctx_size, self.engine.kv_type)
+        yield StatusBar(self.worker.model_name, self.worker.ctx_size, self.worker.kv_type)
 
     async def on_mount(self) -> None:
         panel = self.query_one(Sidebar)
@@ -195,11 +195,11 @@ class ChatApp(App):
     def _start_reply(self) -> None:
         """Streams a reply to self.history (which ends with the user's message) into a new message view."""
         self.reply_view = self.conversation.add_assistant(raw=self.raw)
-        self.reply = self.engine.start(self.messages(), notify=self._wake, **self.settings.sampling())
+        self.reply = self.worker.start(self.messages(), notify=self._wake, **self.settings.sampling())
         self.status.set_busy(True)
 
     def _wake(self, reply: Reply) -> None:
-        """Engine worker thread: `reply` has something to take."""
+        """The reply worker's thread: `reply` has something to take."""
         self.post_message(ReplyUpdated(reply))
 
     def on_reply_updated(self, message: ReplyUpdated) -> None:
@@ -244,14 +244,14 @@ class ChatApp(App):
         full = getattr(stats, "context_full", None)
         if full is not None:
             return bool(full)
-        return stats.prompt_tokens + stats.completion_tokens >= self.engine.ctx_size
+        return stats.prompt_tokens + stats.completion_tokens >= self.worker.ctx_size
 
     def _save(self, turn: list[dict]) -> None:
         """Appends a finished turn (user message, reply) to the saved conversation, creating it on the first."""
         if self.saved is None:
             return
         if self.conversation_id is None:
-            self.conversation_id = self.saved.create(title_for(turn[0]["content"]), self.engine.model_name)
+            self.conversation_id = self.saved.create(title_for(turn[0]["content"]), self.worker.model_name)
             self.saved.set_settings(self.conversation_id, self.settings.to_dict())
         for m in turn:
             self.saved.add(self.conversation_id, m["role"], m["content"])
@@ -363,10 +363,10 @@ class ChatApp(App):
 
     def action_pick_model(self) -> None:
         if len(self.screen_stack) == 1:
-            self.push_screen(ModelPicker(self.store.models(), self.engine.model_name), self._switch_model)
+            self.push_screen(ModelPicker(self.store.models(), self.worker.model_name), self._switch_model)
 
     def _switch_model(self, model: StoredModel | None) -> None:
-        if model is None or model.name == self.engine.model_name:
+        if model is None or model.name == self.worker.model_name:
             return
         if why := self.busy():
             self.notify(why, severity="warning")
@@ -376,13 +376,13 @@ class ChatApp(App):
         self.run_worker(lambda: self._load(model), thread=True, group="model")
 
     def _load(self, model: StoredModel) -> None:
-        """Worker thread: opens the model and hands it to the engine."""
+        """Worker thread: opens the model and hands it to the reply worker."""
         try:
             llm = self.load_model(model.path)
         except Exception as e:
             self.post_message(ModelLoaded(model.name, str(e) or type(e).__name__))
             return
-        self.engine.swap(llm, model.name)
+        self.worker.swap(llm, model.name)
         self.post_message(ModelLoaded(model.name))
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
@@ -390,7 +390,7 @@ class ChatApp(App):
         if message.error is not None:
             self.conversation.add_error(f"could not load {message.name}: {message.error}")
             return
-        self.status.set_model(self.engine.model_name, self.engine.ctx_size, self.engine.kv_type)
+        self.status.set_model(self.worker.model_name, self.worker.ctx_size, self.worker.kv_type)
         self.conversation.add_note(f"now chatting with {message.name}")
 
     def action_copy(self) -> None:

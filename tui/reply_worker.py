@@ -1,12 +1,12 @@
-"""The chat engine adapter: runs `LLM.chat` on a worker thread, one reply at a time, and hands its text to the UI.
+"""The reply worker: runs `LLM.chat` on a worker thread, one reply at a time, and hands its text to the UI.
 
-    engine = ChatEngine(llm, model_name="smollm2:135m", sampling={"top_k": 40})   # every reply's fixed settings
-    reply = engine.start(messages, notify=wake, temperature=0.8, top_p=0.95, max_tokens=None)
+    worker = ReplyWorker(llm, model_name="smollm2:135m", sampling={"top_k": 40})   # every reply's fixed settings
+    reply = worker.start(messages, notify=wake, temperature=0.8, top_p=0.95, max_tokens=None)
     # worker thread: wake(reply) each time the reply goes from nothing pending to something pending
     text, end = reply.take()      # UI thread: all text since the last take; end: an End once the reply is over
     reply.stop()                  # Esc: take() returns End("stopped") at once; the worker quits after its chunk
-    engine.close()                # waits for the worker to let go of the model (before llm.close())
-    engine.swap(new_llm, "qwen2.5-coder:0.5b")   # waits likewise, then replies use new_llm; the old one is closed
+    worker.close()                # waits for the worker to let go of the model (before llm.close())
+    worker.swap(new_llm, "qwen2.5-coder:0.5b")   # waits likewise, then replies use new_llm; the old one is closed
 
 llm: anything with `.chat(messages, **sampling)` -> iterator of chunks (.text, .token_ids; the last has
 .finish_reason and .stats), `.ctx_size`, and optionally `.k_type` / `.v_type`. Token updates are coalesced:
@@ -83,7 +83,7 @@ class Reply:
         return True
 
 
-class ChatEngine:
+class ReplyWorker:
     def __init__(self, llm, model_name: str, sampling: dict | None = None):
         """sampling: keyword arguments of every reply's llm.chat, under each start()'s own."""
         self.llm = llm

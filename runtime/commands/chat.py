@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from localllm.tui.app import ChatApp
         from localllm.tui.history import History
-        from localllm.tui.reply_worker import ChatEngine
+        from localllm.tui.reply_worker import ReplyWorker
     except ImportError as e:
         print(f"error: the chat needs Textual ({e.name or e}): pip install textual", file=sys.stderr)
         return 1
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             return LLM(p, speculative="ngram", **kw)
 
     print(f"loading {model} ...", file=sys.stderr)
-    engine = ChatEngine(open_llm(path, first=True), display_name(model, path), sampling=fixed)
+    engine = ReplyWorker(open_llm(path, first=True), display_name(model, path), sampling=fixed)
     saved = None
     if not args.no_save:
         try:

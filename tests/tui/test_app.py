@@ -1,4 +1,4 @@
-"""The chat app driven by Textual's pilot, over the real ChatEngine adapter and a scripted FakeLLM."""
+"""The chat app driven by Textual's pilot, over the real ReplyWorker adapter and a scripted FakeLLM."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from localllm.tui.app import ChatApp
 from localllm.tui.chat_input import ChatInput
 from localllm.tui.conversation import AssistantMessage, ErrorLine, Note, UserMessage
 from localllm.tui.help import HelpScreen
-from localllm.tui.reply_worker import ChatEngine
+from localllm.tui.reply_worker import ReplyWorker
 from localllm.tui.status import StatusBar
 from textual.widgets import DataTable
 
@@ -23,7 +23,7 @@ SIZE = (80, 24)
 
 
 def make_app(llm, **kwargs) -> ChatApp:
-    return ChatApp(ChatEngine(llm, "fake:1b"), **kwargs)
+    return ChatApp(ReplyWorker(llm, "fake:1b"), **kwargs)
 
 
 async def wait_for(pilot, cond, timeout=5.0) -> None:
@@ -357,7 +357,7 @@ def test_status_bar_fits_80_columns():
     assert len(line) <= 80 and line.startswith(" qwen2.5-") and "…" in line
     assert "12345/32768" in line and "KV q8_0/q4_0" in line
     assert (
-        ChatEngine(type("L", (), {"ctx_size": 512, "k_type": "q8_0", "v_type": "q4_0"})(), "m").kv_type == "q8_0/q4_0"
+        ReplyWorker(type("L", (), {"ctx_size": 512, "k_type": "q8_0", "v_type": "q4_0"})(), "m").kv_type == "q8_0/q4_0"
     )
     assert StatusBar("m", 512, "f16").line(80) == " m │ pp - tg - t/s │ ctx ▱▱▱▱▱▱▱▱ 0/512 │ KV f16 │ F1 help"
     bar = StatusBar("m", 512, "f16")

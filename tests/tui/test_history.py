@@ -13,7 +13,7 @@ from fake_llm import FakeLLM
 from localllm.tui.app import ChatApp
 from localllm.tui.conversation import AssistantMessage, UserMessage
 from localllm.tui.history import History, title_for
-from localllm.tui.reply_worker import ChatEngine
+from localllm.tui.reply_worker import ReplyWorker
 from localllm.tui.sidebar import Sidebar
 
 
@@ -61,7 +61,7 @@ def saved_app(tmp_path):
     """A chat app on a fake engine answering "Hello", saving to a fresh History: (history, llm, app)."""
     h = History(tmp_path / "chat.sqlite3")
     llm = FakeLLM(["Hello"])
-    return h, llm, ChatApp(ChatEngine(llm, "fake:1b"), saved=h)
+    return h, llm, ChatApp(ReplyWorker(llm, "fake:1b"), saved=h)
 
 
 def test_app_saves_lists_resumes_and_deletes(tmp_path):
@@ -214,7 +214,7 @@ def test_deleting_the_conversation_while_its_reply_streams(tmp_path):
 
 def test_narrow_terminal_hides_the_panel(tmp_path):
     async def go():
-        app = ChatApp(ChatEngine(FakeLLM(), "fake:1b"), saved=History(tmp_path / "c.sqlite3"))
+        app = ChatApp(ReplyWorker(FakeLLM(), "fake:1b"), saved=History(tmp_path / "c.sqlite3"))
         async with app.run_test(size=(80, 24)):
             assert not app.query_one(Sidebar).display
 

@@ -48,7 +48,7 @@ def test_empty_store_says_how_to_pull(tmp_path):
             assert not screen.query(OptionList)
             await pilot.press("escape")
             await wait_for(pilot, lambda: not isinstance(app.screen, ModelPicker))
-            assert app.engine.model_name == "fake:1b"
+            assert app.worker.model_name == "fake:1b"
 
     asyncio.run(go())
 
@@ -85,12 +85,12 @@ def test_pick_switches_the_model(tmp_path):
             assert len(app.history) == 2 and app.query_one("#input").text == "not now"
             loaded.set()
             await wait_for(pilot, lambda: app.loading is None)
-            assert app.engine.model_name == "other:2b" and "other:2b" in app.query_one(StatusBar).line()
+            assert app.worker.model_name == "other:2b" and "other:2b" in app.query_one(StatusBar).line()
             assert str(app.query(Note).last().content) == "now chatting with other:2b"
             await pilot.press("enter")
             msg = await reply_done(pilot)
             assert msg.text == "from the other"
-            assert app.engine.llm.calls[0][0][0] == {"role": "user", "content": "hi"}  # the conversation goes on
+            assert app.worker.llm.calls[0][0][0] == {"role": "user", "content": "hi"}  # the conversation goes on
 
     asyncio.run(go())
 
@@ -110,7 +110,7 @@ def test_load_error_is_a_line_and_the_old_model_stays(tmp_path):
             assert "could not load broken:1b: broken-1b.gguf: not a GGUF file" in str(
                 app.query(ErrorLine).first().content
             )
-            assert app.loading is None and app.engine.model_name == "fake:1b"
+            assert app.loading is None and app.worker.model_name == "fake:1b"
             await send(pilot, "hi")
             assert (await reply_done(pilot)).text == "still here"
 
@@ -137,11 +137,11 @@ def test_pick_a_real_model(tmp_path):
             await open_picker(pilot)
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.loading is None, timeout=30)
-            assert not app.query(ErrorLine) and app.engine.ctx_size == 512
+            assert not app.query(ErrorLine) and app.worker.ctx_size == 512
             await send(pilot, "hi")
             await wait_for(pilot, lambda: app.reply is None, timeout=30)
             assert not app.query(ErrorLine) and app.query(AssistantMessage).last().text.strip()
-        assert app.engine.close(timeout=5)
-        app.engine.llm.close()
+        assert app.worker.close(timeout=5)
+        app.worker.llm.close()
 
     asyncio.run(go())

@@ -14,7 +14,7 @@ from conftest import model_file
 from localllm.llm import LLM
 from localllm.tui.app import ChatApp
 from localllm.tui.conversation import AssistantMessage, ErrorLine
-from localllm.tui.reply_worker import ChatEngine
+from localllm.tui.reply_worker import ReplyWorker
 from localllm.tui.status import StatusBar
 
 
@@ -23,7 +23,7 @@ def test_real_model_replies():
     path = model_file("smollm2-135m-instruct-q4_1")
 
     async def go(llm):
-        engine = ChatEngine(llm, "smollm2:135m")
+        engine = ReplyWorker(llm, "smollm2:135m")
         app = ChatApp(engine, temperature=0.0, max_tokens=16)
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("h", "i", "enter")
