@@ -1,4 +1,7 @@
-"""localllm: a local LLM runtime. `from localllm import Tokenizer, GGUFFile`.
+"""localllm: a local LLM runtime.
+
+    from localllm import LLM, SamplingParams, Chunk       # the model handle, a request's sampling, a reply's pieces
+    from localllm import Tokenizer, GGUFFile, backends    # a GGUF's tokenizer, the file itself, where it can run
 
 Heavy modules (the native extension, the tokenizer) are imported on first use.
 """
@@ -8,10 +11,12 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
+    "LLM": ("localllm.llm", "LLM"),
+    "SamplingParams": ("localllm.sampling", "SamplingParams"),
+    "Chunk": ("localllm.engine.output", "Chunk"),
     "GGUFFile": ("localllm.model.gguf", "GGUFFile"),
     "GGUFError": ("localllm.model.gguf", "GGUFError"),
     "Tokenizer": ("localllm.text.tokenizer", "Tokenizer"),
-    "LLM": ("localllm.llm", "LLM"),
     "backends": ("localllm.native", "backends"),
 }
 

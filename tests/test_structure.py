@@ -90,3 +90,32 @@ def test_every_source_file_says_what_it_is():
             if not first or not first[0].startswith(("//", "/*")):
                 silent.append(str(p.relative_to(REPO)))
     assert not silent, "files whose first lines do not say what they are: " + ", ".join(silent)
+
+
+# The layout by concern: what may sit at runtime/'s root (the public faces and the CLI) and the rooms under it.
+ROOT_MODULES = {"__init__", "cli", "llm", "native", "perplexity", "sampling"}
+ROOMS = {"bench", "commands", "engine", "hub", "model", "server", "text"}
+
+
+def test_runtime_is_grouped_by_concern():
+    root = REPO / "runtime"
+    modules = {p.stem for p in root.glob("*.py")}
+    rooms = {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert modules == ROOT_MODULES, f"modules at runtime/'s root: {sorted(modules - ROOT_MODULES)} belong in a room"
+    assert rooms == ROOMS, (
+        f"runtime/'s rooms changed: {sorted(rooms ^ ROOMS)} (update this test and docs/architecture.md)"
+    )
+    for top in ("pyproject.toml", "CMakeLists.txt", "README.md", "runtime", "native", "tui", "tests", "models"):
+        assert (REPO / top).exists(), f"the founding layout lost {top}"
+
+
+def test_the_public_api_is_importable_from_the_package():
+    import localllm
+
+    for name in ("LLM", "SamplingParams", "Chunk", "Tokenizer", "GGUFFile", "GGUFError", "backends"):
+        assert name in localllm.__all__ and getattr(localllm, name) is not None
+    from localllm import Chunk, SamplingParams
+    from localllm.engine.output import Chunk as EngineChunk
+    from localllm.sampling import SamplingParams as Params
+
+    assert Chunk is EngineChunk and SamplingParams is Params
