@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -114,6 +116,44 @@ py::object int8_peak_py(int64_t iters) {
   return py::make_tuple(py::int_((uint64_t)nt * (uint64_t)iters * (uint64_t)kt.int8_peak_macs), py::int_(sums[0]));
 }
 
+// Best-of-reps seconds for one product per matrix of mats [(type_id, rows uint8 [m, row_bytes], k)] with n random
+// activation rows, on the kernel path `path` with `threads` threads (not the process's settings: nothing else
+// changes). Measures how fast each path runs a model's own shapes (localllm.model.cpu_path).
+double time_products_py(const std::string& path, const py::list& mats, int n, int reps, int threads) {
+  if (n < 1 || reps < 1) throw std::invalid_argument("n and reps must be positive");
+  if (threads < 1 || threads > 1024) throw std::invalid_argument("threads must be between 1 and 1024");
+  const KernelTable& kt = *kernels_for(path);
+  ThreadPool pool(threads);
+  struct Mat {
+    int type_id, m, k;
+    const uint8_t* w;
+    size_t stride;
+  };
+  std::vector<Mat> ms;
+  size_t max_k = 0, max_m = 0;
+  for (const auto& item : mats) {
+    auto t = item.cast<py::tuple>();
+    if (t.size() != 3) throw std::invalid_argument("each matrix is (type_id, rows, k)");
+    const int type_id = t[0].cast<int>(), k = t[2].cast<int>();
+    py::array w = py::array::ensure(t[1]);
+    check_weight_rows(kt, type_id, w, k, "weights");
+    ms.push_back({type_id, (int)w.shape(0), k, (const uint8_t*)w.data(), (size_t)w.strides(0)});
+    max_k = std::max(max_k, (size_t)k);
+    max_m = std::max(max_m, (size_t)w.shape(0));
+  }
+  std::vector<float> x((size_t)n * max_k), y((size_t)n * max_m);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((int)(i * 2654435761u % 2001) - 1000) / 1000.0f;
+  double best = 1e30;
+  py::gil_scoped_release nogil;
+  for (int r = 0; r <= reps; ++r) {  // the first pass warms the caches and pages the weights in, untimed
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const Mat& mt : ms) matmul(kt, mt.type_id, mt.w, mt.stride, mt.m, mt.k, x.data(), n, y.data(), pool);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, dt);
+  }
+  return best;
+}
+
 }  // namespace
 
 void bind_kernels(py::module_& m) {
@@ -127,6 +167,9 @@ void bind_kernels(py::module_& m) {
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
   m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
   m.def("int8_peak", &int8_peak_py, py::arg("iters"));
+  m.def("time_products", &time_products_py, py::arg("path"), py::arg("mats"), py::arg("n"), py::arg("reps"),
+        py::arg("threads"),
+        "best-of-reps seconds of one product per (type_id, rows, k) with n activation rows on `path`");
 }
 
 }  // namespace lll

@@ -15,6 +15,7 @@
 
 #include "bindings.h"
 #include "model.h"
+#include "cpu_features.h"
 #include "kernel_context.h"
 
 namespace py = pybind11;
@@ -155,9 +156,10 @@ struct PyModel {
   std::unique_ptr<Model> model;
   std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
 
-  // kv: {n_blocks, block_size, k_type, v_type, rotate, center, equalize} (localllm.native.new_model)
+  // kv: {n_blocks, block_size, k_type, v_type, rotate, center, equalize} (localllm.native.new_model); cpu_path: the
+  // kernel path of its CPU stages ("" = the process's)
   PyModel(const py::dict& cfg, const py::dict& weights, const py::list& layers, const py::dict& kv_dict, int threads,
-          const std::vector<std::pair<std::string, int>>& placement) {
+          const std::vector<std::pair<std::string, int>>& placement, const std::string& cpu_path) {
     ModelConfig c;
 #define LLL_READ(type, name) c.name = get_key<type>(cfg, #name, "config");
     LLL_CONFIG_FIELDS(LLL_READ)
@@ -168,7 +170,7 @@ struct PyModel {
     auto opt = [](const py::dict& d, const char* key) -> py::object {
       return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key]) : py::none();
     };
-    const KernelTable* kt = kernel_context().kernels;
+    const KernelTable* kt = cpu_path.empty() ? kernel_context().kernels : kernels_for(cpu_path);
     ModelWeights w;
 #define LLL_READ(name) w.name = weight_view(*kt, opt(weights, #name), #name, keep);
     LLL_MODEL_WEIGHTS(LLL_READ)
@@ -264,9 +266,9 @@ void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model",
                       "the decoder block over mmapped weights and a paged KV cache (private: use localllm.model.model)")
       .def(py::init<const py::dict&, const py::dict&, const py::list&, const py::dict&, int,
-                    const std::vector<std::pair<std::string, int>>&>(),
+                    const std::vector<std::pair<std::string, int>>&, const std::string&>(),
            py::arg("config"), py::arg("weights"), py::arg("layers"), py::arg("kv"), py::arg("threads"),
-           py::arg("placement") = std::vector<std::pair<std::string, int>>{},
+           py::arg("placement") = std::vector<std::pair<std::string, int>>{}, py::arg("cpu_path") = "",
            "placement: [(device, last layer)] per stage in order ('cpu' | 'cuda'); empty: all on the CPU")
       .def("forward", &PyModel::forward, py::arg("batch"), py::arg("top_k") = 0, py::arg("n_valid") = 0,
            "one engine step (a StepBatch) -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
@@ -301,7 +303,9 @@ void bind_model(py::module_& m) {
             return out;
           },
           "float32 [n_layers, n_kv_head * head_dim]: K's per-channel divisors, or None")
-      .def_property_readonly("threads", [](const PyModel& p) { return p.model->threads(); });
+      .def_property_readonly("threads", [](const PyModel& p) { return p.model->threads(); })
+      .def_property_readonly("cpu_path", [](const PyModel& p) { return std::string(p.model->kernels()->name); },
+                             "the kernel path of its CPU stages");
 }
 
 }  // namespace lll

@@ -36,6 +36,7 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const KvTransforms& kv_transforms() const { return kv_tf_; }
   int threads() const { return pool_.size(); }
+  const KernelTable* kernels() const { return kt_; }  // the CPU stages' kernel path
   const KvPoolShape& kv_pool() const { return kv_shape_; }
   size_t kv_bytes() const;  // over every stage
   // the stages' devices and layer ranges, e.g. [("cuda:0", 0, 16), ("cpu", 16, 24)]

@@ -57,12 +57,31 @@ def available_paths() -> list[str]:
     return list(_native.available_paths())
 
 
+_forced_path: str | None = None  # the path configure() was given (or LOCALLLM_CPU names), else None
+
+
 def configure(path: str | None = None, threads: int | None = None) -> None:
-    """Selects the CPU path (None: LOCALLLM_CPU or the best) that products and models made afterwards use, and
-    the kernel entry points' thread count (None: physical cores); a model keeps the count it was made with."""
+    """Selects the CPU path (None: LOCALLLM_CPU, else the best by instructions) that the kernel entry points and
+    models made afterwards use, and the kernel entry points' thread count (None: physical cores); a model keeps the
+    path and count it was made with. A path given here or by LOCALLLM_CPU is forced: models then take it instead of
+    the one measured fastest for them (model/cpu_path.py)."""
+    global _forced_path
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    _native.configure(path if path is not None else os.environ.get("LOCALLLM_CPU", ""), threads or physical_cores())
+    name = path if path is not None else os.environ.get("LOCALLLM_CPU", "")
+    _native.configure(name, threads or physical_cores())
+    _forced_path = name or None
+
+
+def forced_path() -> str | None:
+    """The CPU path configure() or LOCALLLM_CPU forces, or None (each model takes the path measured fastest)."""
+    return _forced_path
+
+
+def time_products(path: str, mats: list[tuple[int, np.ndarray, int]], n: int, reps: int, threads: int) -> float:
+    """Best of `reps` seconds to run one product per matrix (type_id, rows uint8 [m, row_bytes], k) with n activation
+    rows on CPU path `path` with `threads` threads (after one untimed pass); the process's settings are untouched."""
+    return _native.time_products(path, mats, n, reps, threads)
 
 
 def backends() -> dict:
@@ -142,14 +161,21 @@ def model_fields() -> dict[str, list[str]]:
 
 
 def new_model(
-    config: dict, weights: dict, layers: list[dict], kv: dict, threads: int, placement: list[tuple[str, int]]
+    config: dict,
+    weights: dict,
+    layers: list[dict],
+    kv: dict,
+    threads: int,
+    placement: list[tuple[str, int]],
+    cpu_path: str = "",
 ):
-    """The native Model (native/model.h) on the current CPU path: config and layers keyed by model_fields(),
+    """The native Model (native/model.h): config and layers keyed by model_fields(),
     weights as (type_id, rows uint8 [n_rows, row_bytes], row_len), kv {n_blocks, block_size, k_type, v_type,
     rotate, center, equalize} (its KV pool and the transforms of what it stores: native/kv_transforms.h),
-    placement [(device, last layer)] per stage (model/placement.py); localllm.model.Model is its only caller.
-    Its forward(batch[, top_k, n_valid]) takes a StepBatch (model/step_batch.py)."""
-    return _native.Model(config, weights, layers, kv, threads, placement)
+    placement [(device, last layer)] per stage (model/placement.py), cpu_path the kernel path of its CPU stages ("":
+    the process's); localllm.model.Model is its only caller. Its forward(batch[, top_k, n_valid]) takes a StepBatch
+    (model/step_batch.py)."""
+    return _native.Model(config, weights, layers, kv, threads, placement, cpu_path)
 
 
 def scan_strings(buf: np.ndarray, pos: int, count: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -509,6 +509,11 @@ def run_kernels(args: argparse.Namespace) -> int:
         + (f"; int8 multiply-add peak {peak:.0f} GOP/s (the N = 512 roofline)" if peak else ""),
         file=out,
     )
+    choices = {}
+    th = max(threads)
+    print(f"CPU path per model (model/cpu_path.py: one layer and the head on each path, {th} threads):", file=out)
+    for p in paths:
+        choices[p.name] = _path_choice(p, th, bw, out)
     print(
         f"{'model':<36} {'type':<6} {'th':>2} {'N=1 GB/s (% roofline)':<22} "
         + " ".join(f"{'N=' + str(n):>7}" for n in ns if n > 1)
@@ -533,7 +538,31 @@ def run_kernels(args: argparse.Namespace) -> int:
             cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items())
             print(f"  {p.name[:36]:<36} {cells}", file=out, flush=True)
     if args.json:
-        report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": native.current_path()}
+        report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": native.current_path(), "choices": choices}
         report.update(results=results, step_ms={name: {str(n): t for n, t in ms.items()} for name, ms in steps.items()})
         print(json.dumps(report, indent=1))
     return 0
+
+
+def _path_choice(path, threads: int, bw: float, out) -> dict:
+    """Each SIMD path's estimated decode (GB/s of the weights a token reads, tok/s) and prompt speed on the model,
+    and the path a model load chooses (cpu_path.pick; a forced path is said as such)."""
+    from localllm import native
+    from localllm.model import cpu_path
+    from localllm.model.architectures import spec_from_gguf
+    from localllm.model.gguf import GGUFFile
+
+    with GGUFFile(path) as f:
+        spec = spec_from_gguf(f)
+        timings = cpu_path.measure(f, spec, threads)
+    choice = native.forced_path() or cpu_path.pick(timings)
+    for name, t in timings.items():
+        mark = " <- chosen" if name == choice else ""
+        print(
+            f"  {path.name[:36]:<36} {name:<7} decode {t.decode_gbps:5.1f} GB/s ({100 * t.decode_gbps / bw:3.0f}% of "
+            f"read bandwidth, ~{1 / t.decode_s:5.1f} tok/s)  prompt ~{1 / t.prompt_s:6.1f} tok/s{mark}",
+            file=out,
+        )
+    if native.forced_path():
+        print(f"  {path.name[:36]:<36} {choice} is forced (LOCALLLM_CPU or native.configure)", file=out)
+    return {"choice": choice, "forced": bool(native.forced_path()), "timings": {n: vars(t) for n, t in timings.items()}}

@@ -17,6 +17,7 @@ from .. import native
 from . import quant_types
 from .architectures import ModelSpec, spec_from_gguf
 from .candidates import Candidates
+from .cpu_path import choose as choose_cpu_path
 from .gguf import GGUFFile, TensorInfo
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .placement import DEFAULT_DEVICE, Footprint
@@ -79,10 +80,12 @@ class Model:
         device: str = DEFAULT_DEVICE,
         gpu_layers: int | None = None,
         placement: list[tuple[str, int]] | None = None,
+        cpu_path: str | None = None,
     ):
         """f stays open as long as this model (its tensors are views into f's map). k_type, v_type: KV_TYPES.
         device (cpu | cuda | auto) and gpu_layers: where the layers run (localllm.model.placement); placement, when
-        given, is that plan spelt out ([(device, last layer)] per stage) and overrides both.
+        given, is that plan spelt out ([(device, last layer)] per stage) and overrides both. cpu_path: the kernel path
+        of its CPU stages (default: the forced one, else the one measured fastest for it here: cpu_path.py).
         A quantized K (V) is stored minus the K (V) bias when kv_center and the model has one, K divided per
         channel by the square root of its expected magnitude when kv_equalize, then Hadamard-rotated per head
         when kv_rotate; none changes the attention output beyond rounding (native/kv_transforms.h)."""
@@ -122,7 +125,11 @@ class Model:
             "center": kv_center,
             "equalize": kv_equalize,
         }
-        self._impl = native.new_model(config, weights, layers, kv, threads or native.physical_cores(), placement)
+        threads = threads or native.physical_cores()
+        if cpu_path is None:
+            on_cpu = any(device == "cpu" for device, _ in placement)
+            cpu_path = choose_cpu_path(f, s, threads) if on_cpu else (native.forced_path() or "")
+        self._impl = native.new_model(config, weights, layers, kv, threads, placement, cpu_path)
         # whether the engine asks forward(..., top_k=K) for candidates: where the head runs on a GPU, so K numbers
         # cross the bus instead of the vocabulary; on the CPU the C++ selection over the row measured slower than
         # sampling's own (python -m localllm.bench.host: 40.5 vs 42.5 tok/s greedy on the 0.5B), so whole rows stay
@@ -175,6 +182,11 @@ class Model:
     @property
     def threads(self) -> int:
         return self._impl.threads
+
+    @property
+    def cpu_path(self) -> str:
+        """The kernel path of its CPU stages ("avx2", ...)."""
+        return self._impl.cpu_path
 
     @property
     def stages(self) -> list[tuple[str, int, int]]:
