@@ -59,7 +59,7 @@ class SamplingParams:
     1.0 disables top_p, 0.0 disables min_p, 1.0/0.0 disable the penalties.
     penalty_last_n: how many of the most recent history tokens the penalties look at; -1 = all, 0 = none.
     stop: a string or a sequence of non-empty strings, stored as a tuple.
-    max_tokens: None = bounded only by the context.
+    max_tokens: None = bounded only by the context; 0 = nothing generated (the reply ends at once, "length").
     seed: None = fresh OS entropy per Sampler.
     """
 
@@ -88,7 +88,7 @@ class SamplingParams:
         put(self, "frequency_penalty", _real("frequency_penalty", self.frequency_penalty, -2.0, 2.0))
         put(self, "penalty_last_n", _integer("penalty_last_n", self.penalty_last_n, -1))
         put(self, "seed", _integer("seed", self.seed, 0, optional=True))
-        put(self, "max_tokens", _integer("max_tokens", self.max_tokens, 1, optional=True))
+        put(self, "max_tokens", _integer("max_tokens", self.max_tokens, 0, optional=True))
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
             raise ValueError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")

@@ -58,8 +58,8 @@ class Settings:
                 raise ValueError(f"{name} must be a number, got {text.strip()!r}") from None
 
         n = max_tokens.strip()
-        if n and not n.isdigit():
-            raise ValueError(f"max tokens must be a whole number (empty: no limit), got {n!r}")
+        if n and (not n.isdigit() or int(n) < 1):  # a reply of 0 tokens is the API's; a chat turn asks for one
+            raise ValueError(f"max tokens must be a whole number of at least 1 (empty: no limit), got {n!r}")
         try:
             return cls(
                 system=system.strip() or None,

@@ -199,6 +199,37 @@ def drive(url: str, model: str, clients: int, seconds: float) -> dict:
     }
 
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+CODE_ASKS = [
+    "Write a Python function that adds two numbers. Reply with a code block only.",
+    "Write a Python function that reverses a string. Reply with a code block only.",
+    "Write a Python function that checks whether a number is even. Reply with a code block only.",
+]
+
+
+def tools_ttft(url: str, model: str, reps: int = 3) -> dict:
+    """Time to the first visible content of chat replies that open a code block, with a tool offered and without,
+    alternated, one client (the prefix cache warmed by a first untimed pass): {"with_tools_s", "without_s"}, the
+    medians. With tools the server holds back text that may still be a tool call; a code block must not wait."""
+    times: dict[str, list[float]] = {"with_tools_s": [], "without_s": []}
+    with httpx.Client(base_url=url, timeout=600) as client:
+        for rep in range(reps + 1):
+            for ask in CODE_ASKS:
+                for key, extra in (("with_tools_s", {"tools": [WEATHER_TOOL]}), ("without_s", {})):
+                    body = {"model": model, "messages": [{"role": "user", "content": ask}], **extra}
+                    ttft, _ = _stream(client, "/v1/chat/completions", body)
+                    if rep:
+                        times[key].append(ttft)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def stream_overhead(path: Path, threads: int, n_tokens: int = 96, reps: int = 5) -> float:
     """serve's own cost per streamed token, in ms: overhead()'s wall_ms."""
     return overhead(path, threads, n_tokens, reps)["wall_ms"]

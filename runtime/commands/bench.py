@@ -200,7 +200,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """bench serve MODEL [--clients N...] [--compare]: a live server under an editor's workload over HTTP."""
     from localllm import native
     from localllm.bench.compare import llama_python
-    from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead
+    from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead, tools_ttft
 
     if len(args.models) != 1:
         raise ValueError("bench serve takes one model: localllm bench serve MODEL")
@@ -215,15 +215,19 @@ def run_serve(args: argparse.Namespace) -> int:
     if python:
         sides.append(("llama-cpp-python", lambda: llama_cpp_server(python, path, threads, 4096)))
     results: dict = {name: {} for name, _ in sides}
+    tools = None
     for name, start in sides:
         with start() as url:
             model = path.name
             drive(url, model, 1, 2.0)  # warm-up: the weights paged in
             for n in clients:
                 results[name][n] = drive(url, model, n, seconds)
+            if name == "localllm":
+                tools = tools_ttft(url, model)
     overhead = stream_overhead(path, threads)
     if args.json:
-        print(json.dumps({"results": results, "stream_overhead_ms_per_token": overhead}, indent=1))
+        report = {"results": results, "stream_overhead_ms_per_token": overhead, "tools_ttft": tools}
+        print(json.dumps(report, indent=1))
         return 0
     print(
         f"{path.name}: {threads} threads, kernel path {native.current_path()}; {seconds:.0f} s per level, "
@@ -244,6 +248,10 @@ def run_serve(args: argparse.Namespace) -> int:
                 f"p95 TTFT {a['ttft_p95_s'] / b['ttft_p95_s']:.2f}x of llama-cpp-python's server"
             )
     print(f"  serve's own overhead per streamed token: {overhead:.3f} ms (HTTP stream vs in-process)")
+    print(
+        f"  first visible token of a code reply, one client: {tools['with_tools_s']:.3f} s with a tool offered, "
+        f"{tools['without_s']:.3f} s without ({tools['with_tools_s'] / tools['without_s']:.2f}x)"
+    )
     return 0
 
 

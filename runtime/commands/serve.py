@@ -69,7 +69,12 @@ def run(args: argparse.Namespace) -> int:
     }
     llm_kwargs["speculative"] = args.speculative
     host = ModelHost(
-        model, llm_kwargs=llm_kwargs, max_models=args.max_models, max_queue=args.max_queue, default_path=path
+        model,
+        llm_kwargs=llm_kwargs,
+        max_models=args.max_models,
+        max_queue=args.max_queue,
+        default_path=path,
+        fallback=args.model is not None,
     )
     app = create_app(host, api_key=args.api_key, cors_origins=args.cors_origin)
     print(f"localllm serving {model} on http://{args.host}:{args.port} (OpenAI: /v1, Ollama: /api)", file=sys.stderr)

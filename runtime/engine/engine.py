@@ -39,6 +39,7 @@ from ..text.tokenizer import Tokenizer
 from .block_manager import BlockManager
 from .context_window import ContextLengthError, ContextWindow  # noqa: F401 (ContextLengthError re-exported)
 from .drafting import MODES, Drafter, DraftModel, accepted_prefix
+from .output import Chunk, Stats
 from .request import Request
 from .scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL, Scheduler
 from .sequence import Sequence, SequenceStatus
@@ -118,11 +119,14 @@ class Engine:
         ):
             raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
         spec = self.speculative if speculative is None else self.drafter.check_mode(speculative)
-        ids = self.check(prompt_ids, extra=1)
+        ids = self.check(prompt_ids, extra=0 if params.max_tokens == 0 else 1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
-        seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         stream = RequestStream(request_id, self._cancel)
+        if params.max_tokens == 0:  # nothing to generate: over at once, as llama.cpp's n_predict 0
+            stream._deliver(Chunk("", [], "length", Stats(prompt_tokens=len(ids), ctx_size=self.ctx_size)))
+            return stream
+        seq = Sequence(request_id, ids, params, stop_token_ids=stops)
         self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs), spec))
         return stream
 

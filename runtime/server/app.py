@@ -54,6 +54,11 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError):
         err = (e.errors() or [{}])[0]
+        if err.get("type") == "json_invalid":  # its loc is the byte offset: said in the message, no param
+            where = [x for x in err.get("loc", ()) if isinstance(x, int)]
+            why = (err.get("ctx") or {}).get("error") or "JSON decode error"
+            at = f" at byte {where[0]}" if where else ""
+            return error_response(request, 400, f"the request body is not valid JSON: {why}{at}", code="invalid_json")
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         param = ".".join(loc) or None
         msg = f"{param}: {err.get('msg', 'invalid')}" if param else str(err.get("msg", "invalid request body"))
@@ -68,16 +73,21 @@ def create_app(
     async def internal(request: Request, e: Exception):
         return error_response(request, 500, f"internal error ({type(e).__name__})")
 
-    app.include_router(openai_api.router)
+    app.include_router(openai_api.router, prefix="/v1")
     app.include_router(ollama_api.router)
     app.include_router(llama_api.router)
+    # OpenAI's routes without the /v1 prefix too, as llama.cpp's server answers them (a client configured with a
+    # bare base URL sends /chat/completions); left out of the OpenAPI schema, which lists each route once
+    app.include_router(openai_api.router, include_in_schema=False)
     return app
 
 
 class _Guard:
-    """The API key (but not for OPEN_PATHS and CORS preflights) and the body-size limit (the declared length, and
-    the bytes a body without one actually sends). Plain ASGI rather than @app.middleware("http"), whose wrapper
-    passes every chunk of a streamed response through a memory stream and a task switch."""
+    """The API key (but not for OPEN_PATHS and CORS preflights), the body-size limit (the declared length, and
+    the bytes a body without one actually sends), and bodies read as JSON whatever their Content-Type says, as
+    Ollama and llama.cpp's server read them (litellm's Ollama providers send none, `curl -d` a form type). Plain
+    ASGI rather than @app.middleware("http"), whose wrapper passes every chunk of a streamed response through a
+    memory stream and a task switch."""
 
     def __init__(self, app, api_key: str | None, max_body_bytes: int):
         self.app, self.max_body_bytes = app, max_body_bytes
@@ -96,8 +106,12 @@ class _Guard:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await self._too_large(scope, receive, send)
-        if length is None and scope["method"] in ("POST", "PUT", "PATCH"):
-            receive = self._counted(receive)
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            if length is None:
+                receive = self._counted(receive)
+            if b"json" not in headers.get(b"content-type", b"").lower():
+                kept = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
 
     async def _too_large(self, scope, receive, send) -> None:

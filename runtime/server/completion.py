@@ -39,6 +39,8 @@ _FIELDS = {
 def sampling_params(fields: dict, max_tokens: int | None) -> SamplingParams:
     """fields: request fields by their API names (None: the default). max_tokens: None = up to the context."""
     kw = {ours: fields[theirs] for theirs, ours in _FIELDS.items() if fields.get(theirs) is not None}
+    if kw.get("seed") == -1:  # llama.cpp's and Ollama's "random"
+        del kw["seed"]
     if fields.get("n", 1) != 1:
         raise APIError(400, "n must be 1: localllm returns one choice per request", param="n")
     if max_tokens is not None:

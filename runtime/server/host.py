@@ -25,7 +25,7 @@ from pathlib import Path
 from fastapi.responses import StreamingResponse
 
 from ..engine.drafting.draft_model import DraftMismatchError
-from ..hub import DamagedModelError, Store, resolve_model
+from ..hub import DamagedModelError, ModelNotFoundError, ModelNotPulledError, Store, resolve_model
 from ..llm import LLM
 from ..model.gguf import GGUFFile
 from .errors import APIError
@@ -100,10 +100,14 @@ class ModelHost:
         max_models: int = 1,
         max_queue: int = 64,
         default_path: str | os.PathLike | None = None,
+        fallback: bool = False,
     ):
         """default: the model requests get when they name none; default_path: its file when the caller resolved
-        the name already (serve does, to refuse an unknown model before the server starts)."""
+        the name already (serve does, to refuse an unknown model before the server starts). fallback: a request
+        naming a model that is not in the store (editor plugins send fixed names such as "gpt-3.5-turbo") is served
+        by the default model, as llama.cpp's server does, its response naming the default; without it, a 404."""
         self.default = default
+        self.fallback = fallback
         self.llm_kwargs = dict(llm_kwargs or {})
         self.max_models = max(1, int(max_models))
         self.max_queue = max_queue  # requests in flight per model beyond which new ones get 503
@@ -180,6 +184,11 @@ class ModelHost:
             path = Path(resolve_model(name))
         except DamagedModelError as e:
             raise APIError(400, str(e), param="model", code="model_damaged") from None
+        except (ModelNotFoundError, ModelNotPulledError) as e:
+            if not self.fallback or name == self.default:
+                raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
+            log.info("model %r is not in the store: %s serves it", name, self.default)
+            return self._loaded.get(self._key(self.default)) or await self._load(self.default)
         except (ValueError, OSError) as e:
             raise APIError(404, f"model {name!r} not found: {e}", param="model", code="model_not_found") from None
         if name == self.default:

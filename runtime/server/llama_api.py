@@ -42,8 +42,11 @@ def _result(text: str, chunk, name: str) -> dict:
 @router.post("/infill")
 async def infill(body: InfillRequest, request: Request):
     app = request.app.state
+    for i, item in enumerate(body.input_extra):
+        if not (isinstance(item, dict) and isinstance(item.get("filename"), str) and isinstance(item.get("text"), str)):
+            raise APIError(400, f'input_extra[{i}] must be {{"filename": str, "text": str}}', param=f"input_extra[{i}]")
     n = body.n_predict if body.n_predict is not None and body.n_predict >= 0 else body.max_tokens
-    params = sampling_params(body.model_dump(), n or None)
+    params = sampling_params(body.model_dump(), n)
     lease = await app.host.acquire(body.model)
     streaming = False
     try:

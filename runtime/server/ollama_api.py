@@ -21,8 +21,9 @@ from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
 from .host import DEFAULT_KEEP_ALIVE
+from .messages import ollama_messages
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
-from .tool_calls import parse_tool_calls
+from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter(prefix="/api")
 
@@ -68,7 +69,7 @@ def keep_alive_seconds(value) -> float | None:
 def _params(options: OllamaOptions | None):
     o = options.model_dump() if options else {}
     n = o.get("num_predict")
-    return sampling_params(o, None if n is None or n < 0 else max(n, 1))
+    return sampling_params(o, None if n is None or n < 0 else n)
 
 
 def _final(stats, reason: str | None, started: float) -> dict:
@@ -129,20 +130,48 @@ async def show(body: OllamaShowRequest, request: Request):
             "template": lease.llm.tokenizer.chat_template.source or "",
             "details": {"format": "gguf", "family": info.get("general.architecture", "")},
             "model_info": info,
-            "capabilities": ["completion", *(["insert"] if lease.llm.tokenizer.fim.get("fim_mid") is not None else [])],
+            "capabilities": _capabilities(lease.llm.tokenizer),
         }
     finally:
         lease.release()
 
 
-def _lines(name: str, chunks: AsyncIterator, shape, started: float) -> AsyncIterator[str]:
-    """The NDJSON stream: shape(text) -> a chunk's fields (done: False), then the final line with the counts."""
+def _tool_calls(calls: list[dict]) -> list[dict]:
+    """Ollama's tool_calls: arguments as an object, not OpenAI's JSON string."""
+    return [{"function": {"name": c["name"], "arguments": json.loads(c["arguments"])}} for c in calls]
+
+
+def _capabilities(tok) -> list[str]:
+    """What /api/show says a model can do, as Ollama's clients check it: "tools" when its chat template renders
+    tools (Zed's Ollama provider, for one, switches tools off without it), "insert" with FIM tokens."""
+    caps = ["completion"]
+    if tok.chat_template.takes_tools:
+        caps.append("tools")
+    if tok.fim.get("fim_mid") is not None:
+        caps.append("insert")
+    return caps
+
+
+def _lines(name: str, chunks: AsyncIterator, shape, started: float, held=None) -> AsyncIterator[str]:
+    """The NDJSON stream: shape(text) -> a chunk's fields (done: False), then the final line with the counts. held: a
+    ToolCallBuffer when the request has tools: text streams until a tool call may begin; the calls it finds come in
+    one line of their own (content "", tool_calls) before the final one, as Ollama streams them."""
+
+    def line(fields: dict) -> str:
+        return json.dumps({"model": name, "created_at": _now(), **fields, "done": False}) + "\n"
 
     async def lines() -> AsyncIterator[str]:
         async for chunk in chunks:
-            if chunk.text or chunk.finish_reason is None:
-                yield json.dumps({"model": name, "created_at": _now(), **shape(chunk.text), "done": False}) + "\n"
+            text = held.push(chunk.text) if held is not None else chunk.text
+            if text or (chunk.finish_reason is None and held is None):
+                yield line(shape(text))
             if chunk.finish_reason is not None:
+                if held is not None:
+                    rest, calls = held.finish()
+                    if rest:
+                        yield line(shape(rest))
+                    if calls:
+                        yield line({"message": {"role": "assistant", "content": "", "tool_calls": _tool_calls(calls)}})
                 final = {
                     "model": name,
                     "created_at": _now(),
@@ -156,9 +185,12 @@ def _lines(name: str, chunks: AsyncIterator, shape, started: float) -> AsyncIter
 
 @router.post("/chat")
 async def chat(body: OllamaChatRequest, request: Request):
+    messages = ollama_messages(body.messages)
+    tools = body.tools or None
+    names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
+
     def prepare(lease, params):
-        messages = [{"role": m.role, "content": m.content if isinstance(m.content, str) else ""} for m in body.messages]
-        if not messages:  # Ollama loads the model and answers at once
+        if not messages:  # Ollama's documented load request: the model is loaded, nothing generated
             return {
                 "model": lease.name,
                 "created_at": _now(),
@@ -167,29 +199,19 @@ async def chat(body: OllamaChatRequest, request: Request):
                 "done_reason": "load",
             }
         try:
-            ids = lease.llm.tokenizer.encode_chat(messages, tools=body.tools or None)
+            ids = lease.llm.tokenizer.encode_chat(messages, tools=tools)
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}") from None
-        tools = bool(body.tools)
-        names = frozenset(
-            t.get("function", {}).get("name") for t in body.tools or () if isinstance(t.get("function"), dict)
-        )
 
         def shape(text: str, final: bool = False) -> dict:
             message = {"role": "assistant", "content": text}
             if final and tools:
                 rest, calls = parse_tool_calls(text, names)
                 if calls:
-                    message = {
-                        "role": "assistant",
-                        "content": rest,
-                        "tool_calls": [
-                            {"function": {"name": c["name"], "arguments": json.loads(c["arguments"])}} for c in calls
-                        ],
-                    }
+                    message = {"role": "assistant", "content": rest, "tool_calls": _tool_calls(calls)}
             return {"message": message}
 
-        return ids, shape
+        return ids, shape, ToolCallBuffer(names) if tools else None
 
     return await _serve(request, body, prepare)
 
@@ -220,7 +242,7 @@ async def generate(body: OllamaGenerateRequest, request: Request):
             raise APIError(400, f"the chat template failed: {e}") from None
         except ValueError as e:
             raise APIError(400, str(e)) from None
-        return ids, lambda text, final=False: {"response": text}
+        return ids, (lambda text, final=False: {"response": text}), None
 
     return await _serve(request, body, prepare)
 
@@ -228,8 +250,8 @@ async def generate(body: OllamaGenerateRequest, request: Request):
 async def _serve(request: Request, body, prepare) -> object:
     """The scaffolding chat and generate share: the options, the model's lease (held until the reply is done, by
     the stream when it streams), keep_alive, the reply whole or as NDJSON lines. prepare(lease, params) ->
-    (ids, shape), or the answer to a request that only loads the model (a dict); shape(text, final=False) -> the
-    reply's fields for that text."""
+    (ids, shape, held), or the answer to a request that only loads the model (a dict); shape(text, final=False) ->
+    the reply's fields for that text; held: a ToolCallBuffer for a request with tools, else None."""
     app = request.app.state
     params = _params(body.options)
     speculative = body.options.speculative if body.options else None
@@ -241,11 +263,11 @@ async def _serve(request: Request, body, prepare) -> object:
         got = prepare(lease, params)
         if isinstance(got, dict):
             return got
-        ids, shape = got
+        ids, shape, held = got
         started = time.perf_counter()
         if body.stream:
             chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative))
-            lines = _lines(lease.name, chunks, shape, started)
+            lines = _lines(lease.name, chunks, shape, started, held)
             response = lease.stream(lines, media_type="application/x-ndjson", closing=(chunks,))
             streaming = True
             return response

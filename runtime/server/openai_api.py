@@ -17,10 +17,11 @@ from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .fim import fim_prompt
+from .messages import openai_messages
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
-router = APIRouter(prefix="/v1")
+router = APIRouter()  # mounted at /v1 and at the root (app.py): clients given a bare base URL send /chat/completions
 
 
 def _usage(stats: Stats | None) -> dict:
@@ -48,14 +49,6 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 def _sse(obj) -> str:
     return f"data: {_dumps(obj)}\n\n"
-
-
-def _text_content(content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", None))
 
 
 def _chat_logprobs(tok, chunk: Chunk) -> list[dict]:
@@ -101,16 +94,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     n_top = (body.top_logprobs or 0) if body.logprobs else None
     if n_top is not None and not 0 <= n_top <= 20:
         raise APIError(400, "top_logprobs must be in [0, 20]", param="top_logprobs")
-    messages = []
-    for m in body.messages:
-        d = {"role": m.role, "content": _text_content(m.content)}
-        if m.tool_calls:
-            d["tool_calls"] = m.tool_calls
-        if m.name:
-            d["name"] = m.name
-        if m.tool_call_id:
-            d["tool_call_id"] = m.tool_call_id
-        messages.append(d)
+    messages = openai_messages(body.messages)
+    if body.tool_choice not in (None, "auto", "none"):
+        choice = body.tool_choice if isinstance(body.tool_choice, str) else "a named function"
+        raise APIError(
+            400,
+            f'tool_choice {choice!r} is not supported yet: localllm cannot force a tool call (use "auto" or "none")',
+            param="tool_choice",
+        )
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
     tok = None

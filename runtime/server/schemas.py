@@ -42,6 +42,8 @@ class ChatMessage(_Body):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    images: list[Any] | None = None  # Ollama's: refused (messages.py) until a model that reads them runs
+    tool_name: str | None = None  # Ollama's name of the tool a "tool" message answers
 
 
 class ChatCompletionRequest(_Sampling):

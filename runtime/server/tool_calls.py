@@ -53,8 +53,40 @@ def parse_tool_calls(text: str, names: frozenset[str] | set[str] = frozenset()) 
     return text[:start].rstrip(), calls
 
 
+def _bare_call_start(text: str, names: frozenset[str] | set[str]) -> str:
+    """Whether a reply that starts as `text` is a bare JSON tool call (what small models write instead of the
+    tags: `{"name": "weather", ...}`, maybe in a ```json fence): "call" (it opens like one), "maybe" (too short to
+    tell) or "no" (it cannot become one: a code block, prose, JSON about something else)."""
+    rest = text.lstrip()
+    if rest and "```".startswith(rest):
+        return "maybe"
+    if rest.startswith("```"):
+        after = rest[3:]
+        if not after or (len(after) < 4 and "json".startswith(after)):
+            return "maybe"
+        if after.startswith("json"):
+            after = after[4:]
+        elif after[0] not in " \t\r\n{":
+            return "no"  # ```python and the like: a code block
+        rest = after.lstrip()
+    if not rest:
+        return "maybe"
+    if rest[0] != "{":
+        return "no"
+    compact = "".join(rest[:200].split())  # whitespace between JSON tokens (and inside the name: rare) dropped
+    for name in names:
+        head = '{"name":"' + "".join(name.split()) + '"'
+        if compact.startswith(head):
+            return "call"
+        if head.startswith(compact):
+            return "maybe"
+    return "no"
+
+
 class ToolCallBuffer:
-    """Streams text until a tool call may begin; from there holds everything for parse_tool_calls at the end."""
+    """Streams text until a tool call may begin; from there holds everything for parse_tool_calls at the end.
+    A reply that opens with `{` or a code fence is held only while it may still be a bare JSON call naming one of
+    the tools (_bare_call_start): a code block or other JSON streams after a few characters."""
 
     def __init__(self, names: frozenset[str] | set[str] = frozenset()):
         self._names = names
@@ -66,9 +98,13 @@ class ToolCallBuffer:
         self._text += delta
         if self.holding:
             return ""
-        if self._names and not self._text[: self._shown].strip() and self._text.lstrip()[:1] in ("{", "`"):
-            self.holding = True  # a reply that opens like a bare JSON call is held to the end too
-            return ""
+        if self._names and self._shown == 0:
+            verdict = _bare_call_start(self._text, self._names)
+            if verdict == "call":
+                self.holding = True  # held to the end: parse_tool_calls decides there
+                return ""
+            if verdict == "maybe":
+                return ""
         i = self._text.find(OPEN, self._shown)
         if i >= 0:
             self.holding = True

@@ -32,6 +32,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 
 from .template_sandbox import MAX_VALUE_CHARS, Budget, TemplateBoundsError, bounded_environment, strftime_now
@@ -117,6 +118,17 @@ class ChatTemplate:
             ) from None
         except Exception as e:  # compiling is bounded too; whatever else goes wrong is the template's
             raise ChatTemplateError(f"{model}: tokenizer.chat_template cannot be compiled: {e}") from None
+
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template reads the `tools` variable (renders a request's tool definitions): what /api/show
+        reports as the "tools" capability."""
+        if self.source is None or self.is_fallback:
+            return False
+        try:
+            return "tools" in jinja2.meta.find_undeclared_variables(_environment().parse(self.source))
+        except jinja2.TemplateError:
+            return False
 
     @classmethod
     def unusable(cls, error: ChatTemplateError, *, model: str) -> ChatTemplate:

@@ -309,7 +309,6 @@ def test_whole_row_draw_frequencies():
         ("seed", -1),
         ("seed", 1.5),
         ("seed", "42"),
-        ("max_tokens", 0),
         ("max_tokens", -5),
         ("max_tokens", 3.0),
         ("stop", [""]),

@@ -41,3 +41,24 @@ def test_streaming_holds_back_from_the_first_tag():
     assert buf.finish() == ("", [{"name": "f", "arguments": "{}"}])
     plain = ToolCallBuffer({"f"})
     assert "".join(plain.push(p) for p in ["a <", "b"]) + plain.finish()[0] == "a <b"
+
+
+def test_a_reply_that_cannot_be_a_bare_call_streams_at_once():
+    """Issue 33 item 5: with tools, a reply opening with a code fence or `{` was held to its end. It is held only
+    while it may still be a bare JSON call naming a tool."""
+    code = ToolCallBuffer({"weather"})
+    assert code.push("``") == "" and code.push("`py") == "```py"  # ```py: not ```json, a code block
+    assert code.push("thon\nx = 1\n") == "thon\nx = 1\n"
+    other = ToolCallBuffer({"weather"})
+    assert other.push('{"na') == "" and other.push('me": "wea') == ""  # still a call's prefix
+    assert other.push('ther", "arguments": {"city": "Paris"}}') == ""  # a call: held to the end and parsed
+    assert other.finish() == ("", [{"name": "weather", "arguments": '{"city": "Paris"}'}])
+    data = ToolCallBuffer({"weather"})
+    assert data.push('{"na') == "" and data.push('me": "Bob", "age": 3}') == '{"name": "Bob", "age": 3}'
+    fenced = ToolCallBuffer({"weather"})
+    assert fenced.push("```json\n") == "" and fenced.push('{"city": 1}') == '```json\n{"city": 1}'
+    call = ToolCallBuffer({"weather"})
+    assert call.push('```json\n{ "name" : "weather", "arguments": {}}\n```') == ""
+    assert call.finish() == ("", [{"name": "weather", "arguments": "{}"}])
+    prose = ToolCallBuffer({"weather"})
+    assert prose.push("  ") == "" and prose.push("It is") == "  It is"

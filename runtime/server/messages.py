@@ -1,0 +1,115 @@
+"""A conversation as a protocol sends it -> the messages the chat template renders: the one translation of OpenAI's
+and Ollama's message shapes, refusing (a 400 naming the field) what the model could not see instead of dropping it.
+
+    messages = openai_messages(body.messages)     # /v1/chat/completions
+    messages = ollama_messages(body.messages)     # /api/chat
+
+The template's shape (what Qwen's, Llama's and Hermes-style templates read): {"role", "content": str}, an
+assistant's "tool_calls": [{"type": "function", "function": {"name", "arguments": dict}}] (OpenAI sends arguments
+as a JSON string, the template renders them with `tojson`: a string there would be quoted, and the model copies
+that form), a tool result's "tool_call_id" / "name". Roles: system (and OpenAI's "developer"), user, assistant,
+tool. Content parts other than text (images, audio, files) are refused until a model that reads them runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import APIError
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def _role(role: str, where: str) -> str:
+    if role not in ROLES:
+        raise APIError(
+            400, f"{where}.role: unknown role {role!r} (expected one of {', '.join(ROLES)})", param=f"{where}.role"
+        )
+    return ROLES[role]
+
+
+def _arguments(value: Any, where: str) -> dict:
+    """A call's arguments as the object the template renders: a JSON string (OpenAI) or an object (Ollama)."""
+    if isinstance(value, dict):
+        return value
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise APIError(400, f"{where}: arguments are not valid JSON: {e}", param=where) from None
+        if isinstance(parsed, dict):
+            return parsed
+    raise APIError(400, f"{where}: arguments must be a JSON object", param=where)
+
+
+def _tool_calls(calls: list[dict], where: str) -> list[dict]:
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{where}.tool_calls[{j}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise APIError(400, f"{at}: a tool call needs function.name", param=at)
+        entry = {
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments"), f"{at}.function.arguments")},
+        }
+        if isinstance(call.get("id"), str):
+            entry["id"] = call["id"]
+        out.append(entry)
+    return out
+
+
+def _text(content: Any, where: str) -> str:
+    """OpenAI content: a string, null, or parts of which only text ones are read; other parts are refused."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text", None) and isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.append(part["text"])
+            continue
+        at = f"{where}.content[{j}]"
+        what = f"a {kind!r} part" if kind else "a part without text"
+        raise APIError(400, f"{at}: {what}: this model reads text only", param=at)
+    return "".join(out)
+
+
+def openai_messages(messages: list) -> list[dict]:
+    """body.messages (schemas.ChatMessage) of /v1/chat/completions -> the template's messages."""
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        d: dict = {"role": _role(m.role, where), "content": _text(m.content, where)}
+        if m.tool_calls:
+            d["tool_calls"] = _tool_calls(m.tool_calls, where)
+        if m.name:
+            d["name"] = m.name
+        if m.tool_call_id:
+            d["tool_call_id"] = m.tool_call_id
+        out.append(d)
+    return out
+
+
+def ollama_messages(messages: list) -> list[dict]:
+    """body.messages of /api/chat -> the template's messages: content is a string (Ollama's), images refused."""
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if m.images:
+            raise APIError(400, f"{where}.images: this model reads text only", param=f"{where}.images")
+        if m.content is not None and not isinstance(m.content, str):
+            raise APIError(400, f"{where}.content must be a string", param=f"{where}.content")
+        d: dict = {"role": _role(m.role, where), "content": m.content or ""}
+        if m.tool_calls:
+            d["tool_calls"] = _tool_calls(m.tool_calls, where)
+        name = m.tool_name or m.name
+        if name:
+            d["name"] = name
+        out.append(d)
+    return out
