@@ -53,58 +53,65 @@ def parse_tool_calls(text: str, names: frozenset[str] | set[str] = frozenset()) 
     return text[:start].rstrip(), calls
 
 
-def _bare_call_start(text: str, names: frozenset[str] | set[str]) -> str:
+_FENCE = re.compile(r"\s*(`{1,3})([A-Za-z]*)(\s*)")
+
+
+def _bare_call_start(text: str, names: frozenset[str] | set[str]) -> tuple[str, int]:
     """Whether a reply that starts as `text` is a bare JSON tool call (what small models write instead of the
-    tags: `{"name": "weather", ...}`, maybe in a ```json fence): "call" (it opens like one), "maybe" (too short to
-    tell) or "no" (it cannot become one: a code block, prose, JSON about something else)."""
-    rest = text.lstrip()
-    if rest and "```".startswith(rest):
-        return "maybe"
-    if rest.startswith("```"):
-        after = rest[3:]
-        if not after or (len(after) < 4 and "json".startswith(after)):
-            return "maybe"
-        if after.startswith("json"):
-            after = after[4:]
-        elif after[0] not in " \t\r\n{":
-            return "no"  # ```python and the like: a code block
-        rest = after.lstrip()
+    tags: `{"name": "weather", ...}`, maybe after a ```json fence): ("call" | "maybe" | "no", at), where text[:at]
+    may be shown at once: a fence opener is streamed as it comes (nothing is retracted: a fenced call leaves its
+    fence in the content), so a code reply's first token is not held. "maybe": too short to tell from text[at:];
+    "no": it cannot become a call (a code block in another language, prose, JSON about something else)."""
+    at = 0
+    m = _FENCE.match(text)
+    if m:
+        ticks, lang, space = m.groups()
+        at = m.end()
+        if len(ticks) < 3:
+            return ("maybe", 0) if at == len(text) and not lang else ("no", 0)
+        if lang and not "json".startswith(lang.lower()):
+            return "no", 0
+        if not space:  # "```" or "```js": the language word may go on
+            return "maybe", at
+    rest = text[at:].lstrip()
+    at = len(text) - len(rest)
     if not rest:
-        return "maybe"
+        return "maybe", at if m else 0
     if rest[0] != "{":
-        return "no"
+        return "no", 0
     compact = "".join(rest[:200].split())  # whitespace between JSON tokens (and inside the name: rare) dropped
     for name in names:
         head = '{"name":"' + "".join(name.split()) + '"'
         if compact.startswith(head):
-            return "call"
+            return "call", at
         if head.startswith(compact):
-            return "maybe"
-    return "no"
+            return "maybe", at
+    return "no", 0
 
 
 class ToolCallBuffer:
     """Streams text until a tool call may begin; from there holds everything for parse_tool_calls at the end.
-    A reply that opens with `{` or a code fence is held only while it may still be a bare JSON call naming one of
-    the tools (_bare_call_start): a code block or other JSON streams after a few characters."""
+    A reply that opens with `{` is held only while it may still be a bare JSON call naming one of the tools
+    (_bare_call_start); a code fence streams at once, what follows it is held only on the same terms."""
 
     def __init__(self, names: frozenset[str] | set[str] = frozenset()):
         self._names = names
         self._text = ""
         self._shown = 0
         self.holding = False
+        self._watching = True  # the reply may still open as a bare JSON call
 
     def push(self, delta: str) -> str:
         self._text += delta
         if self.holding:
             return ""
-        if self._names and self._shown == 0:
-            verdict = _bare_call_start(self._text, self._names)
-            if verdict == "call":
-                self.holding = True  # held to the end: parse_tool_calls decides there
-                return ""
-            if verdict == "maybe":
-                return ""
+        if self._names and self._watching:
+            verdict, at = _bare_call_start(self._text, self._names)
+            if verdict != "no":
+                out, self._shown = self._text[self._shown : max(at, self._shown)], max(at, self._shown)
+                self.holding = verdict == "call"  # then held to the end: parse_tool_calls decides there
+                return out
+            self._watching = False
         i = self._text.find(OPEN, self._shown)
         if i >= 0:
             self.holding = True

@@ -44,10 +44,11 @@ def test_streaming_holds_back_from_the_first_tag():
 
 
 def test_a_reply_that_cannot_be_a_bare_call_streams_at_once():
-    """Issue 33 item 5: with tools, a reply opening with a code fence or `{` was held to its end. It is held only
-    while it may still be a bare JSON call naming a tool."""
+    """Issue 33 item 5: with tools, a reply opening with a code fence or `{` was held to its end. A fence now streams
+    as it comes (nothing is retracted); `{` and what follows a fence are held only while they may still be a bare
+    JSON call naming a tool."""
     code = ToolCallBuffer({"weather"})
-    assert code.push("``") == "" and code.push("`py") == "```py"  # ```py: not ```json, a code block
+    assert code.push("``") == "" and code.push("`py") == "```py"
     assert code.push("thon\nx = 1\n") == "thon\nx = 1\n"
     other = ToolCallBuffer({"weather"})
     assert other.push('{"na') == "" and other.push('me": "wea') == ""  # still a call's prefix
@@ -56,9 +57,14 @@ def test_a_reply_that_cannot_be_a_bare_call_streams_at_once():
     data = ToolCallBuffer({"weather"})
     assert data.push('{"na') == "" and data.push('me": "Bob", "age": 3}') == '{"name": "Bob", "age": 3}'
     fenced = ToolCallBuffer({"weather"})
-    assert fenced.push("```json\n") == "" and fenced.push('{"city": 1}') == '```json\n{"city": 1}'
+    assert (
+        fenced.push("```") == "```"
+        and fenced.push("json\n") == "json\n"
+        and fenced.push('{"city": 1}') == '{"city": 1}'
+    )
     call = ToolCallBuffer({"weather"})
-    assert call.push('```json\n{ "name" : "weather", "arguments": {}}\n```') == ""
+    assert call.push("```json\n") == "```json\n"  # shown: a fenced call keeps its fence in the content
+    assert call.push('{ "name" : "weather", "arguments": {}}\n```') == ""
     assert call.finish() == ("", [{"name": "weather", "arguments": "{}"}])
     prose = ToolCallBuffer({"weather"})
     assert prose.push("  ") == "" and prose.push("It is") == "  It is"
