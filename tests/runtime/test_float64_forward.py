@@ -1,6 +1,6 @@
 """The native logits against a float64 forward over the same dequantized weights (tests/reference_forward.py,
 float64=True), the accuracy judge issue 18 asks for: on a few short sequences per architecture (llama:
-smollm2 Q4_1; qwen2: the 0.5B Q4_K_M), on every CPU path this machine runs, the native top-1 is float64's
+smollm2 Q4_1; qwen2: the 0.5B Q4_K_M; gemma3: the 270M Q4_K_M), on every CPU path this machine runs, the native top-1 is float64's
 wherever float64's top-1/top-2 margin is clear, and the logits of float64's top 10 stay within a bound.
 Rows come from one step over the whole sequence and, on the SIMD paths (whose small-N kernels differ), from
 one step per token."""
@@ -35,11 +35,16 @@ TEXTS = [
 MODELS = {
     "smollm2-135m-instruct-q4_1": (1.4, 0.4),
     "qwen2.5-coder-0.5b-instruct-q4_k_m": (0.65, 0.1),
+    # gemma (soft-capped logits up to ~36, GELU, sliding windows): scalar max 2.58, mean <= 0.48; AVX2 max 2.12,
+    # mean <= 0.45 (2026-11-27, this machine). llama.cpp on the same sequences: max 2.64, mean <= 0.54.
+    "gemma-3-270m-q4_k_m": (3.5, 0.7),
 }
-# The native top-1 must be float64's wherever float64's margin reaches this. Measured flips on these models
-# (longer sequences too, every path) sit at margins 0.011-0.22: near-ties the 8-bit activation rounding
-# reorders.
-TOP1_MARGIN = 0.25
+# The native top-1 must be float64's wherever float64's margin reaches this. Measured flips on the llama and qwen2
+# models (longer sequences too, every path) sit at margins 0.011-0.22: near-ties the 8-bit activation rounding
+# reorders. gemma's logits are ~36 wide and its flips larger: scalar 0.07-0.70, AVX2 0.07-1.72 over these
+# sequences (llama.cpp's there: 0.07 and 0.54).
+TOP1_MARGIN = {"gemma-3-270m-q4_k_m": 2.0}
+TOP1_MARGIN_DEFAULT = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +88,8 @@ def check_rows(got: np.ndarray, want: np.ndarray, bounds, what: str) -> None:
     print(
         f"{what}: top-10 max |diff| {diff.max():.3f}, mean {diff.mean():.3f}; flips (pos, ours, float64's, margin) {flips}"
     )
-    assert not [f for f in flips if f[3] >= TOP1_MARGIN], f"{what}: top-1 differs from float64's at {flips}"
+    margin_bound = TOP1_MARGIN.get(what.split()[0], TOP1_MARGIN_DEFAULT)
+    assert not [f for f in flips if f[3] >= margin_bound], f"{what}: top-1 differs from float64's at {flips}"
     assert diff.max() <= bounds[0] and diff.mean() <= bounds[1], f"{what}: |diff| max {diff.max()}, mean {diff.mean()}"
 
 
