@@ -137,6 +137,10 @@ def test_bench_kernels_json():
     assert types == {"Q4_1", "Q8_0"}  # smollm2's matrices; token_embd (Q8_0) is tied to the output
     for row in j["results"]:
         assert row["n1_gbs"] > 0 and row["n2_gflops"] > 0
+    # the CPU path a load of this model takes here, and each SIMD path's timing (model/cpu_path.py)
+    choice = j["choices"][path.name]
+    assert choice["choice"] in choice["timings"] and not choice["forced"]
+    assert all(t["decode_s"] > 0 and t["prompt_s"] > 0 for t in choice["timings"].values())
 
 
 def test_bench_parallel_and_multi_turn_json():
