@@ -1,0 +1,160 @@
+"""A small model of an architecture no real test file covers (issue 34): the architecture's real metadata keys and
+tensor names, random weights at Xavier's spread (1 / sqrt(row length): the residual stream keeps its scale and
+two summation orders rarely flip a top-1; norms 1 + N(0, 0.1)), and a real tokenizer borrowed from a test model
+of the same vocabulary family, so llama.cpp loads it as it loads the real thing and records reference logits.
+Deterministic: the same arguments write the same bytes (the reference records the file's sha256).
+
+    python models/synthetic_arch.py qwen3 OUT.gguf [--type F32|Q8_0] [--seed 0]
+    write(out, "qwen3", tokenizer_from=PATH, wtype="Q8_0", seed=0) -> sha256 of the file
+
+Needs numpy, the `gguf` package (the test extra) and localllm (to read the borrowed tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+# Shapes per architecture: small, but with GQA, several heads and head_dim != d_model / n_head where the
+# architecture allows it. tokenizer: the test model whose vocabulary the architecture's real models use.
+ARCHS = {
+    "qwen3": {
+        "tokenizer": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "d_model": 128,
+        "n_layers": 2,
+        "n_head": 4,
+        "n_kv": 2,
+        "head_dim": 64,  # Qwen3 sets key_length apart from d_model / n_head (128 for 2048 / 16 in the 1.7B)
+        "n_ff": 320,
+        "rope_base": 1000000.0,
+        "eps": 1e-6,
+    },
+}
+WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
+
+
+def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
+    """name -> shape as numpy holds it ([rows, row length]); the writer reverses it into GGUF's dims."""
+    d, hd = c["d_model"], c["head_dim"]
+    out = {"token_embd.weight": (c["n_vocab"], d), "output_norm.weight": (d,)}
+    for i in range(c["n_layers"]):
+        b = f"blk.{i}."
+        out.update(
+            {
+                b + "attn_norm.weight": (d,),
+                b + "attn_q.weight": (c["n_head"] * hd, d),
+                b + "attn_k.weight": (c["n_kv"] * hd, d),
+                b + "attn_v.weight": (c["n_kv"] * hd, d),
+                b + "attn_output.weight": (d, c["n_head"] * hd),
+                b + "ffn_norm.weight": (d,),
+                b + "ffn_gate.weight": (c["n_ff"], d),
+                b + "ffn_up.weight": (c["n_ff"], d),
+                b + "ffn_down.weight": (d, c["n_ff"]),
+            }
+        )
+        if arch == "qwen3":
+            out.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
+    return out
+
+
+def _metadata(arch: str, c: dict) -> list[tuple[str, object, str]]:
+    """(key, value, type) of the architecture's own keys."""
+    return [
+        ("general.name", f"synthetic {arch}", "string"),
+        (f"{arch}.block_count", c["n_layers"], "uint32"),
+        (f"{arch}.context_length", 4096, "uint32"),
+        (f"{arch}.embedding_length", c["d_model"], "uint32"),
+        (f"{arch}.feed_forward_length", c["n_ff"], "uint32"),
+        (f"{arch}.attention.head_count", c["n_head"], "uint32"),
+        (f"{arch}.attention.head_count_kv", c["n_kv"], "uint32"),
+        (f"{arch}.attention.key_length", c["head_dim"], "uint32"),
+        (f"{arch}.attention.value_length", c["head_dim"], "uint32"),
+        (f"{arch}.rope.freq_base", c["rope_base"], "float32"),
+        (f"{arch}.attention.layer_norm_rms_epsilon", c["eps"], "float32"),
+    ]
+
+
+def _add(w: gguf.GGUFWriter, key: str, value, kind: str) -> None:
+    if kind == "string":
+        w.add_string(key, value)
+    elif kind == "uint32":
+        w.add_uint32(key, int(value))
+    elif kind == "int32":
+        w.add_int32(key, int(value))
+    elif kind == "float32":
+        w.add_float32(key, float(value))
+    elif kind == "bool":
+        w.add_bool(key, bool(value))
+    elif kind == "array":
+        w.add_array(key, list(value) if not isinstance(value, np.ndarray) else value.tolist())
+    else:
+        raise ValueError(f"{key}: metadata type {kind} is not copied")
+
+
+def test_model_path(name: str) -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fetch_test_models import cache_dir
+
+    return cache_dir() / f"{name}.gguf"
+
+
+def write(out: Path, arch: str, tokenizer_from: Path | None = None, wtype: str = "F32", seed: int = 0) -> str:
+    """Writes the model; returns the file's sha256."""
+    from localllm.model.gguf import GGUFFile
+
+    c = dict(ARCHS[arch])
+    src = tokenizer_from or test_model_path(c["tokenizer"])
+    w = gguf.GGUFWriter(str(out), arch)
+    with GGUFFile(src) as f:
+        kinds = f.metadata_types
+        c["n_vocab"] = len(f.metadata["tokenizer.ggml.tokens"])
+        for key, value, kind in _metadata(arch, c):
+            _add(w, key, value, kind)
+        for key, value in f.metadata.items():
+            if key.startswith("tokenizer."):
+                _add(w, key, value, kinds[key])
+    rng = np.random.default_rng(seed)
+    qt = WEIGHT_TYPES[wtype]
+    for name, shape in _tensors(arch, c).items():
+        if len(shape) == 1:
+            t = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            w.add_tensor(name, t)
+            continue
+        t = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
+        kind = T.Q8_0 if name == "token_embd.weight" and qt == T.F32 else qt  # a real file's embedding is quantized
+        if kind == T.F32:
+            w.add_tensor(name, t)
+        else:
+            q = gguf.quants.quantize(t, kind)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    h = hashlib.sha256()
+    with open(out, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="synthetic_arch.py", description=__doc__.splitlines()[0])
+    ap.add_argument("arch", choices=sorted(ARCHS))
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--type", default="F32", choices=sorted(WEIGHT_TYPES))
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    print(write(a.out, a.arch, wtype=a.type, seed=a.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
