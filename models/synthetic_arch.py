@@ -37,6 +37,35 @@ ARCHS = {
         "eps": 1e-6,
     },
 }
+ARCHS["llama3"] = {  # Llama 3.x: arch "llama", rope_freqs.weight (its rope scaling), tied embeddings (1B / 3B)
+    "arch": "llama",
+    "tokenizer": "smollm2-135m-instruct-q4_1",
+    "d_model": 128,
+    "n_layers": 2,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 32,
+    "n_ff": 320,
+    "rope_base": 500000.0,
+    "eps": 1e-5,
+    "rope_freqs": True,
+}
+ARCHS["gemma2"] = {  # Gemma 2: soft-caps, sandwich norms, sliding windows on even layers
+    "tokenizer": "gemma-3-270m-q4_k_m",
+    "d_model": 128,
+    "n_layers": 3,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 64,
+    "n_ff": 320,
+    "rope_base": 10000.0,
+    "eps": 1e-6,
+    "extra": [
+        ("attention.sliding_window", 4, "uint32"),
+        ("attn_logit_softcapping", 50.0, "float32"),
+        ("final_logit_softcapping", 30.0, "float32"),
+    ],
+}
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
 
 
@@ -61,7 +90,30 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
         )
         if arch == "qwen3":
             out.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
+        if arch == "gemma2":
+            out.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
+    if c.get("rope_freqs"):
+        out["rope_freqs.weight"] = (hd // 2,)
     return out
+
+
+def _llama3_rope_factors(head_dim: int, base: float) -> np.ndarray:
+    """What llama.cpp's converter writes as rope_freqs.weight for Llama 3.1's rope scaling (factor 8, low / high
+    frequency factors 1 / 4, original context 8192): each frequency's divisor."""
+    factor, low, high, old_ctx = 8.0, 1.0, 4.0, 8192
+    freqs = 1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def _metadata(arch: str, c: dict) -> list[tuple[str, object, str]]:
@@ -78,6 +130,7 @@ def _metadata(arch: str, c: dict) -> list[tuple[str, object, str]]:
         (f"{arch}.attention.value_length", c["head_dim"], "uint32"),
         (f"{arch}.rope.freq_base", c["rope_base"], "float32"),
         (f"{arch}.attention.layer_norm_rms_epsilon", c["eps"], "float32"),
+        *((f"{arch}.{k}", v, t) for k, v, t in c.get("extra", ())),
     ]
 
 
@@ -105,11 +158,12 @@ def test_model_path(name: str) -> Path:
     return cache_dir() / f"{name}.gguf"
 
 
-def write(out: Path, arch: str, tokenizer_from: Path | None = None, wtype: str = "F32", seed: int = 0) -> str:
-    """Writes the model; returns the file's sha256."""
+def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str = "F32", seed: int = 0) -> str:
+    """Writes the model `name` (a key of ARCHS); returns the file's sha256."""
     from localllm.model.gguf import GGUFFile
 
-    c = dict(ARCHS[arch])
+    c = dict(ARCHS[name])
+    arch = c.get("arch", name)
     src = tokenizer_from or test_model_path(c["tokenizer"])
     w = gguf.GGUFWriter(str(out), arch)
     with GGUFFile(src) as f:
@@ -123,6 +177,9 @@ def write(out: Path, arch: str, tokenizer_from: Path | None = None, wtype: str =
     rng = np.random.default_rng(seed)
     qt = WEIGHT_TYPES[wtype]
     for name, shape in _tensors(arch, c).items():
+        if name == "rope_freqs.weight":
+            w.add_tensor(name, _llama3_rope_factors(c["head_dim"], c["rope_base"]))
+            continue
         if len(shape) == 1:
             t = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
             w.add_tensor(name, t)

@@ -1,0 +1,35 @@
+"""gemma2 (Gemma 2): GeGLU, NeoX rope, sandwich norms, soft-capped attention and output logits, and sliding windows
+on every other layer. Following llama.cpp (llama-model.cpp, models/gemma2-iswa.cpp):
+- embeddings are scaled by sqrt(d_model); the output is tied to token_embd.weight.
+- every norm weight already includes gemma's +1 (the converter's).
+- attn_logit_softcapping / final_logit_softcapping: s = cap * tanh(s / cap) (decoder_spec reads both).
+- with `gemma2.attention.sliding_window` > 0, layer i is sliding when i is even (llama.cpp's swa pattern 2); every
+  layer uses rope.freq_base.
+- attn_scale is 1/sqrt(head_dim), except for the 46-layer 27B: 1/sqrt(d_model / n_head).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from .spec import MetadataView, ModelSpec, decoder_spec
+
+ARCH = "gemma2"
+SWA_PERIOD = 2
+N_LAYERS_27B = 46
+
+
+def spec(f) -> ModelSpec:
+    m = MetadataView(f, ARCH)
+    s = decoder_spec(m, neox=True, ffn_act="gelu_tanh", attn_bias="none", qk_norm=False, sandwich_norms=True)
+    window = m.integer("attention.sliding_window", 0)
+    if window < 0:
+        raise m.fail(m.key("attention.sliding_window"), f"must not be negative, got {window}")
+    layers = s.layers
+    if window > 0:
+        layers = tuple(replace(layer, sliding=i % SWA_PERIOD == 0) for i, layer in enumerate(layers))
+    qpas = s.d_model // s.n_head if s.n_layers == N_LAYERS_27B else s.head_dim
+    return replace(
+        s, embed_scale=math.sqrt(s.d_model), attn_scale=1.0 / math.sqrt(qpas), sliding_window=window, layers=layers
+    )
