@@ -66,6 +66,17 @@ ARCHS["gemma2"] = {  # Gemma 2: soft-caps, sandwich norms, sliding windows on ev
         ("final_logit_softcapping", 30.0, "float32"),
     ],
 }
+ARCHS["smollm3"] = {  # SmolLM3: llama with no rope on every fourth layer (layer 3 here)
+    "tokenizer": "smollm2-135m-instruct-q4_1",
+    "d_model": 128,
+    "n_layers": 4,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 32,
+    "n_ff": 320,
+    "rope_base": 5000000.0,
+    "eps": 1e-6,
+}
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
 
 

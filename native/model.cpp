@@ -56,8 +56,9 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     const LayerWeights& L = w_.layers[i];
     const std::string b = "blk." + str(i) + ".";
     if (L.sliding && !c.sliding_window) throw std::invalid_argument(b + ": sliding layer but sliding_window is 0");
-    if (!(L.rope_base > 0.f) || !(L.rope_scale > 0.f))
-      throw std::invalid_argument(b + ": rope_base and rope_scale must be positive");
+    // rope_scale 0: every angle 0, rope the identity (a NoPE layer: smollm3)
+    if (!(L.rope_base > 0.f) || !(L.rope_scale >= 0.f) || !std::isfinite(L.rope_scale))
+      throw std::invalid_argument(b + ": rope_base must be positive and rope_scale finite and not negative");
     check_matrix(*kt_, L.attn_q, qd, d, b + "attn_q");
     check_matrix(*kt_, L.attn_k, kvd, d, b + "attn_k");
     check_matrix(*kt_, L.attn_v, kvd, d, b + "attn_v");

@@ -49,7 +49,7 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
 #define LLL_LAYER_FIELDS(X)                                                                             \
   X(bool, sliding)      /* attends to the last sliding_window positions only */                         \
   X(float, rope_base)                                                                                   \
-  X(float, rope_scale)  /* multiplies the rotation angle */
+  X(float, rope_scale)  /* multiplies the rotation angle; 0: no rope on the layer (NoPE) */
 
 // LayerWeights' tensors: X(name). 2-D: attn_q [n_head*head_dim, d_model], attn_k/attn_v
 // [n_kv_head*head_dim, d_model], attn_output [d_model, n_head*head_dim], ffn_gate/ffn_up [n_ff, d_model],
