@@ -43,10 +43,20 @@ def summary(path: Path) -> dict:
             v = f.arch_value(key)
             return v.tolist() if hasattr(v, "tolist") else v
 
+        from localllm.model.architectures import ARCHITECTURES, UnsupportedModelError, spec_from_gguf
+
+        try:
+            spec_from_gguf(f)
+            runs = None
+        except UnsupportedModelError as e:
+            runs = e.problem if e.field != "general.architecture" else f"unsupported architecture {arch!r}"
         return {
             "path": str(path),
             "name": md.get("general.name"),
             "architecture": arch,
+            "supported": runs is None,
+            "unsupported_because": runs,
+            "architectures_supported": sorted(ARCHITECTURES),
             "parameters": n_params,
             "file_size": f.file_size,
             "bits_per_weight": round(8 * n_tensor_bytes / n_params, 3) if n_params else None,
@@ -99,6 +109,12 @@ def run(args: argparse.Namespace) -> int:
             f"{s['path']} ({format_size(s['file_size'])}, GGUF v{s['gguf_version']}, opened in {s['open_seconds'] * 1000:.1f} ms)",
         ),
         ("architecture", s["architecture"]),
+        (
+            "runs here",
+            "yes"
+            if s["supported"]
+            else f"no: {s['unsupported_because']} (localllm runs {', '.join(s['architectures_supported'])})",
+        ),
         (
             "parameters",
             f"{format_params(s['parameters'])} ({s['parameters']:,}), {s['bits_per_weight']} bits per weight",

@@ -217,3 +217,23 @@ def test_bench_compare_runs_both_in_one_run():
     j = json.loads(r.stdout)
     for side in (j, j["llama_cpp"]):
         assert side["pp_tps"] > 0 and side["tg_tps"] > 0 and side["peak_rss_mb"] > 50 and 0 < side["first_token_s"] < 60
+
+
+def test_show_says_whether_the_architecture_runs_here(tmp_path):
+    import gguf
+
+    path = tmp_path / "unknown.gguf"
+    w = gguf.GGUFWriter(str(path), "phi42")
+    w.add_uint32("phi42.block_count", 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = localllm("show", str(path))
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("runs here"))
+    assert "no: unsupported architecture 'phi42'" in line and "qwen3" in line and "gemma2" in line
+    j = json.loads(localllm("show", str(path), "--json").stdout)
+    assert j["supported"] is False and "smollm3" in j["architectures_supported"]
+    r = localllm("run", str(path), "hi")
+    assert r.returncode == 1 and r.stderr.startswith("error:")
