@@ -77,6 +77,22 @@ ARCHS["smollm3"] = {  # SmolLM3: llama with no rope on every fourth layer (layer
     "rope_base": 5000000.0,
     "eps": 1e-6,
 }
+ARCHS[
+    "phi3"
+] = {  # Phi-3: fused QKV and gate-up tensors (its own vocabulary is Llama 2's 32k; llama.cpp 0.3.36 loads a phi3
+    # with the 0.5B's, not with smollm2's or gemma's: its phi3 vocabulary setup looks up tokens they lack)
+    "tokenizer": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "d_model": 128,
+    "n_layers": 2,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 32,
+    "n_ff": 320,
+    "rope_base": 10000.0,
+    "eps": 1e-5,
+    "extra": [("rope.dimension_count", 32, "uint32")],
+    "output": True,
+}
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
 
 
@@ -84,8 +100,23 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
     """name -> shape as numpy holds it ([rows, row length]); the writer reverses it into GGUF's dims."""
     d, hd = c["d_model"], c["head_dim"]
     out = {"token_embd.weight": (c["n_vocab"], d), "output_norm.weight": (d,)}
+    if c.get("output"):
+        out["output.weight"] = (c["n_vocab"], d)
     for i in range(c["n_layers"]):
         b = f"blk.{i}."
+        if arch == "phi3":  # fused: Q K V rows in one tensor, gate and up halves in one
+            kvd = c["n_kv"] * hd
+            out.update(
+                {
+                    b + "attn_norm.weight": (d,),
+                    b + "attn_qkv.weight": (c["n_head"] * hd + 2 * kvd, d),
+                    b + "attn_output.weight": (d, c["n_head"] * hd),
+                    b + "ffn_norm.weight": (d,),
+                    b + "ffn_up.weight": (2 * c["n_ff"], d),
+                    b + "ffn_down.weight": (d, c["n_ff"]),
+                }
+            )
+            continue
         out.update(
             {
                 b + "attn_norm.weight": (d,),

@@ -103,25 +103,36 @@ class ReferenceModel:
         self.cache = cache and not float64
         self._weights: dict[str, np.ndarray] = {}
 
+    def _tensor(self, ref: str):
+        """(TensorInfo, its rows as uint8 [n, row_bytes]) of a spec's tensor reference: a name, or "name@a:b" for rows
+        [a, b) of a fused tensor (phi3's QKV and gate-up)."""
+        name, _, rows = ref.partition("@")
+        t = self.f.tensors[name]
+        if not rows:
+            return t, t.rows()
+        a, b = (int(v) for v in rows.split(":"))
+        return t, t.rows()[a:b]
+
     def weight(self, name: str) -> np.ndarray:
         """float32 (float64 under float64=True) [n_rows, row_len] (numpy order: a Linear's [out, in]); [row_len]
         for 1-D tensors, which are always kept."""
         w = self._weights.get(name)
         if w is None:
-            t = self.f.tensors[name]
-            w = dequantize(t.rows(), gguf.GGMLQuantizationType(t.type.id))
-            w = w.astype(np.float64 if self.float64 else np.float32, copy=False).reshape(t.shape)
+            t, rows = self._tensor(name)
+            w = dequantize(rows, gguf.GGMLQuantizationType(t.type.id))
+            shape = t.shape if len(t.shape) == 1 else (len(rows), t.row_len)
+            w = w.astype(np.float64 if self.float64 else np.float32, copy=False).reshape(shape)
             if self.cache or w.ndim == 1:
                 self._weights[name] = w
         return w
 
     def product64(self, x: np.ndarray, name: str) -> np.ndarray:
         """x: [T, in] float64 -> x @ W.T [T, out] float64, W dequantized CHUNK_BYTES of float64 rows at a time."""
-        t = self.f.tensors[name]
-        qt, rows = gguf.GGMLQuantizationType(t.type.id), t.rows()
+        t, rows = self._tensor(name)
+        qt = gguf.GGMLQuantizationType(t.type.id)
         step = max(1, CHUNK_BYTES // (8 * t.row_len))
-        y, xt = np.empty((x.shape[0], t.n_rows)), np.ascontiguousarray(x.T)
-        for r in range(0, t.n_rows, step):
+        y, xt = np.empty((x.shape[0], len(rows))), np.ascontiguousarray(x.T)
+        for r in range(0, len(rows), step):
             w = dequantize(rows[r : r + step], qt).astype(np.float64).reshape(-1, t.row_len)
             y[:, r : r + len(w)] = (w @ xt).T
         return y
@@ -136,12 +147,12 @@ class ReferenceModel:
         """x: [T, in] -> [T, out] float32 (float64 under float64=True)."""
         if self.float64:
             if self.act_quant:
-                x = quantize_activations(x.astype(np.float32), self.f.tensors[w].type.name)
+                x = quantize_activations(x.astype(np.float32), self._tensor(w)[0].type.name)
             y = self.product64(x.astype(np.float64), w)
             return y + self.weight(b) if b else y
         x = x.astype(np.float32)
         if self.act_quant:
-            x = quantize_activations(x, self.f.tensors[w].type.name)
+            x = quantize_activations(x, self._tensor(w)[0].type.name)
         y = x @ self.weight(w).T
         return y + self.weight(b) if b else y
 

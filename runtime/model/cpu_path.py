@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import __version__, native
 from . import quant_types
 from .architectures import ModelSpec
+from .architectures.spec import split_ref
 from .gguf import GGUFFile
 
 DECODE_SLACK = 1.25  # a path decoding slower than this times the fastest is never chosen
@@ -75,12 +76,13 @@ def _matrices(f: GGUFFile, spec: ModelSpec) -> tuple[list, list]:
     layer = spec.layers[len(spec.layers) // 2]
     mats = []
     for name in fields:
-        tname = getattr(layer, name)
-        if tname is None:
+        ref = getattr(layer, name)
+        if ref is None:
             continue
+        tname, rows = split_ref(ref)
         t = f.tensor(tname)
         if len(t.dims) == 2 and t.type.supported:
-            mats.append((t.type.id, t.rows(), t.row_len))
+            mats.append((t.type.id, t.rows() if rows is None else t.rows()[rows], t.row_len))
     head = f.tensor(spec.output)
     return mats, [(head.type.id, head.rows(), head.row_len)]
 

@@ -16,9 +16,10 @@ import numpy as np
 from .. import native
 from . import quant_types
 from .architectures import ModelSpec, spec_from_gguf
+from .architectures.spec import split_ref
 from .candidates import Candidates
 from .cpu_path import choose as choose_cpu_path
-from .gguf import GGUFFile, TensorInfo
+from .gguf import GGUFFile
 from .kv_types import KV_TYPES, kv_types  # noqa: F401 (KV_TYPES re-exported)
 from .placement import DEFAULT_DEVICE, Footprint
 from .placement import placement as plan_placement
@@ -51,17 +52,19 @@ def footprint(f: GGUFFile, spec: ModelSpec, n_blocks: int, block_size: int, k_ty
         return f.tensor(name).nbytes if name is not None else 0
 
     kv_layer = n_blocks * kv_block_bytes(spec, k_type, v_type, block_size) // spec.n_layers
-    layers = tuple(
-        sum(size(getattr(layer, name)) for name in _FIELDS["layer_weights"]) + kv_layer for layer in spec.layers
-    )
+    layers = tuple(sum(size(name) for name in layer.tensor_names()) + kv_layer for layer in spec.layers)
     output = 0 if spec.output == spec.token_embd else size(spec.output)
     return Footprint(embed=size(spec.token_embd), layers=layers, head=output + size(spec.output_norm))
 
 
-def _view(f: GGUFFile, t: TensorInfo) -> tuple[int, np.ndarray, int]:
-    """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len): what the native Model takes."""
+def _view(f: GGUFFile, ref: str) -> tuple[int, np.ndarray, int]:
+    """(type_id, rows uint8 [n_rows, row_bytes] viewing the map, row_len) of a tensor reference (a tensor, or rows
+    of a fused one: architectures/spec.py's rows_ref): what the native Model takes."""
+    name, rows = split_ref(ref)
+    t = f.tensor(name)
     native.check_supported(t.type, f"{f.path}: {t.name}")
-    return t.type.id, t.rows(), t.row_len
+    view = t.rows()
+    return t.type.id, (view if rows is None else view[rows]), t.row_len
 
 
 class Model:
@@ -104,14 +107,14 @@ class Model:
         for name in _FIELDS["weights"]:
             tensor_name = _spec_value(s, name)
             if tensor_name is not None:
-                weights[name] = _view(f, f.tensor(tensor_name))
+                weights[name] = _view(f, tensor_name)
         layers = []
         for layer in s.layers:
             d = {name: getattr(layer, name) for name in _FIELDS["layer"]}
             for name in _FIELDS["layer_weights"]:
                 tensor_name = getattr(layer, name)
                 if tensor_name is not None:
-                    d[name] = _view(f, f.tensor(tensor_name))
+                    d[name] = _view(f, tensor_name)
             layers.append(d)
         if placement is None:
             fp = None if device == "cpu" else footprint(f, s, n_blocks, block_size, k_type, v_type)

@@ -48,6 +48,23 @@ class UnsupportedModelError(ValueError):
         self.path, self.field, self.problem = path, field, problem
 
 
+ROWS = "@"  # "blk.0.attn_qkv.weight@0:3072": rows [0, 3072) of a fused tensor (phi3's QKV and gate-up)
+
+
+def rows_ref(name: str, start: int, stop: int) -> str:
+    """A reference to rows [start, stop) of tensor `name` (each row one output of its product)."""
+    return f"{name}{ROWS}{start}:{stop}"
+
+
+def split_ref(ref: str) -> tuple[str, slice | None]:
+    """(tensor name, its rows) of a tensor reference: rows None for the whole tensor."""
+    name, sep, rows = ref.partition(ROWS)
+    if not sep:
+        return ref, None
+    start, _, stop = rows.partition(":")
+    return name, slice(int(start), int(stop))
+
+
 @dataclass(frozen=True)
 class RopeSpec:
     n_rot: int  # leading dims of each head that rotate
@@ -83,7 +100,8 @@ class LayerSpec:
     post_ffw_norm: str | None = None  # [d_model]
 
     def tensor_names(self) -> list[str]:
-        return [v for k, v in self.__dict__.items() if isinstance(v, str)]
+        """The file's tensors the layer reads (a fused tensor once, however many references slice it)."""
+        return list(dict.fromkeys(split_ref(v)[0] for v in self.__dict__.values() if isinstance(v, str)))
 
 
 @dataclass(frozen=True)
@@ -231,11 +249,20 @@ class MetadataView:
 
 
 def decoder_spec(
-    m: MetadataView, *, neox: bool, ffn_act: str, attn_bias: str, qk_norm: bool, sandwich_norms: bool
+    m: MetadataView,
+    *,
+    neox: bool,
+    ffn_act: str,
+    attn_bias: str,
+    qk_norm: bool,
+    sandwich_norms: bool,
+    fused: bool = False,
 ) -> ModelSpec:
     """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
     embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
-    present) or "none". Architectures adjust the result with dataclasses.replace."""
+    present) or "none". fused: Q, K and V are the rows of one attn_qkv.weight (in that order), gate and up the
+    two halves of one ffn_up.weight (gate first), as phi3 stores them. Architectures adjust the result with
+    dataclasses.replace."""
     for suffix in ("expert_count", "expert_used_count"):
         n = m.raw(suffix)
         if n is not None and not (isinstance(n, int) and n == 0):
@@ -315,20 +342,34 @@ def decoder_spec(
                 post_attention_norm=m.tensor(b + "post_attention_norm.weight", (d_model,)),
                 post_ffw_norm=m.tensor(b + "post_ffw_norm.weight", (d_model,)),
             )
+        if fused:
+            qkv = m.tensor(b + "attn_qkv.weight", (d_model, q_dim + 2 * kv_dim))
+            gate_up = m.tensor(b + "ffn_up.weight", (d_model, 2 * n_ff))
+            products = {
+                "attn_q": rows_ref(qkv, 0, q_dim),
+                "attn_k": rows_ref(qkv, q_dim, q_dim + kv_dim),
+                "attn_v": rows_ref(qkv, q_dim + kv_dim, q_dim + 2 * kv_dim),
+                "ffn_gate": rows_ref(gate_up, 0, n_ff),
+                "ffn_up": rows_ref(gate_up, n_ff, 2 * n_ff),
+            }
+        else:
+            products = {
+                "attn_q": m.tensor(b + "attn_q.weight", (d_model, q_dim)),
+                "attn_k": m.tensor(b + "attn_k.weight", (d_model, kv_dim)),
+                "attn_v": m.tensor(b + "attn_v.weight", (d_model, kv_dim)),
+                "ffn_gate": m.tensor(b + "ffn_gate.weight", (d_model, n_ff)),
+                "ffn_up": m.tensor(b + "ffn_up.weight", (d_model, n_ff)),
+            }
         layers.append(
             LayerSpec(
                 sliding=False,
                 rope_base=freq_base,
                 rope_scale=freq_scale,
                 attn_norm=m.tensor(b + "attn_norm.weight", (d_model,)),
-                attn_q=m.tensor(b + "attn_q.weight", (d_model, q_dim)),
-                attn_k=m.tensor(b + "attn_k.weight", (d_model, kv_dim)),
-                attn_v=m.tensor(b + "attn_v.weight", (d_model, kv_dim)),
                 attn_output=m.tensor(b + "attn_output.weight", (q_dim, d_model)),
                 ffn_norm=m.tensor(b + "ffn_norm.weight", (d_model,)),
-                ffn_gate=m.tensor(b + "ffn_gate.weight", (d_model, n_ff)),
-                ffn_up=m.tensor(b + "ffn_up.weight", (d_model, n_ff)),
                 ffn_down=m.tensor(b + "ffn_down.weight", (n_ff, d_model)),
+                **products,
                 **biases,
                 **norms,
             )
