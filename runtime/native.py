@@ -73,6 +73,15 @@ def configure(path: str | None = None, threads: int | None = None) -> None:
     _forced_path = name or None
 
 
+def build_id() -> str:
+    """This build of the extension: its compiled module's size and modification time ("" where unknown)."""
+    try:
+        st = os.stat(_native.__file__)
+    except (OSError, AttributeError, TypeError):
+        return ""
+    return f"{st.st_size} bytes, {int(st.st_mtime)}"
+
+
 def forced_path() -> str | None:
     """The CPU path configure() or LOCALLLM_CPU forces, or None (each model takes the path measured fastest)."""
     return _forced_path

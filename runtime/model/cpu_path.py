@@ -125,7 +125,12 @@ def cache_file() -> Path:
 def _key(f: GGUFFile, spec: ModelSpec, threads: int, paths: list[str]) -> str:
     layer, head = _matrices(f, spec)
     types = sorted({quant_types.get(m[0]).name for m in layer + head})
-    return " | ".join([cpu_model(), f"localllm {__version__}", ",".join(paths), f"{threads} threads", ",".join(types)])
+    return " | ".join([cpu_model(), _build(), ",".join(paths), f"{threads} threads", ",".join(types)])
+
+
+def _build() -> str:
+    """The version and the extension's build (a rebuild with other kernels measures again)."""
+    return f"localllm {__version__} ({native.build_id()})"
 
 
 def _read(path: Path) -> dict:
