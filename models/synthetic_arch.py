@@ -93,6 +93,11 @@ ARCHS[
     "extra": [("rope.dimension_count", 32, "uint32")],
     "output": True,
 }
+ARCHS["phi3-partial"] = {  # Phi-4 mini's shape of phi3: rope on the first 3/4 of each head only
+    **ARCHS["phi3"],
+    "arch": "phi3",
+    "extra": [("rope.dimension_count", 24, "uint32")],
+}
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
 
 

@@ -290,7 +290,8 @@ REFUSALS = [
     ("llama", {"kv": {"llama.expert_count": 8, "llama.expert_used_count": 2}}, "llama.expert_count"),
     ("llama", {"kv": {"llama.attention.head_count": [2, 2]}}, "llama.attention.head_count"),
     ("llama", {"kv": {"llama.attention.layer_norm_rms_epsilon": None}}, "llama.attention.layer_norm_rms_epsilon"),
-    ("llama", {"kv": {"llama.rope.dimension_count": 2}}, "llama.rope.dimension_count"),
+    ("llama", {"kv": {"llama.rope.dimension_count": 3}}, "llama.rope.dimension_count"),  # odd
+    ("llama", {"kv": {"llama.rope.dimension_count": 6}}, "llama.rope.dimension_count"),  # more than head_dim 4
     ("gemma3", {"kv": {"gemma3.attention.value_length": 8}}, "gemma3.attention.value_length"),
     ("llama", {"drop": ("blk.1.ffn_up.weight",)}, "blk.1.ffn_up.weight"),
     ("qwen2", {"drop": ("blk.0.attn_k.bias",)}, "blk.0.attn_k.bias"),

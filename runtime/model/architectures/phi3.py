@@ -1,4 +1,4 @@
-"""phi3 (Phi-3 and Phi-3.5 mini, Phi-4 mini without partial rotary): llama's block with Q, K and V as the rows of
+"""phi3 (Phi-3 and Phi-3.5 mini, Phi-4 mini with its partial rotary: rope.dimension_count < head_dim): llama's block with Q, K and V as the rows of
 one fused attn_qkv.weight (Q, then K, then V) and gate and up as the halves of one fused ffn_up.weight (gate
 first), NeoX rope, SwiGLU, no biases. The fused tensors are read in place: each product gets its rows
 (spec.py's rows_ref). Following llama.cpp (models/phi3.cpp): Q is scaled by 1/sqrt(head_dim) before attention,

@@ -287,9 +287,9 @@ def decoder_spec(
     if not 0 < rms_eps < 1:
         raise m.fail(m.key("attention.layer_norm_rms_epsilon"), f"out of range: {rms_eps}")
 
-    n_rot = m.positive_int("rope.dimension_count", head_dim)
-    if n_rot != head_dim:
-        raise m.fail(m.key("rope.dimension_count"), f"partial rotary ({n_rot} of {head_dim} dims) is not supported")
+    n_rot = m.positive_int("rope.dimension_count", head_dim)  # fewer than head_dim: partial rotary (Phi-4 mini)
+    if n_rot > head_dim or n_rot % 2:
+        raise m.fail(m.key("rope.dimension_count"), f"{n_rot} must be even and at most the head's {head_dim} dims")
     freq_base = m.number("rope.freq_base", 10000.0)
     if freq_base <= 0:
         raise m.fail(m.key("rope.freq_base"), f"must be positive, got {freq_base}")
