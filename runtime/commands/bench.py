@@ -435,6 +435,8 @@ def run_model(args: argparse.Namespace) -> int:
     for name, v in (("--n-prompt", args.n_prompt), ("--n-gen", args.n_gen), ("--repetitions", args.repetitions)):
         if v < 1:
             raise ValueError(f"{name} must be positive")
+    if args.threads and len(args.threads) > 1:
+        raise ValueError("bench MODEL runs one thread count (--threads N); `bench kernels` takes several")
     path = _resolve(args.what, args.pull)
     threads = (args.threads or [native.physical_cores()])[0]
     if args.speculative:

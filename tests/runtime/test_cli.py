@@ -49,6 +49,7 @@ def test_show_text_and_json_agree_with_the_file():
         (["show", "/nonexistent/model.gguf"], "no such file"),
         (["show", "no-such-model-anywhere"], "no-such-model-anywhere"),
         (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "--n values"),
+        (["bench", "/nonexistent/model.gguf", "--threads", "1", "2"], "one thread count"),
         (["bench", "kernels", "/nonexistent/model.gguf", "--step-n", "0"], "--step-n"),
     ],
 )
