@@ -127,7 +127,7 @@ class Engine:
             stream._deliver(Chunk("", [], "length", Stats(prompt_tokens=len(ids), ctx_size=self.ctx_size)))
             return stream
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
-        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs), spec))
+        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, spec)))
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
@@ -186,7 +186,7 @@ class Engine:
 
     def _run(self) -> None:
         active: dict[Any, Request] = {}  # admitted to the scheduler, not over
-        held: deque[tuple[Request, str]] = deque()  # submitted while a call waits, with their speculative mode
+        held: deque[Request] = deque()  # submitted while a call waits
         calls: deque[tuple[Callable, Future]] = deque()
         while True:
             idle = not active and not calls
@@ -199,7 +199,7 @@ class Engine:
             for msg in msgs:
                 kind = msg[0]
                 if kind is _STOP:
-                    for req in [*active.values(), *(item[0] for item in held)]:
+                    for req in [*active.values(), *held]:
                         req.abort()
                     for _, fut in calls:
                         if fut.set_running_or_notify_cancel():
@@ -207,9 +207,9 @@ class Engine:
                     return
                 if kind == "add":
                     if calls:
-                        held.append(msg[1:])
+                        held.append(msg[1])
                     else:
-                        self._admit(*msg[1:], active)
+                        self._admit(msg[1], active)
                 elif kind == "abort":
                     self._abort(msg[1], active, held)
                 elif kind == "call":
@@ -222,7 +222,7 @@ class Engine:
                     _resolve(fut, fn, self._model)
                 self._scheduler = self._new_scheduler()  # the call wrote over the pool: no cached prefix holds
                 while held:
-                    self._admit(*held.popleft(), active)
+                    self._admit(held.popleft(), active)
                 continue
             if active:
                 try:
@@ -234,14 +234,14 @@ class Engine:
                     self._scheduler = self._new_scheduler()
                     self.drafter.reset()
 
-    def _admit(self, req: Request, speculative: str, active: dict) -> None:
+    def _admit(self, req: Request, active: dict) -> None:
         try:
             self._scheduler.add(req.seq)
         except ValueError as e:
             req.fail(e)
             return
         active[req.seq.seq_id] = req
-        self.drafter.open(req.seq.seq_id, speculative)
+        self.drafter.open(req.seq.seq_id, req.speculative)
 
     def _abort(self, request_id, active: dict, held: deque) -> None:
         req = active.pop(request_id, None)
@@ -250,10 +250,10 @@ class Engine:
             self._retire(req)
             req.abort()
             return
-        for item in held:
-            if item[0].seq.seq_id == request_id:
-                held.remove(item)
-                item[0].abort()
+        for r in held:
+            if r.seq.seq_id == request_id:
+                held.remove(r)
+                r.abort()
                 return
 
     def _candidates_needed(self, active: dict, out) -> int:

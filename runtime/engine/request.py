@@ -44,8 +44,10 @@ class Request:
         ctx_size: int,
         submitted: float,
         logprobs: int | None = None,
+        speculative: str = "off",
     ):
         self.seq = seq
+        self.speculative = speculative  # its drafting mode: "ngram" | "draft" | "off" (drafting/drafter.py)
         self.stream = stream
         self.sampler = Sampler(seq.params)
         self._stop = StopChecker(seq.params.stop)

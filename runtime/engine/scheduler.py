@@ -101,7 +101,7 @@ class Scheduler:
         self.pool_tokens = block_manager.n_blocks * block_manager.block_size
         if ctx_size is not None:
             _count("ctx_size", ctx_size, 2)
-        self._requested_len = ctx_size
+        self._window = ContextWindow(ctx_size) if ctx_size is not None else None  # a requested size: its check
         self.ctx_size = min(ctx_size or self.pool_tokens, self.pool_tokens)
         self._waiting: deque[Sequence] = deque()  # head is admitted first
         self._running: list[Sequence] = []  # admission order: the last is preempted first
@@ -140,8 +140,8 @@ class Scheduler:
         if seq.seq_id in self._live:
             raise ValueError(f"a live sequence already has the id {seq.seq_id!r}")
         n = seq.num_tokens
-        if self._requested_len is not None:
-            ContextWindow(self._requested_len).check(n, 1)
+        if self._window is not None:
+            self._window.check(n, 1)
         if n >= self.pool_tokens:
             raise ValueError(
                 f"the prompt has {n} tokens; the KV pool holds {self.pool_tokens} "

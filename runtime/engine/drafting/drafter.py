@@ -137,7 +137,9 @@ class Drafter:
             self.draft.release(seq_id)
 
     def reset(self) -> None:
-        """Forgets the draft model's cache and the shared table (the sequences' own state is dropped by close)."""
+        """Forgets every sequence, the draft model's cache and the shared table (the engine's pool was rebuilt: after
+        a failed step its requests are gone without a close)."""
+        self._seqs.clear()
         if self.draft is not None:
             self.draft.reset()
         if self.table is not None:
