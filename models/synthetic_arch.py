@@ -107,32 +107,23 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
     out = {"token_embd.weight": (c["n_vocab"], d), "output_norm.weight": (d,)}
     if c.get("output"):
         out["output.weight"] = (c["n_vocab"], d)
+    qd, kvd, ff = c["n_head"] * hd, c["n_kv"] * hd, c["n_ff"]
     for i in range(c["n_layers"]):
         b = f"blk.{i}."
         if arch == "phi3":  # fused: Q K V rows in one tensor, gate and up halves in one
-            kvd = c["n_kv"] * hd
-            out.update(
-                {
-                    b + "attn_norm.weight": (d,),
-                    b + "attn_qkv.weight": (c["n_head"] * hd + 2 * kvd, d),
-                    b + "attn_output.weight": (d, c["n_head"] * hd),
-                    b + "ffn_norm.weight": (d,),
-                    b + "ffn_up.weight": (2 * c["n_ff"], d),
-                    b + "ffn_down.weight": (d, c["n_ff"]),
-                }
-            )
-            continue
+            attn = {b + "attn_qkv.weight": (qd + 2 * kvd, d)}
+            ffn = {b + "ffn_up.weight": (2 * ff, d)}
+        else:
+            attn = {b + "attn_q.weight": (qd, d), b + "attn_k.weight": (kvd, d), b + "attn_v.weight": (kvd, d)}
+            ffn = {b + "ffn_gate.weight": (ff, d), b + "ffn_up.weight": (ff, d)}
         out.update(
             {
                 b + "attn_norm.weight": (d,),
-                b + "attn_q.weight": (c["n_head"] * hd, d),
-                b + "attn_k.weight": (c["n_kv"] * hd, d),
-                b + "attn_v.weight": (c["n_kv"] * hd, d),
-                b + "attn_output.weight": (d, c["n_head"] * hd),
+                **attn,
+                b + "attn_output.weight": (d, qd),
                 b + "ffn_norm.weight": (d,),
-                b + "ffn_gate.weight": (c["n_ff"], d),
-                b + "ffn_up.weight": (c["n_ff"], d),
-                b + "ffn_down.weight": (d, c["n_ff"]),
+                **ffn,
+                b + "ffn_down.weight": (d, ff),
             }
         )
         if arch == "qwen3":

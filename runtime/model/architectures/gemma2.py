@@ -10,9 +10,7 @@ on every other layer. Following llama.cpp (llama-model.cpp, models/gemma2-iswa.c
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
-
+from .gemma3 import gemma_windows
 from .spec import MetadataView, ModelSpec, decoder_spec
 
 ARCH = "gemma2"
@@ -23,13 +21,4 @@ N_LAYERS_27B = 46
 def spec(f) -> ModelSpec:
     m = MetadataView(f, ARCH)
     s = decoder_spec(m, neox=True, ffn_act="gelu_tanh", attn_bias="none", qk_norm=False, sandwich_norms=True)
-    window = m.integer("attention.sliding_window", 0)
-    if window < 0:
-        raise m.fail(m.key("attention.sliding_window"), f"must not be negative, got {window}")
-    layers = s.layers
-    if window > 0:
-        layers = tuple(replace(layer, sliding=i % SWA_PERIOD == 0) for i, layer in enumerate(layers))
-    qpas = s.d_model // s.n_head if s.n_layers == N_LAYERS_27B else s.head_dim
-    return replace(
-        s, embed_scale=math.sqrt(s.d_model), attn_scale=1.0 / math.sqrt(qpas), sliding_window=window, layers=layers
-    )
+    return gemma_windows(m, s, [i % SWA_PERIOD == 0 for i in range(s.n_layers)], N_LAYERS_27B)

@@ -41,24 +41,28 @@ def _sliding_layers(m: MetadataView, n_layers: int) -> list[bool]:
     return [v == 0 or i % v < v - 1 for i in range(n_layers)]
 
 
-def spec(f) -> ModelSpec:
-    m = MetadataView(f, ARCH)
-    s = decoder_spec(m, neox=True, ffn_act="gelu_tanh", attn_bias="none", qk_norm=True, sandwich_norms=True)
-
+def gemma_windows(m: MetadataView, s: ModelSpec, sliding: list[bool], n_layers_27b: int, local_base=None) -> ModelSpec:
+    """What gemma2 and gemma3 add to the decoder block: embeddings scaled by sqrt(d_model), attn_scale from
+    query_pre_attn_scalar (head_dim, or d_model / n_head for the 27B of n_layers_27b layers), and with
+    attention.sliding_window > 0 the layers flagged in `sliding` attending to that window (at rope base
+    local_base, unscaled, where one is given)."""
     window = m.integer("attention.sliding_window", 0)
     if window < 0:
         raise m.fail(m.key("attention.sliding_window"), f"must not be negative, got {window}")
     layers = s.layers
     if window > 0:
-        local_base = m.number("rope.freq_base_swa", DEFAULT_SWA_ROPE_BASE)
-        if local_base <= 0:
-            raise m.fail(m.key("rope.freq_base_swa"), f"must be positive, got {local_base}")
-        layers = tuple(
-            replace(layer, sliding=True, rope_base=local_base, rope_scale=1.0) if sliding else layer
-            for layer, sliding in zip(layers, _sliding_layers(m, s.n_layers))
-        )
-
-    qpas = s.d_model // s.n_head if s.n_layers == N_LAYERS_27B else s.head_dim
+        local = {} if local_base is None else {"rope_base": local_base, "rope_scale": 1.0}
+        layers = tuple(replace(layer, sliding=True, **local) if on else layer for layer, on in zip(layers, sliding))
+    qpas = s.d_model // s.n_head if s.n_layers == n_layers_27b else s.head_dim
     return replace(
         s, embed_scale=math.sqrt(s.d_model), attn_scale=1.0 / math.sqrt(qpas), sliding_window=window, layers=layers
     )
+
+
+def spec(f) -> ModelSpec:
+    m = MetadataView(f, ARCH)
+    s = decoder_spec(m, neox=True, ffn_act="gelu_tanh", attn_bias="none", qk_norm=True, sandwich_norms=True)
+    local_base = m.number("rope.freq_base_swa", DEFAULT_SWA_ROPE_BASE)
+    if local_base <= 0:
+        raise m.fail(m.key("rope.freq_base_swa"), f"must be positive, got {local_base}")
+    return gemma_windows(m, s, _sliding_layers(m, s.n_layers), N_LAYERS_27B, local_base)
