@@ -171,6 +171,8 @@ def test_bad_steps_raise_and_leave_the_cache_alone(tmp_path):
             with pytest.raises(ValueError, match=message):
                 model.forward(StepBatch(**{**good, **change}))
         np.testing.assert_array_equal(model.forward(StepBatch(**good)), before)
+        with pytest.raises(TypeError, match="forward takes a StepBatch"):
+            model.forward(tuple(good.values()))  # the arrays as the old positional form
         assert model.forward(StepBatch(**{**good, "logits_rows": []})).shape == (0, VOCAB)
         with pytest.raises(ValueError, match="n_blocks"):
             Model(f, n_blocks=0)
