@@ -17,6 +17,7 @@
 #include "cpu_features.h"
 #include "kernel_context.h"
 #include "matmul.h"
+#include "repack.h"
 
 namespace py = pybind11;
 
@@ -90,6 +91,28 @@ py::array_t<float> dequantize_py(int type_id, const py::array& w, int k) {
   return out;
 }
 
+// rows w [m, row_bytes] of type_id (k weights each) -> (internal type id, packed rows) of repack.h; ValueError where no
+// internal layout applies
+py::tuple repack_py(int type_id, const py::array& w, int k) {
+  KernelContext ctx = kernel_context();
+  check_weight_rows(*ctx.kernels, type_id, w, k, "weights");
+  const int to = repacked_type(type_id, k);
+  if (to < 0)
+    throw std::invalid_argument("repack: no internal layout for " + std::string(type_info(type_id)->name) +
+                                " rows of " + std::to_string(k) + " weights");
+  const int m = (int)w.shape(0);
+  const size_t rb = row_bytes_of(*type_info(to), k);
+  py::array_t<uint8_t> out({(py::ssize_t)m, (py::ssize_t)rb});
+  repack_rows(type_id, (const uint8_t*)w.data(), (size_t)w.strides(0), m, k, out.mutable_data());
+  return py::make_tuple(to, out);
+}
+
+// whether `path`'s kernels want rows of type_id repacked at load (KernelTable::repack)
+bool wants_repack_py(const std::string& path, int type_id) {
+  if (type_id < 0 || type_id >= N_TYPE_IDS) return false;
+  return kernels_for(path)->repack[type_id];
+}
+
 uint64_t stream_read_py(const py::array& buf, int streams) {
   if (buf.ndim() != 1 || buf.itemsize() != 1 || !(buf.flags() & py::array::c_style))
     throw std::invalid_argument("buffer must be a contiguous 1-D uint8 array");
@@ -130,6 +153,7 @@ double time_products_py(const std::string& path, const py::list& mats, int n, in
     size_t stride;
   };
   std::vector<Mat> ms;
+  RepackedWeights repacked;
   size_t max_k = 0, max_m = 0;
   for (const auto& item : mats) {
     auto t = item.cast<py::tuple>();
@@ -137,7 +161,10 @@ double time_products_py(const std::string& path, const py::list& mats, int n, in
     const int type_id = t[0].cast<int>(), k = t[2].cast<int>();
     py::array w = py::array::ensure(t[1]);
     check_weight_rows(kt, type_id, w, k, "weights");
-    ms.push_back({type_id, (int)w.shape(0), k, (const uint8_t*)w.data(), (size_t)w.strides(0)});
+    // as a model's CPU stage would hold them on this path (repack.h)
+    WeightView v{(const uint8_t*)w.data(), type_id, (int)w.shape(0), k, (size_t)w.strides(0)};
+    v = repacked.view(kt, v, &pool);
+    ms.push_back({v.type, v.rows, k, v.data, v.row_bytes});
     max_k = std::max(max_k, (size_t)k);
     max_m = std::max(max_m, (size_t)w.shape(0));
   }
@@ -167,6 +194,10 @@ void bind_kernels(py::module_& m) {
   m.def("dequantize", &dequantize_py, py::arg("type_id"), py::arg("w"), py::arg("k"));
   m.def("stream_read", &stream_read_py, py::arg("buf"), py::arg("streams") = 1);
   m.def("int8_peak", &int8_peak_py, py::arg("iters"));
+  m.def("repack", &repack_py, py::arg("type_id"), py::arg("rows"), py::arg("k"),
+        "(internal type id, rows) of repack.h's layout for rows of type_id (ValueError where none applies)");
+  m.def("wants_repack", &wants_repack_py, py::arg("path"), py::arg("type_id"),
+        "whether `path`'s kernels read rows of type_id repacked (a model's CPU stage repacks them at load)");
   m.def("time_products", &time_products_py, py::arg("path"), py::arg("mats"), py::arg("n"), py::arg("reps"),
         py::arg("threads"),
         "best-of-reps seconds of one product per (type_id, rows, k) with n activation rows on `path`");

@@ -11,6 +11,7 @@
 #include "kv_cache.h"
 #include "matmul.h"
 #include "ops.h"
+#include "repack.h"
 #include "scratch_buffer.h"
 #include "stage.h"
 
@@ -25,7 +26,18 @@ class CpuStage final : public Stage {
         first_(first),
         last_(last),
         pool_(pool),
-        kv_(last - first, kv.n_blocks, kv.block_size, m.cfg.n_kv_head, m.cfg.head_dim, kv.k_type, kv.v_type) {}
+        kv_(last - first, kv.n_blocks, kv.block_size, m.cfg.n_kv_head, m.cfg.head_dim, kv.k_type, kv.v_type) {
+    // the stage's matrices as its kernel path wants them (repack.h); the other weights stay views of the map
+    const KernelTable& kt = *m.kt;
+    for (int l = first; l < last; ++l) {
+      LayerWeights L = m.w.layers[l];
+      for (WeightView* w : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+        *w = repacked_.view(kt, *w, &pool);
+      layers_.push_back(L);
+    }
+    // the head (the embedding lookup keeps reading token_embd as it lies, even where output views it)
+    if (last == m.cfg.n_layers) output_ = repacked_.view(kt, m.w.output, &pool);
+  }
 
   void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_.bytes(); }
@@ -49,6 +61,9 @@ class CpuStage final : public Stage {
   const ModelParts& m_;
   const int first_, last_;
   ThreadPool& pool_;
+  RepackedWeights repacked_;         // owns the repacked matrices layers_ and output_ view
+  std::vector<LayerWeights> layers_;  // layers [first, last) (l at l - first): m_.w.layers, matrices repacked
+  WeightView output_;                 // the head, where the stage is the last
   KvCache kv_;           // layers [first, last): layer l at l - first
   ScratchBuffer act_;    // the step's activations
 };
@@ -118,7 +133,7 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
   const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
 
   for (int l = first_; l < last_; ++l) {
-    const LayerWeights& L = m_.w.layers[l];
+    const LayerWeights& L = layers_[l - first_];
     const LayerNorms& N = norms_[l];
     // a = rms_norm(h, attn_norm): for later layers of the stage it runs with the previous layer's residual add
     if (l == first_)
@@ -195,7 +210,7 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     rms_norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, 1, d, c.rms_eps, x.data() + (size_t)i * d);
   std::vector<float> full(top ? (size_t)b.n_logits * c.n_vocab : 0);
   float* y = top ? full.data() : logits;
-  matmul(m_.w.output, x.data(), b.n_logits, y);
+  matmul(output_, x.data(), b.n_logits, y);
   if (c.final_softcap > 0.f) softcap(y, (size_t)b.n_logits * c.n_vocab, c.final_softcap);
   if (top)
     for (int i = 0; i < b.n_logits; ++i)

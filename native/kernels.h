@@ -98,12 +98,15 @@ using UnpackIlFn = void (*)(const uint8_t* w, size_t row_bytes, int nrows, int k
 
 struct KernelTable {
   const char* name;
-  UnpackFn unpack[40];        // by QType id; nullptr for float types and unsupported ids
-  UnpackFloatFn unpack_f[40]; // F32, F16, BF16
+  UnpackFn unpack[N_TYPE_IDS];        // by QType id; nullptr for float types and unsupported ids
+  UnpackFloatFn unpack_f[N_TYPE_IDS]; // F32, F16, BF16
+  // by GGML type id: this path's small-N kernels want the type's rows repacked at load (repack.h), where
+  // repacked_type applies; every path reads the internal layouts (unpack), only the ones asking for them fast
+  bool repack[N_TYPE_IDS];
   // u_rows: [16][kc] row-major -> u_il: [kc/4][16][4] (kc a multiple of 32); also turns [16][8j] float
   // scale tables into [8j][16]
   void (*interleave16)(const uint8_t* u_rows, int kc, uint8_t* u_il);
-  UnpackIlFn unpack_il[40];  // by QType id (optional: nullptr where unpack + interleave16 serve)
+  UnpackIlFn unpack_il[N_TYPE_IDS];  // by QType id (optional: nullptr where unpack + interleave16 serve)
   // adds the chunk's groups to acc in the canonical order (above), for r < 16 and every (padded) column c
   // w_il: [kc/4][16][4]; s, m: [kc/G][16]; acc: [n_panels * qgemm_cb][acc_sets][16]
   void (*qgemm_chunk)(const QuantLayout& L, const uint8_t* w_il, const float* s, const float* m, int kc,
@@ -119,7 +122,7 @@ struct KernelTable {
                       int nr, int n, const XLanes& X, bool init, float* acc);
   // small N, fused (optional per type): reads the weight blocks of rows w + r * row_bytes (r < nr, already
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
-  void (*qgemv_fused[40])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
+  void (*qgemv_fused[N_TYPE_IDS])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   int gemv_max_n;     // products of up to this many activation rows run the small-N kernels (where there are some)

@@ -243,7 +243,7 @@ __attribute__((always_inline)) static inline void prefetch_span(const void* p, s
 //   offset(): the OFF types' offset (w = s*(u - offset))
 //   prep(r, s0, ns, pf, s, m): s[h] lane g = scale of group 8h + g of steps s0 .. s0+ns-1 (zeros past them),
 //     m likewise for MIN; prefetches the span's bytes pf bytes ahead (fused sources)
-//   weights(r, s0, q): the 32 weights of step s0 + q in activation order
+//   weights(r, s0, q, ns): the 32 weights of step s0 + q (of the span of ns steps from s0) in activation order
 template <class D>  // simple 32-weight blocks: D gives Block, MIN, OFF, SIGNED, weights(const Block&)
 struct BlockSource {
   static constexpr int G = 32;
@@ -259,7 +259,7 @@ struct BlockSource {
     s[0] = halves8(p, sizeof(Block), ns, 0);  // d is the first field of every block
     if (MIN) m[0] = halves8(p, sizeof(Block), ns, 2);  // then m
   }
-  __m256i weights(int r, int s0, int q) const { return D::weights(*blk(r, s0 + q)); }
+  __m256i weights(int r, int s0, int q, int) const { return D::weights(*blk(r, s0 + q)); }
 };
 struct DQ4_0 {
   using Block = block_q4_0;
@@ -313,7 +313,7 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
     m[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))),
                          _mm256_set1_ps(-fp16(b.dmin)));
   }
-  __m256i weights(int r, int s0, int q) const {  // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high)
+  __m256i weights(int r, int s0, int q, int) const {  // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high)
     const __m256i v = _mm256_loadu_si256((const __m256i*)(sb(r, s0)->qs + 32 * (q >> 1)));
     return _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
   }
@@ -335,7 +335,7 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
   }
   // weights 128n + 32l + i: low 4 bits from ql[64n + 32(l&1) + i] (high nibble for l >= 2), bits 4..5 from
   // bits 2l..2l+1 of qh[32n + i]
-  __m256i weights(int r, int s0, int q) const {
+  __m256i weights(int r, int s0, int q, int) const {
     const block_q6_K& b = *sb(r, s0);
     const int n = q >> 2, l = q & 3;
     const __m256i ql = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * n + 32 * (l & 1)));
@@ -349,6 +349,49 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
       default: hi = _mm256_srli_epi16(qh, 2); break;
     }
     return _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+  }
+};
+
+// Q5_0X8 (quant_formats.h): Q5_0 regrouped at load (repack.h). Step q of a span: the low nibbles of a pair vector
+// (q even) or its high nibbles, and the fifth bits from the span's bit plane, bit q of each byte shifted to bit 4:
+// 4-5 instructions a step where Q5_0 as it lies in the file takes 8 (its fifth bits spread from a 32-bit word)
+struct Q5X8Source {
+  static constexpr int G = 32;
+  static constexpr bool MIN = false, OFF = true, SIGNED = false, FULL = false;
+  const uint8_t* w;
+  size_t row_bytes;
+  static constexpr int offset() { return 16; }
+  const uint8_t* span(int r, int s0) const { return w + (size_t)r * row_bytes + (size_t)s0 * sizeof(block_q5_0); }
+  void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256*) const {
+    const uint8_t* p = span(r, s0);
+    prefetch_span(p, ns * sizeof(block_q5_0), pf);
+    s[0] = _mm256_cvtph_ps(ns == 8 ? _mm_loadu_si128((const __m128i*)p) : _mm_loadl_epi64((const __m128i*)p));
+  }
+  __m256i weights(int r, int s0, int q, int ns) const {  // ns: 8, or 4 (a row's last span)
+    const uint8_t* p = span(r, s0);
+    const uint8_t* qs = p + 2 * ns;
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * (q >> 1)));
+    const __m256i lo = _mm256_set1_epi8(15);
+    const __m256i nib = _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, lo);
+    __m256i h;
+    if (ns == 8) {
+      h = _mm256_loadu_si256((const __m256i*)(qs + 16 * ns));
+    } else {  // 16 bytes: bits 0..3 weights 0..15, bits 4..7 weights 16..31 -> bits 0..3 of 32 bytes
+      const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qs + 16 * ns)));
+      h = _mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xF0);
+    }
+    // bit q of each byte to bit 4 (16-bit shifts by at most 4: bit 4 of a byte comes from the same byte)
+    switch (q) {
+      case 0: h = _mm256_slli_epi16(h, 4); break;
+      case 1: h = _mm256_slli_epi16(h, 3); break;
+      case 2: h = _mm256_slli_epi16(h, 2); break;
+      case 3: h = _mm256_slli_epi16(h, 1); break;
+      case 4: break;
+      case 5: h = _mm256_srli_epi16(h, 1); break;
+      case 6: h = _mm256_srli_epi16(h, 2); break;
+      default: h = _mm256_srli_epi16(h, 3); break;
+    }
+    return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8(16)));
   }
 };
 
@@ -369,7 +412,7 @@ struct UnpackedSource {
       if (MIN) mo[h] = _mm256_maskload_ps(m + (size_t)r * sw + g0 + 8 * h, gm);
     }
   }
-  __m256i weights(int r, int s0, int q) const {
+  __m256i weights(int r, int s0, int q, int) const {
     const __m256i v = _mm256_loadu_si256((const __m256i*)(u + (size_t)r * kc + 32 * (s0 + q)));
     return SIGNED ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;  // u = q + 128 -> q
   }
@@ -430,9 +473,9 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
     __m256i t[C][4];  // t[j][i]: pair_sums of the dot4 lanes of steps 2i and 2i + 1, column j
     auto pair = [&](int i) {
       const int q = 2 * i;
-      const __m256i u0 = src.weights(r, s0, q);
+      const __m256i u0 = src.weights(r, s0, q, ns);
       const bool two = NS ? q + 1 < NS : q + 1 < ns;
-      const __m256i u1 = two ? src.weights(r, s0, q + 1) : _mm256_setzero_si256();
+      const __m256i u1 = two ? src.weights(r, s0, q + 1, ns) : _mm256_setzero_si256();
       for (int j = 0; j < C; ++j) {
         const int8_t* x = xr[j] + 32 * (s0 + q);
         const __m256i x0 = _mm256_loadu_si256((const __m256i*)x);
@@ -509,7 +552,7 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
         if (S::MIN) _mm256_storeu_ps(m + (size_t)r * sw + s0 * GS + 8 * h, mv[h]);
       }
       for (int q = 0; q < ns; ++q) {
-        __m256i v = src.weights(r, s0, q);
+        __m256i v = src.weights(r, s0, q, ns);
         if (S::SIGNED) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));  // u = q + 128
         _mm256_storeu_si256((__m256i*)(u + (size_t)r * kc + 32 * (s0 + q)), v);
       }
@@ -601,6 +644,8 @@ const KernelTable* kernels_avx2() {
     source(QType::Q4_0, BlockSource<DQ4_0>{});
     source(QType::Q4_1, BlockSource<DQ4_1>{});
     source(QType::Q5_0, BlockSource<DQ5_0>{});
+    source(QType::Q5_0X8, Q5X8Source{});
+    k.repack[(int)QType::Q5_0] = true;  // measured: Q5_0 products at N = 1 (docs/performance.md)
     source(QType::Q5_1, BlockSource<DQ5_1>{});
     source(QType::Q8_0, BlockSource<DQ8_0>{});
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});

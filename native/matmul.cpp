@@ -56,7 +56,7 @@ size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 const TypeInfo& checked_type(const KernelTable& kt, int type_id, int k, const std::string& what) {
   const TypeInfo* ti = type_info(type_id);
-  if (!ti || type_id < 0 || type_id >= 40 || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
+  if (!ti || type_id < 0 || type_id >= N_TYPE_IDS || (!kt.unpack[type_id] && !kt.unpack_f[type_id]))
     throw std::invalid_argument(what + ": tensor type id " + std::to_string(type_id) + " is not supported");
   if (k <= 0 || k % ti->block_size)
     throw std::invalid_argument(what + ": row length " + std::to_string(k) + " is not a whole number of blocks of " +
@@ -83,6 +83,7 @@ const TypeInfo* type_info(int type_id) {
       {QType::IQ4_NL, "IQ4_NL", QK, sizeof(block_iq4_nl)},
       {QType::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs)},
       {QType::BF16, "BF16", 1, sizeof(bf16_t)},
+      {QType::Q5_0X8, "Q5_0x8", 4 * QK, 4 * sizeof(block_q5_0)},  // internal (repack.h): rows of whole 4 blocks
   };
   for (const auto& t : table)
     if ((int)t.type == type_id) return &t;
@@ -93,6 +94,7 @@ QuantLayout quant_layout(QType t) {
   switch (t) {
     case QType::Q4_0: return {32, 8, false, 15};
     case QType::Q5_0: return {32, 16, false, 31};
+    case QType::Q5_0X8: return {32, 16, false, 31};
     case QType::Q8_0: return {32, 128, false, 255};
     case QType::IQ4_NL: return {32, 128, false, 255};
     case QType::IQ4_XS: return {32, 128, false, 255};

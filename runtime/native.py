@@ -121,9 +121,29 @@ def check_supported(t: quant_types.QuantType, what: str) -> None:
         )
 
 
+# the kernels' internal weight layouts (native/quant_formats.h, never in a file): id -> name
+INTERNAL_TYPES = {48: "Q5_0x8"}
+
+
+def _check_type_id(type_id: int, what: str) -> None:
+    if type_id not in INTERNAL_TYPES:
+        check_supported(quant_types.get(type_id), what)
+
+
+def repack(type_id: int, rows: np.ndarray, k: int) -> tuple[int, np.ndarray]:
+    """(internal type id, rows) of native/repack.h's layout for rows of type_id (ValueError where none applies):
+    what a CPU stage holds where its path's kernels ask for it (wants_repack)."""
+    return _native.repack(type_id, rows, k)
+
+
+def wants_repack(path: str, type_id: int) -> bool:
+    """Whether `path`'s kernels read rows of type_id repacked (a model's CPU stage repacks them at load)."""
+    return _native.wants_repack(path, type_id)
+
+
 def matmul_raw(type_id: int, rows: np.ndarray, k: int, x: np.ndarray, name: str = "weights") -> np.ndarray:
-    """rows: uint8 [m, row_bytes] of GGML type type_id; x: float32 [n, k] -> float32 [n, m]."""
-    check_supported(quant_types.get(type_id), name)
+    """rows: uint8 [m, row_bytes] of GGML type type_id (or an INTERNAL_TYPES id); x: float32 [n, k] -> [n, m]."""
+    _check_type_id(type_id, name)
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 1:
         return _native.matmul(type_id, rows, k, x[None, :])[0]
@@ -138,7 +158,7 @@ def matmul(t: TensorInfo, x: np.ndarray) -> np.ndarray:
 
 
 def dequantize_raw(type_id: int, rows: np.ndarray, k: int, name: str = "tensor") -> np.ndarray:
-    check_supported(quant_types.get(type_id), name)
+    _check_type_id(type_id, name)
     return _native.dequantize(type_id, rows, k)
 
 

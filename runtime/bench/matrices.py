@@ -9,6 +9,7 @@ set is `stream_bytes` (past any last-level cache), so they stream from memory as
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +46,14 @@ def check_tensor_names(paths: list[Path], names: list[str]) -> None:
             raise ValueError(f"{p.name}: none of the matrices {', '.join(names)}")
 
 
+def _as_path_holds(type_id: int, rows: np.ndarray, k: int) -> tuple[int, np.ndarray, int]:
+    """The matrix as a model's CPU stage on the current path holds it: repacked where the path asks (native/repack.h)."""
+    if native.wants_repack(native.current_path(), type_id):
+        with contextlib.suppress(ValueError):  # rows the layout does not fit: a stage keeps them as they lie too
+            type_id, rows = native.repack(type_id, rows, k)
+    return type_id, rows, k
+
+
 def bench_matrices(
     path: Path,
     thread_counts: list[int],
@@ -66,7 +75,7 @@ def bench_matrices(
         for tname, ts in sorted(by_type.items()):
             if tensors is None:  # the embedding is looked up, not multiplied (unless asked for by name)
                 ts = [t for t in ts if t.name != "token_embd.weight"] or ts
-            mats = [(t.type.id, t.rows(), t.row_len) for t in ts]
+            mats = [_as_path_holds(t.type.id, t.rows(), t.row_len) for t in ts]
             stream = list(mats)
             while sum(m[1].nbytes for m in stream) < stream_bytes:
                 stream += [(i, np.array(r), k) for i, r, k in mats]

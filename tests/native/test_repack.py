@@ -1,0 +1,111 @@
+"""Weights repacked at load (native/repack.h): Q5_0 rows regrouped into the internal Q5_0X8 layout, which the AVX2
+path's small-N kernels decode with shifts and masks.
+
+Checked against an independent numpy writer of the layout as native/quant_formats.h specifies it, against gguf-py's
+dequantization of the original rows, and, on every path this CPU runs, products of the repacked rows bit-identical to
+those of the rows as they lie in the file for every N (the batch-invariance contract survives the repacking)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize as ref_dequantize
+from localllm import native
+from quant_blocks import random_rows
+
+Q5_0X8 = 48
+
+
+@pytest.fixture(params=["scalar", "avx2", "avx512"])
+def path(request):
+    if request.param not in native.available_paths():
+        pytest.skip(f"this CPU cannot run the {request.param} path")
+    yield request.param
+    native.configure()
+
+
+def layout_reference(rows: np.ndarray, k: int) -> np.ndarray:
+    """Q5_0 rows -> Q5_0X8 bytes, written from the format's description (quant_formats.h), block by block."""
+    nb = k // 32
+    blocks = rows.reshape(rows.shape[0], nb, 22)
+    out = np.zeros_like(rows)
+    for r in range(rows.shape[0]):
+        for s0 in range(0, nb, 8):
+            n = min(8, nb - s0)
+            span = bytearray(22 * n)
+            for b in range(n):
+                blk = blocks[r, s0 + b]
+                span[2 * b : 2 * b + 2] = bytes(blk[0:2])
+                qh = int.from_bytes(bytes(blk[2:6]), "little")
+                qs = blk[6:22]
+                for j in range(32):
+                    q4 = int(qs[j] & 15) if j < 16 else int(qs[j - 16] >> 4)
+                    span[2 * n + 32 * (b // 2) + j] |= q4 << (4 * (b % 2))
+                    bit = (qh >> j) & 1
+                    if n == 8:
+                        span[18 * n + j] |= bit << b
+                    else:
+                        span[18 * n + j % 16] |= bit << (b + 4 * (j // 16))
+            out[r, 22 * s0 : 22 * (s0 + n)] = np.frombuffer(bytes(span), dtype=np.uint8)
+    return out
+
+
+@pytest.mark.parametrize("k", [128, 256, 384, 896])
+def test_layout_matches_its_description(k):
+    rows = random_rows(T.Q5_0, 5, k, np.random.default_rng(k))
+    to, packed = native.repack(int(T.Q5_0), rows, k)
+    assert to == Q5_0X8 and native.INTERNAL_TYPES[to] == "Q5_0x8"
+    assert packed.shape == rows.shape
+    np.testing.assert_array_equal(packed, layout_reference(rows, k))
+
+
+@pytest.mark.parametrize("k", [128, 896, 4864])
+def test_repacked_rows_dequantize_to_the_same_weights(path, k):
+    native.configure(path)
+    rows = random_rows(T.Q5_0, 19, k, np.random.default_rng(1))
+    _, packed = native.repack(int(T.Q5_0), rows, k)
+    want = ref_dequantize(rows, T.Q5_0).reshape(19, k)
+    np.testing.assert_array_equal(native.dequantize_raw(Q5_0X8, packed, k), want)
+
+
+@pytest.mark.parametrize("k", [256, 896, 1152])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_products_are_bit_identical_to_the_files_rows_for_every_n(path, k, threads):
+    """Same weights, scales and groups: the repacked product is the same float32 bits, N = 1 .. 33 (small-N, fused
+    and tile kernels alike), so a model's rows do not depend on whether its stage repacked."""
+    native.configure(path, threads=threads)
+    rng = np.random.default_rng(k)
+    rows = random_rows(T.Q5_0, 37, k, rng)
+    _, packed = native.repack(int(T.Q5_0), rows, k)
+    for n in (1, 2, 3, 4, 5, 8, 17, 33):
+        x = rng.standard_normal((n, k), dtype=np.float32)
+        want = native.matmul_raw(int(T.Q5_0), rows, k, x)
+        got = native.matmul_raw(Q5_0X8, packed, k, x)
+        assert np.array_equal(got, want), f"{path}, n={n}: max |diff| {np.abs(got - want).max()}"
+
+
+def test_row_views_with_a_stride_repack_like_copies():
+    rows = random_rows(T.Q5_0, 8, 256, np.random.default_rng(3))
+    wide = np.zeros((8, rows.shape[1] + 10), dtype=np.uint8)
+    wide[:, : rows.shape[1]] = rows
+    _, a = native.repack(int(T.Q5_0), wide[:, : rows.shape[1]], 256)
+    _, b = native.repack(int(T.Q5_0), rows, 256)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_repack_refuses_what_has_no_layout_by_name():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="Q8_0"):
+        native.repack(int(T.Q8_0), random_rows(T.Q8_0, 2, 256, rng), 256)
+    with pytest.raises(ValueError, match="Q5_0 rows of 96 weights"):  # 3 blocks: not whole spans of 4
+        native.repack(int(T.Q5_0), random_rows(T.Q5_0, 2, 96, rng), 96)
+
+
+def test_which_paths_ask_for_repacked_rows():
+    """AVX2 decodes Q5_0 as it lies at about 60% of the bytes per second of Q8_0 (docs/performance.md), so it asks;
+    the scalar reference reads the file's layout."""
+    assert native.wants_repack("scalar", int(T.Q5_0)) is False
+    if "avx2" in native.available_paths():
+        assert native.wants_repack("avx2", int(T.Q5_0)) is True
+        assert native.wants_repack("avx2", int(T.Q8_0)) is False
