@@ -98,7 +98,44 @@ ARCHS["phi3-partial"] = {  # Phi-4 mini's shape of phi3: rope on the first 3/4 o
     "arch": "phi3",
     "extra": [("rope.dimension_count", 24, "uint32")],
 }
-WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0}
+ARCHS["qwen3moe"] = {  # Qwen3-MoE (30B-A3B's shape of layer, scaled): qwen3's attention, 8 experts, 3 per token
+    **ARCHS["qwen3"],
+    "n_ff": 256,  # feed_forward_length, which the real files carry beside the experts' width
+    "n_ff_exp": 64,
+    "n_expert": 8,
+    "n_expert_used": 3,
+    "extra": [
+        ("expert_count", 8, "uint32"),
+        ("expert_used_count", 3, "uint32"),
+        ("expert_feed_forward_length", 64, "uint32"),
+    ],
+}
+ARCHS["qwen3moe-bench"] = {  # the MoE speed benchmark's model: Qwen3-30B-A3B's width, expert width and top-8, with
+    # 64 experts instead of 128 and 8 layers instead of 48 (1.4 GB at Q4_0); smollm2's 49k vocabulary keeps the head
+    # (tied) from outweighing the experts a token reads, as in the real model
+    "arch": "qwen3moe",
+    "tokenizer": "smollm2-135m-instruct-q4_1",
+    "d_model": 2048,
+    "n_layers": 8,
+    "n_head": 32,
+    "n_kv": 4,
+    "head_dim": 64,
+    "n_ff": 6144,
+    "n_ff_exp": 768,
+    "n_expert": 64,
+    "n_expert_used": 8,
+    "rope_base": 1000000.0,
+    "eps": 1e-6,
+    "extra": [
+        ("expert_count", 64, "uint32"),
+        ("expert_used_count", 8, "uint32"),
+        ("expert_feed_forward_length", 768, "uint32"),
+    ],
+}
+WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0}
+# the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
+# often within rounding of each other (a choice two implementations may make differently)
+ROUTER_SCALE = 4.0
 
 
 def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
@@ -110,12 +147,21 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
     qd, kvd, ff = c["n_head"] * hd, c["n_kv"] * hd, c["n_ff"]
     for i in range(c["n_layers"]):
         b = f"blk.{i}."
+        down = {b + "ffn_down.weight": (d, ff)}
         if arch == "phi3":  # fused: Q K V rows in one tensor, gate and up halves in one
             attn = {b + "attn_qkv.weight": (qd + 2 * kvd, d)}
             ffn = {b + "ffn_up.weight": (2 * ff, d)}
         else:
             attn = {b + "attn_q.weight": (qd, d), b + "attn_k.weight": (kvd, d), b + "attn_v.weight": (kvd, d)}
             ffn = {b + "ffn_gate.weight": (ff, d), b + "ffn_up.weight": (ff, d)}
+        if arch == "qwen3moe":  # the router and the experts' tensors stacked [expert, rows, row length]
+            ne, fe = c["n_expert"], c["n_ff_exp"]
+            ffn = {
+                b + "ffn_gate_inp.weight": (ne, d),
+                b + "ffn_gate_exps.weight": (ne, fe, d),
+                b + "ffn_up_exps.weight": (ne, fe, d),
+            }
+            down = {b + "ffn_down_exps.weight": (ne, d, fe)}
         out.update(
             {
                 b + "attn_norm.weight": (d,),
@@ -123,10 +169,10 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
                 b + "attn_output.weight": (d, qd),
                 b + "ffn_norm.weight": (d,),
                 **ffn,
-                b + "ffn_down.weight": (d, ff),
+                **down,
             }
         )
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):  # (qwen3moe-bench is arch qwen3moe)
             out.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
         if arch == "gemma2":
             out.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
@@ -224,6 +270,8 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
             continue
         t = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
         kind = T.Q8_0 if name == "token_embd.weight" and qt == T.F32 else qt  # a real file's embedding is quantized
+        if name.endswith("ffn_gate_inp.weight"):  # routers stay F32 in real files (llama.cpp does not quantize them)
+            t, kind = t * ROUTER_SCALE, T.F32
         if kind == T.F32:
             w.add_tensor(name, t)
         else:

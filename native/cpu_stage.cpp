@@ -58,6 +58,8 @@ class CpuStage final : public Stage {
     matmul_multi(*m_.kt, jobs, nj, k, x, n, pool_);
   }
 
+  void moe_ffn(const LayerWeights& L, float* a, int T);
+
   const ModelParts& m_;
   const int first_, last_;
   ThreadPool& pool_;
@@ -176,7 +178,9 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
       for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
       rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
     });
-    // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm)
+    // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm), or the experts' sum
+    if (c.n_expert) moe_ffn(L, a.data(), T);
+    else {
     matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
@@ -189,6 +193,7 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
       });
     }
     matmul(L.ffn_down, g.data(), T, a.data());
+    }
     const float* next_norm = l + 1 < last_ ? norms_[l + 1].attn_norm : nullptr;
     by_rows([&](int t0, int t1) {
       const int n = t1 - t0;
@@ -216,6 +221,103 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     for (int i = 0; i < b.n_logits; ++i)
       top_k_row(y + (size_t)i * c.n_vocab, top->n_valid, top->k, top->ids + (size_t)i * top->k,
                 top->vals + (size_t)i * top->k);
+}
+
+// The mixture of experts (spec.py): a [T][d] the normed input -> a [T][d] the weighted sum of each token's chosen
+// experts. A token's result is its own alone: the router's product and every expert's products are row-invariant
+// (kernels.h), its softmax, choice and sum run per token in a fixed order (experts in the order chosen), so it does
+// not depend on which other tokens the step carries or which experts they chose. The tokens are grouped by expert,
+// so a step reads each chosen expert's weights once (a decoded token reads only its n_expert_used experts').
+void CpuStage::moe_ffn(const LayerWeights& L, float* a, int T) {
+  const ModelConfig& c = m_.cfg;
+  const int d = c.d_model, E = c.n_expert, K = c.n_expert_used, F = c.n_ff;
+  std::vector<float> p((size_t)T * E);
+  matmul(L.ffn_gate_inp, a, T, p.data());
+  std::vector<int> chosen((size_t)T * K);  // [T][K] expert ids, most probable first (ties: the lower id)
+  std::vector<float> weight((size_t)T * K);
+  for (int t = 0; t < T; ++t) {
+    float* pt = p.data() + (size_t)t * E;
+    float mx = pt[0];
+    for (int e = 1; e < E; ++e) mx = std::max(mx, pt[e]);
+    float sum = 0.f;
+    for (int e = 0; e < E; ++e) sum += (pt[e] = std::exp(pt[e] - mx));
+    for (int e = 0; e < E; ++e) pt[e] /= sum;
+    int* ct = chosen.data() + (size_t)t * K;
+    float* wt = weight.data() + (size_t)t * K;
+    float wsum = 0.f;
+    for (int j = 0; j < K; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e)
+        if (std::find(ct, ct + j, e) == ct + j && (best < 0 || pt[e] > pt[best])) best = e;
+      ct[j] = best;
+      wsum += (wt[j] = pt[best]);
+    }
+    if (c.expert_weights_norm) {
+      wsum = std::max(wsum, 6.103515625e-5f);  // as llama.cpp: the smallest normal f16
+      for (int j = 0; j < K; ++j) wt[j] /= wsum;
+    }
+  }
+  // the slots (t, j) grouped by expert, in token order: expert e's rows at [off[e], off[e + 1]) of x, g, u, o
+  std::vector<int> off(E + 1, 0), order((size_t)T * K), row_of((size_t)T * K);
+  for (int i = 0; i < T * K; ++i) ++off[chosen[i] + 1];
+  for (int e = 0; e < E; ++e) off[e + 1] += off[e];
+  {
+    std::vector<int> next(off.begin(), off.end() - 1);
+    for (int i = 0; i < T * K; ++i) row_of[i] = next[chosen[i]]++, order[row_of[i]] = i;
+  }
+  const size_t R = (size_t)T * K;
+  std::vector<float> x(R * d), g(R * F), u(R * F), o(R * d);
+  for (size_t r = 0; r < R; ++r) std::memcpy(x.data() + r * d, a + (size_t)(order[r] / K) * d, sizeof(float) * d);
+  // the experts taking the same number of rows share one dispatch per product kind (decode: all of them, one row)
+  std::vector<int> counts;
+  for (int e = 0; e < E; ++e)
+    if (off[e + 1] > off[e] && std::find(counts.begin(), counts.end(), off[e + 1] - off[e]) == counts.end())
+      counts.push_back(off[e + 1] - off[e]);
+  auto rows_at = [](const WeightView& w, int r0, int nr, float* y) {
+    return MatmulJob{w.type, w.data + (size_t)r0 * w.row_bytes, w.row_bytes, nr, y};
+  };
+  std::vector<MatmulJob> jobs;
+  std::vector<const float*> xs;
+  for (int n : counts) {
+    jobs.clear();
+    xs.clear();
+    for (int e = 0; e < E; ++e)
+      if (off[e + 1] - off[e] == n) {
+        jobs.push_back(rows_at(L.ffn_gate_exps, e * F, F, g.data() + (size_t)off[e] * F));
+        jobs.push_back(rows_at(L.ffn_up_exps, e * F, F, u.data() + (size_t)off[e] * F));
+        xs.insert(xs.end(), 2, x.data() + (size_t)off[e] * d);
+      }
+    matmul_each(*m_.kt, jobs.data(), (int)jobs.size(), d, xs.data(), n, pool_);
+  }
+  {  // elementwise, split over the pool for prompts as the dense feed-forward's
+    const size_t ne = R * F;
+    const int parts = ne >= (1u << 16) ? 4 * pool_.size() : 1;
+    const bool silu = c.ffn_act == FfnAct::Silu;
+    pool_.run(parts, [&](int p, int) {
+      const size_t lo = ne * p / parts, hi = ne * (p + 1) / parts;
+      if (silu) silu_mul(g.data() + lo, u.data() + lo, hi - lo);
+      else gelu_tanh_mul(g.data() + lo, u.data() + lo, hi - lo);
+    });
+  }
+  for (int n : counts) {
+    jobs.clear();
+    xs.clear();
+    for (int e = 0; e < E; ++e)
+      if (off[e + 1] - off[e] == n) {
+        jobs.push_back(rows_at(L.ffn_down_exps, e * d, d, o.data() + (size_t)off[e] * d));
+        xs.push_back(g.data() + (size_t)off[e] * F);
+      }
+    matmul_each(*m_.kt, jobs.data(), (int)jobs.size(), F, xs.data(), n, pool_);
+  }
+  for (int t = 0; t < T; ++t) {
+    float* at = a + (size_t)t * d;
+    const float* wt = weight.data() + (size_t)t * K;
+    for (int i = 0; i < d; ++i) {
+      float s = 0.f;
+      for (int j = 0; j < K; ++j) s += wt[j] * o[(size_t)row_of[(size_t)t * K + j] * d + i];
+      at[i] = s;
+    }
+  }
 }
 
 }  // namespace

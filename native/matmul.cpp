@@ -180,28 +180,32 @@ static bool small_n(const KernelTable& kt, int type_id, int n) {
 // (q/k/v, gate/up) go out as one pool dispatch after one activation quantization: decode issues them back to
 // back, and each dispatch costs a wake-up and a wait for the slowest thread. Every output is computed whole by
 // one kernel call sequence in the canonical order (kernels.h), the same bits the tile path gives.
-static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
-                      ThreadPool& pool) {
+// xs: nullptr (every job's input is x) or each job's own input xs[j] ([n][k] as x)
+static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x,
+                      const float* const* xs, int n, ThreadPool& pool) {
   // thread_local storage is named through references: a lambda body naming a thread_local would
   // reach the worker thread's own (empty) instance
-  thread_local QuantizedX tls_x;
+  thread_local std::vector<QuantizedX> tls_x;
   thread_local std::vector<LaneTables> tls_tables;
-  QuantizedX& X = tls_x;
+  std::vector<QuantizedX>& Xs = tls_x;
   std::vector<LaneTables>& tables = tls_tables;
-  quantize_x(kt, x, n, k, k, X, pool);
+  const int n_x = xs ? n_jobs : 1;
+  if ((int)Xs.size() < n_x) Xs.resize(n_x);
+  for (int i = 0; i < n_x; ++i) quantize_x(kt, xs ? xs[i] : x, n, k, k, Xs[i], pool);
+  auto x_of = [&](int j) -> const QuantizedX& { return Xs[xs ? j : 0]; };
   if ((int)tables.size() < n_jobs) tables.resize(n_jobs);
   std::vector<int> table_of(n_jobs);
-  for (int j = 0; j < n_jobs; ++j) {  // one table set per distinct layout
+  for (int j = 0; j < n_jobs; ++j) {  // one table set per distinct layout (and input)
     const QuantLayout L = quant_layout((QType)jobs[j].type_id);
     table_of[j] = j;
-    for (int i = 0; i < j; ++i) {
+    for (int i = 0; i < j && !xs; ++i) {
       const QuantLayout& M = tables[table_of[i]].L;
       if (table_of[i] == i && M.group == L.group && M.offset == L.offset && M.has_min == L.has_min) {
         table_of[j] = i;
         break;
       }
     }
-    if (table_of[j] == j) tables[j].build(L, X);
+    if (table_of[j] == j) tables[j].build(L, x_of(j));
   }
 
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), 8 per
@@ -233,7 +237,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   const int S = kt.acc_sets;
   const size_t acc_n = (size_t)TILE_M * n * S;  // [n][16 rows][S sets]
   // one part: tiles t0 .. t1 - 1 of one product, set up once (a tile of a small matrix runs for a microsecond or two)
-  auto part_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, int t0, int t1) {
+  auto part_fn = [&](const MatmulJob& J, const Plan& P, const LaneTables& T, const QuantizedX& X, int t0, int t1) {
     const TypeInfo& ti = *P.ti;
     const QuantLayout& L = P.L;
     const int G = L.group, ng = k / G;
@@ -279,7 +283,7 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   };
   pool.run((int)parts.size(), [&](int p, int) {
     const Part& P = parts[p];
-    part_fn(jobs[P.job], plans[P.job], tables[table_of[P.job]], P.t0, P.t1);
+    part_fn(jobs[P.job], plans[P.job], tables[table_of[P.job]], x_of(P.job), P.t0, P.t1);
   });
 }
 
@@ -475,7 +479,7 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
   for (int j = 0; j <= n_jobs; ++j) {  // runs of quantized small-N products share one dispatch
     const bool small = j < n_jobs && jobs[j].m > 0 && small_n(kt, jobs[j].type_id, n);
     if (small) continue;
-    if (j > j0) gemv_jobs(kt, jobs + j0, j - j0, k, x, n, pool);
+    if (j > j0) gemv_jobs(kt, jobs + j0, j - j0, k, x, nullptr, n, pool);
     j0 = j + 1;
     if (j == n_jobs || jobs[j].m <= 0) continue;
     const MatmulJob& J = jobs[j];
@@ -486,6 +490,17 @@ void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int 
       matmul_float(kt, ti, J.w, J.row_bytes, J.m, k, x, n, J.y, pool);
     }
   }
+}
+
+void matmul_each(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* const* xs, int n,
+                 ThreadPool& pool) {
+  for (int j = 0; j < n_jobs; ++j) check_job(kt, jobs[j], k);
+  if (n <= 0 || n_jobs <= 0) return;
+  const bool all_small = std::all_of(jobs, jobs + n_jobs, [&](const MatmulJob& J) {
+    return J.m > 0 && small_n(kt, J.type_id, n);
+  });
+  if (all_small) return gemv_jobs(kt, jobs, n_jobs, k, nullptr, xs, n, pool);
+  for (int j = 0; j < n_jobs; ++j) matmul_multi(kt, jobs + j, 1, k, xs[j], n, pool);
 }
 
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out) {

@@ -45,6 +45,11 @@ struct MatmulJob {
 void matmul_multi(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* x, int n,
                   ThreadPool& pool);
 
+// products of one row length k, each with its own input xs[j] ([n][k] float): the same bits as matmul_multi of each
+// alone, in one pool dispatch where all run the small-N kernels (a mixture of experts' down products at decode)
+void matmul_each(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, int k, const float* const* xs, int n,
+                 ThreadPool& pool);
+
 // out: [rows][k] float
 void dequantize(const KernelTable& kt, int type_id, const uint8_t* w, size_t row_bytes, int rows, int k, float* out);
 

@@ -44,6 +44,9 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   if (!(c.rms_eps > 0.f)) throw std::invalid_argument("rms_eps must be positive");
   if (c.sliding_window < 0 || c.attn_softcap < 0.f || c.final_softcap < 0.f)
     throw std::invalid_argument("sliding_window and softcaps must not be negative");
+  if (c.n_expert < 0 || (c.n_expert ? c.n_expert_used < 1 || c.n_expert_used > c.n_expert : c.n_expert_used != 0))
+    throw std::invalid_argument("n_expert_used " + str(c.n_expert_used) + " must be in [1, n_expert " +
+                                str(c.n_expert) + "] (0 without experts)");
   if ((int)w_.layers.size() != c.n_layers)
     throw std::invalid_argument(str((int64_t)w_.layers.size()) + " layers of weights for n_layers " + str(c.n_layers));
 
@@ -63,9 +66,16 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     check_matrix(*kt_, L.attn_k, kvd, d, b + "attn_k");
     check_matrix(*kt_, L.attn_v, kvd, d, b + "attn_v");
     check_matrix(*kt_, L.attn_output, d, qd, b + "attn_output");
-    check_matrix(*kt_, L.ffn_gate, c.n_ff, d, b + "ffn_gate");
-    check_matrix(*kt_, L.ffn_up, c.n_ff, d, b + "ffn_up");
-    check_matrix(*kt_, L.ffn_down, d, c.n_ff, b + "ffn_down");
+    if (c.n_expert) {
+      check_matrix(*kt_, L.ffn_gate_inp, c.n_expert, d, b + "ffn_gate_inp");
+      check_matrix(*kt_, L.ffn_gate_exps, c.n_expert * c.n_ff, d, b + "ffn_gate_exps");
+      check_matrix(*kt_, L.ffn_up_exps, c.n_expert * c.n_ff, d, b + "ffn_up_exps");
+      check_matrix(*kt_, L.ffn_down_exps, c.n_expert * d, c.n_ff, b + "ffn_down_exps");
+    } else {
+      check_matrix(*kt_, L.ffn_gate, c.n_ff, d, b + "ffn_gate");
+      check_matrix(*kt_, L.ffn_up, c.n_ff, d, b + "ffn_up");
+      check_matrix(*kt_, L.ffn_down, d, c.n_ff, b + "ffn_down");
+    }
     auto opt = [&](const WeightView& w, int n, const char* name) {
       return w.present() ? vector_of(w, n, (b + name).c_str()) : nullptr;
     };
@@ -106,6 +116,8 @@ void Model::place(const std::vector<Placement>& placement) {
       throw std::invalid_argument("placement: stage on " + p.device + " ends at layer " + str(p.last) +
                                   ", not in (" + str(first) + ", " + str(cfg_.n_layers) + "]");
     if (p.device == "cpu") stages_.push_back(make_cpu_stage(*parts_, first, p.last, kv_shape_, pool_));
+    else if (p.device == "cuda" && cfg_.n_expert)
+      throw std::invalid_argument("placement: mixture-of-experts layers run on the CPU only (not on cuda)");
     else if (p.device == "cuda") stages_.push_back(make_cuda_stage(*parts_, first, p.last, kv_shape_, 0));
     else throw std::invalid_argument("placement: unknown device '" + p.device + "' (cpu, cuda)");
     stage_info_.push_back({stages_.back()->device(), first, p.last});

@@ -36,7 +36,10 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
   X(float, embed_scale)    /* multiplies the embedding rows */                                          \
   X(int, sliding_window)   /* 0: no sliding layers */                                                   \
   X(float, attn_softcap)   /* 0: none */                                                                \
-  X(float, final_softcap)  /* 0: none */
+  X(float, final_softcap)  /* 0: none */                                                                \
+  X(int, n_expert)         /* 0: dense feed-forward; else experts per layer (n_ff: one expert's width) */ \
+  X(int, n_expert_used)    /* experts a token goes through (<= n_expert) */                             \
+  X(bool, expert_weights_norm) /* the chosen experts' probabilities renormalised to sum 1 */
 
 // ModelWeights, besides the layers: X(name)
 #define LLL_MODEL_WEIGHTS(X)                                                                            \
@@ -54,11 +57,15 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
 // LayerWeights' tensors: X(name). 2-D: attn_q [n_head*head_dim, d_model], attn_k/attn_v
 // [n_kv_head*head_dim, d_model], attn_output [d_model, n_head*head_dim], ffn_gate/ffn_up [n_ff, d_model],
 // ffn_down [d_model, n_ff]. 1-D (one row): norms [d_model] or [head_dim] (q/k norms), biases [rows of the
-// matching product]. The first nine are required, the others optional.
+// matching product]. Mixture-of-experts layers (ModelConfig::n_expert > 0): ffn_gate_inp [n_expert, d_model] (the
+// router), ffn_gate_exps/ffn_up_exps [n_expert * n_ff, d_model] and ffn_down_exps [n_expert * d_model, n_ff], expert
+// e's rows the e-th slice, in place of ffn_gate/ffn_up/ffn_down. The first six are required, the feed-forward's
+// of its kind, the others optional.
 #define LLL_LAYER_WEIGHTS(X)                                                                            \
   X(attn_norm) X(attn_q) X(attn_k) X(attn_v) X(attn_output) X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) \
   X(attn_q_bias) X(attn_k_bias) X(attn_v_bias) X(attn_output_bias) X(attn_q_norm) X(attn_k_norm)        \
-  X(post_attention_norm) X(post_ffw_norm)
+  X(post_attention_norm) X(post_ffw_norm)                                                               \
+  X(ffn_gate_inp) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)
 
 #define LLL_FIELD_MEMBER(type, name) type name{};
 #define LLL_WEIGHT_MEMBER(name) WeightView name;

@@ -189,9 +189,38 @@ class ReferenceModel:
 
     def ffn(self, layer, x: np.ndarray) -> np.ndarray:
         """x: [T, d_model] normed -> [T, d_model]."""
+        if self.spec.n_expert:
+            return self.experts(layer, x)
         act = silu if self.spec.ffn_act == "silu" else gelu_tanh
         g = act(self.linear(x, layer.ffn_gate).astype(np.float64))
         return self.linear(g * self.linear(x, layer.ffn_up), layer.ffn_down)
+
+    def experts(self, layer, x: np.ndarray) -> np.ndarray:
+        """The mixture of experts (spec.py), token by token: softmax router, the n_expert_used most probable (ties:
+        the lower index), renormalised when expert_weights_norm, each expert a feed-forward over its rows."""
+        s = self.spec
+        act = silu if s.ffn_act == "silu" else gelu_tanh
+        z = self.linear(x, layer.ffn_gate_inp).astype(np.float64)
+        p = np.exp(z - z.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out = np.zeros((len(x), s.d_model))
+        for t in range(len(x)):
+            chosen = np.argsort(-p[t], kind="stable")[: s.n_expert_used]
+            w = p[t][chosen]
+            if s.expert_weights_norm:
+                w = w / max(w.sum(), 6.103515625e-5)
+            for wj, e in zip(w, chosen):
+
+                def rows(name: str, n: int, e=e) -> str:
+                    return f"{name}@{e * n}:{(e + 1) * n}"
+
+                xe = x[t : t + 1]
+                g = act(self.linear(xe, rows(layer.ffn_gate_exps, s.n_ff)).astype(np.float64))
+                y = self.linear(
+                    g * self.linear(xe, rows(layer.ffn_up_exps, s.n_ff)), rows(layer.ffn_down_exps, s.d_model)
+                )
+                out[t] += wj * y[0]
+        return out if self.float64 else out.astype(np.float32)
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """[len(ids), n_vocab] float32 (float64 under float64=True) for tokens at positions 0..len(ids)-1."""

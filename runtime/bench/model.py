@@ -32,10 +32,17 @@ def model_prompt_ids(path: Path, n: int) -> np.ndarray:
 
 
 def streamed_bytes(path: Path) -> int:
-    """Weight bytes a decode step reads: every tensor, except an embedding table that is only looked up."""
+    """Weight bytes a decode step reads: every tensor, except an embedding table that is only looked up, and of a
+    mixture of experts' stacked expert tensors (ffn_*_exps) the share of the experts a token uses."""
     with GGUFFile(path) as f:
+        spec = spec_from_gguf(f)
         tied = "output.weight" not in f.tensors
-        return sum(t.nbytes for name, t in f.tensors.items() if name != "token_embd.weight" or tied)
+        total = 0
+        for name, t in f.tensors.items():
+            if name == "token_embd.weight" and not tied:
+                continue
+            total += t.nbytes * spec.n_expert_used // spec.n_expert if "_exps." in name else t.nbytes
+        return total
 
 
 def bench_llm(

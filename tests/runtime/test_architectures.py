@@ -1,5 +1,6 @@
 """Architectures no real test file covers (issue 34: qwen3, smollm3's layers without rope, Llama 3.x's rope_freqs
-with tied embeddings, gemma2's soft-caps and alternating sliding windows, phi3's fused QKV and gate-up tensors, with and without partial rotary),
+with tied embeddings, gemma2's soft-caps and alternating sliding windows, phi3's fused QKV and gate-up tensors, with and without partial rotary,
+qwen3moe's mixture of experts),
 on synthetic models (models/synthetic_arch.py: the real keys
 and tensor names, random weights at Xavier's spread, a test model's tokenizer) against the logits llama.cpp recorded
 on the same files (models/record_synthetic.py -> tests/reference/synthetic/) and against the float64 forward over
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 from conftest import model_cache
 from localllm.llm import LLM
+from localllm.model.architectures import spec_from_gguf
 from localllm.model.gguf import GGUFFile
 from reference_forward import ReferenceModel
 
@@ -51,8 +53,50 @@ def synthetic(request, tmp_path_factory):
     return ref, path
 
 
-def _compare(got: np.ndarray, seq: dict, bound: float, what: str) -> None:
+# a mixture of experts' router: where its n_expert_used-th and next largest logits (float64) lie closer than this in
+# some layer, a rounding (q8_0 KV's, or either side's summation order) may choose the other expert, a discrete jump
+# of the logits (measured: qwen3moe, a gap of 0.048 moved q8_0 KV's logits 0.23 from llama.cpp's f16 KV ones). Such
+# positions are not compared, as near-tie top-1s are not.
+ROUTING_MARGIN = 0.1
+
+
+_FLOAT64: dict[str, list[tuple[np.ndarray, set[int]]]] = {}
+
+
+def _float64(path: Path, seqs: list[list[int]]) -> list[tuple[np.ndarray, set[int]]]:
+    """Per sequence: (the float64 forward's logits, the positions where its routing is a near-tie in some layer:
+    none without experts); all sequences in one pass, once per file."""
+    if str(path) not in _FLOAT64:
+        flat: set[int] = set()  # positions in the sequences laid end to end
+
+        class Routing(ReferenceModel):
+            def experts(self, layer, x):
+                z = np.sort(self.linear(x, layer.ffn_gate_inp).astype(np.float64), axis=1)[:, ::-1]
+                k = self.spec.n_expert_used
+                flat.update(np.nonzero(z[:, k - 1] - z[:, k] < ROUTING_MARGIN)[0].tolist())
+                return super().experts(layer, x)
+
+        with GGUFFile(path) as f:
+            logits = Routing(f, float64=True).logits_batch(seqs)
+        starts = np.cumsum([0] + [len(ids) for ids in seqs])
+        _FLOAT64[str(path)] = [
+            (w, {p - a for p in flat if a <= p < a + len(ids)}) for w, ids, a in zip(logits, seqs, starts)
+        ]
+    return _FLOAT64[str(path)]
+
+
+def _routing_ties(path: Path, ref: dict, i: int) -> set[int]:
+    """The near-tie routing positions of the reference's sequence i (none without experts: no float64 pass)."""
+    with GGUFFile(path) as f:
+        if not spec_from_gguf(f).n_expert:
+            return set()
+    return _float64(path, [s["prompt_ids"] + s["greedy_ids"] for s in ref["sequences"]])[i][1]
+
+
+def _compare(got: np.ndarray, seq: dict, bound: float, what: str, skip: set[int] = frozenset()) -> None:
     for p, top in enumerate(seq["topk_per_position"]):
+        if p in skip:
+            continue
         ids = [i for i, _ in top]
         vals = np.array([v for _, v in top])
         diff = np.abs(got[p][ids] - vals).max()
@@ -70,14 +114,16 @@ def test_logits_match_llama_cpp(synthetic, kv):
     with LLM(path, n_threads=2, ctx_size=256, kv_type=kv) as llm:
         for i, seq in enumerate(ref["sequences"]):
             ids = seq["prompt_ids"] + seq["greedy_ids"]
-            _compare(llm.logits(ids), seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, one step")
+            ties = _routing_ties(path, ref, i)
+            _compare(llm.logits(ids), seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, one step", ties)
             steps = llm.exclusive(
                 lambda s, ids=ids: np.concatenate(
                     [s.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
                 )
             )
-            _compare(steps, seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, token by token")
-            if not _near_tie(seq, len(seq["prompt_ids"])):
+            _compare(steps, seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, token by token", ties)
+            start = len(seq["prompt_ids"])
+            if not _near_tie(seq, start) and not ties & set(range(start - 1, start + 3)):
                 assert llm.greedy(seq["prompt_ids"], 4) == seq["greedy_ids"][:4], f"{path.stem}: greedy tokens differ"
 
 
@@ -91,14 +137,63 @@ def _near_tie(seq: dict, start: int) -> bool:
 def test_logits_match_the_float64_forward(synthetic):
     ref, path = synthetic
     seqs = [s["prompt_ids"] + s["greedy_ids"] for s in ref["sequences"]]
-    with GGUFFile(path) as f:
-        want = ReferenceModel(f, float64=True).logits_batch(seqs)
     with LLM(path, n_threads=2, ctx_size=256) as llm:
-        for ids, w in zip(seqs, want):
-            got = llm.logits(ids).astype(np.float64)
+        for ids, (w, ties) in zip(seqs, _float64(path, seqs)):
+            keep = np.array([p not in ties for p in range(len(ids))])
+            got, w = llm.logits(ids).astype(np.float64)[keep], w[keep]
             top = np.argsort(-w, axis=1)[:, :10]
             diff = np.abs(np.take_along_axis(got, top, 1) - np.take_along_axis(w, top, 1))
             assert diff.max() <= FLOAT64_BOUND, f"{path.stem}: |localllm - float64| {diff.max():.4f}"
             margin = np.take_along_axis(w, top[:, :1], 1)[:, 0] - np.take_along_axis(w, top[:, 1:2], 1)[:, 0]
             clear = margin >= MARGIN
             assert np.array_equal(got.argmax(1)[clear], top[clear, 0]), f"{path.stem}: top-1 differs from float64's"
+
+
+@pytest.fixture(scope="module")
+def moe_model(tmp_path_factory):
+    """The qwen3moe synthetic model with Q8_0 experts (models/synthetic_arch.py)."""
+    src = model_cache() / f"{ARCHS['qwen3moe']['tokenizer']}.gguf"
+    if not src.exists():
+        pytest.skip(f"the tokenizer's test model {src.name} is not fetched (models/fetch_test_models.py)")
+    path = tmp_path_factory.mktemp("moe") / "qwen3moe-q8_0.gguf"
+    write(path, "qwen3moe", tokenizer_from=src, wtype="Q8_0", seed=0)
+    return path
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("cpu", ["scalar", "avx2", "avx512"])
+def test_experts_keep_rows_alike_in_one_step_chunked_and_token_by_token(moe_model, cpu):
+    """A token's experts see only its own row: grouped with 23 others by expert (one step), with 3 (chunks) or alone
+    (decode), its logits are the same bits (the batch-invariance contract, native/kernels.h, for mixtures too)."""
+    from localllm import native
+
+    if cpu not in native.available_paths():
+        pytest.skip(f"this CPU cannot run the {cpu} path")
+    native.configure(cpu)
+    try:
+        with LLM(moe_model, n_threads=2, ctx_size=64) as llm:
+            ids = np.array(llm.tokenize("def add(a, b):\n    return a + b\n\nprint(add(2, 3))", add_special=False))
+            n = len(ids)
+            assert n >= 16
+
+            def steps(seq):
+                whole = seq.step(ids, 0, np.arange(n, dtype=np.int32))
+                chunked = np.concatenate(
+                    [
+                        seq.step(ids[i : i + 4], i, np.arange(len(ids[i : i + 4]), dtype=np.int32))
+                        for i in range(0, n, 4)
+                    ]
+                )
+                decode = np.concatenate([seq.step(ids[i : i + 1], i, np.zeros(1, dtype=np.int32)) for i in range(n)])
+                return whole, chunked, decode
+
+            whole, chunked, decode = llm.exclusive(steps)
+    finally:
+        native.configure()
+    assert np.array_equal(chunked, whole), f"4 at a time: max |diff| {np.abs(chunked - whole).max()}"
+    assert np.array_equal(decode, whole), f"token by token: max |diff| {np.abs(decode - whole).max()}"
+
+
+def test_a_mixture_of_experts_refuses_the_gpu_by_name(moe_model):
+    with pytest.raises(ValueError, match="mixture-of-experts layers .* run on the CPU only"):
+        LLM(moe_model, n_threads=2, ctx_size=64, device="cuda")

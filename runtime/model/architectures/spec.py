@@ -17,6 +17,9 @@ ModelSpec; the native side runs this block over it, with T tokens at positions p
         h = h + rms_norm(o, post_attention_norm)                       # the norm only when post_attn_norm
         f = rms_norm(h, ffn_norm)
         f = (act(f @ ffn_gate.T) * (f @ ffn_up.T)) @ ffn_down.T        # act: silu or gelu_tanh
+        # mixture of experts (n_expert > 0) instead: p = softmax(f @ ffn_gate_inp.T); the n_expert_used largest
+        # (ties: the lower index) in order, their p renormalised to sum 1 when expert_weights_norm;
+        # f = sum over them of p_e * ffn_e(f), ffn_e the expression above over expert e's rows of the _exps tensors
         h = h + rms_norm(f, post_ffw_norm)                             # the norm only when post_ffn_norm
     logits = rms_norm(h, output_norm) @ output.T                       # [T, n_vocab]
     logits = final_softcap * tanh(logits / final_softcap)              # when final_softcap
@@ -98,6 +101,12 @@ class LayerSpec:
     attn_k_norm: str | None = None  # [head_dim]
     post_attention_norm: str | None = None  # [d_model]
     post_ffw_norm: str | None = None  # [d_model]
+    # mixture of experts (ffn_gate, ffn_up and ffn_down are None then): expert e owns rows [e * n_ff, (e + 1) * n_ff)
+    # of gate_exps and up_exps and rows [e * d_model, (e + 1) * d_model) of down_exps, n_ff the expert's width
+    ffn_gate_inp: str | None = None  # [n_expert, d_model]: the router
+    ffn_gate_exps: str | None = None  # [n_expert * n_ff, d_model]
+    ffn_up_exps: str | None = None  # [n_expert * n_ff, d_model]
+    ffn_down_exps: str | None = None  # [n_expert * d_model, n_ff]
 
     def tensor_names(self) -> list[str]:
         """The file's tensors the layer reads (a fused tensor once, however many references slice it)."""
@@ -132,10 +141,25 @@ class ModelSpec:
     output_norm: str  # [d_model]
     output: str  # [n_vocab, d_model]; == token_embd when tied
     layers: tuple[LayerSpec, ...] = field(repr=False)
+    n_expert: int = 0  # 0: a dense feed-forward; else experts per layer (n_ff is then one expert's width)
+    n_expert_used: int = 0  # experts each token goes through
+    expert_weights_norm: bool = False  # the chosen experts' probabilities renormalised to sum 1
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.n_layers:
             raise ValueError(f"{len(self.layers)} layer specs for {self.n_layers} layers")
+        if self.n_expert < 0 or not (
+            0 < self.n_expert_used <= self.n_expert if self.n_expert else not self.n_expert_used
+        ):
+            raise ValueError(f"n_expert_used {self.n_expert_used} must be in [1, n_expert {self.n_expert}]")
+        moe = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+        dense = ("ffn_gate", "ffn_up", "ffn_down")
+        for i, layer in enumerate(self.layers):
+            want, other = (moe, dense) if self.n_expert else (dense, moe)
+            if any(getattr(layer, k) is None for k in want) or any(getattr(layer, k) is not None for k in other):
+                raise ValueError(
+                    f"layer {i}: a {'mixture-of-experts' if self.n_expert else 'dense'} layer needs {want}"
+                )
         if self.ffn_act not in FFN_ACTS:
             raise ValueError(f"ffn_act {self.ffn_act!r} is not one of {FFN_ACTS}")
         for i, layer in enumerate(self.layers):
@@ -257,22 +281,40 @@ def decoder_spec(
     qk_norm: bool,
     sandwich_norms: bool,
     fused: bool = False,
+    moe: bool = False,
 ) -> ModelSpec:
     """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
     embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
     present) or "none". fused: Q, K and V are the rows of one attn_qkv.weight (in that order), gate and up the
-    two halves of one ffn_up.weight (gate first), as phi3 stores them. Architectures adjust the result with
+    two halves of one ffn_up.weight (gate first), as phi3 stores them. moe: every layer's feed-forward is a mixture
+    of experts (expert_count, expert_used_count, expert_feed_forward_length; ffn_gate_inp and the stacked
+    ffn_{gate,up,down}_exps tensors), n_ff the width of one expert. Architectures adjust the result with
     dataclasses.replace."""
-    for suffix in ("expert_count", "expert_used_count"):
-        n = m.raw(suffix)
-        if n is not None and not (isinstance(n, int) and n == 0):
-            raise m.fail(m.key(suffix), f"mixture-of-experts models are not supported (got {n!r})")
+    n_expert = n_expert_used = 0
+    if moe:
+        n_expert = m.positive_int("expert_count")
+        n_expert_used = m.positive_int("expert_used_count")
+        if n_expert_used > n_expert:
+            raise m.fail(m.key("expert_used_count"), f"{n_expert_used} is more than expert_count {n_expert}")
+        for suffix in ("expert_shared_count", "expert_shared_feed_forward_length"):
+            if m.raw(suffix):
+                raise m.fail(m.key(suffix), "shared experts are not supported")
+        scale = m.number("expert_weights_scale", 0.0)
+        if scale not in (0.0, 1.0):
+            raise m.fail(m.key("expert_weights_scale"), f"scaled expert weights are not supported (got {scale})")
+    else:
+        for suffix in ("expert_count", "expert_used_count"):
+            n = m.raw(suffix)
+            if n is not None and not (isinstance(n, int) and n == 0):
+                raise m.fail(m.key(suffix), f"mixture-of-experts layers are not supported by {m.arch} (got {n!r})")
     if m.raw("attention.causal") is False:
         raise m.fail(m.key("attention.causal"), "non-causal attention is not supported")
 
     n_layers = m.positive_int("block_count")
     d_model = m.positive_int("embedding_length")
     n_ff = m.positive_int("feed_forward_length")
+    if moe:  # one expert's width (llama.cpp: feed_forward_length / expert_used_count when the key is absent)
+        n_ff = m.positive_int("expert_feed_forward_length", n_ff // n_expert_used or _REQUIRED)
     n_head = m.positive_int("attention.head_count")
     n_kv_head = m.positive_int("attention.head_count_kv", n_head)
     if n_head % n_kv_head:
@@ -357,9 +399,25 @@ def decoder_spec(
                 "attn_q": m.tensor(b + "attn_q.weight", (d_model, q_dim)),
                 "attn_k": m.tensor(b + "attn_k.weight", (d_model, kv_dim)),
                 "attn_v": m.tensor(b + "attn_v.weight", (d_model, kv_dim)),
+            }
+        if moe:
+            products |= {
+                "ffn_gate": None,
+                "ffn_up": None,
+                "ffn_down": None,
+                "ffn_gate_inp": m.tensor(b + "ffn_gate_inp.weight", (d_model, n_expert)),
+                "ffn_gate_exps": m.tensor(b + "ffn_gate_exps.weight", (d_model, n_ff, n_expert)),
+                "ffn_up_exps": m.tensor(b + "ffn_up_exps.weight", (d_model, n_ff, n_expert)),
+                "ffn_down_exps": m.tensor(b + "ffn_down_exps.weight", (n_ff, d_model, n_expert)),
+            }
+        elif not fused:
+            products |= {
                 "ffn_gate": m.tensor(b + "ffn_gate.weight", (d_model, n_ff)),
                 "ffn_up": m.tensor(b + "ffn_up.weight", (d_model, n_ff)),
+                "ffn_down": m.tensor(b + "ffn_down.weight", (n_ff, d_model)),
             }
+        else:
+            products["ffn_down"] = m.tensor(b + "ffn_down.weight", (n_ff, d_model))
         layers.append(
             LayerSpec(
                 sliding=False,
@@ -368,7 +426,6 @@ def decoder_spec(
                 attn_norm=m.tensor(b + "attn_norm.weight", (d_model,)),
                 attn_output=m.tensor(b + "attn_output.weight", (q_dim, d_model)),
                 ffn_norm=m.tensor(b + "ffn_norm.weight", (d_model,)),
-                ffn_down=m.tensor(b + "ffn_down.weight", (n_ff, d_model)),
                 **products,
                 **biases,
                 **norms,
@@ -427,6 +484,8 @@ def decoder_spec(
         output_norm=m.tensor("output_norm.weight", (d_model,)),
         output=output,
         layers=tuple(layers),
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
     )
     unused = sorted(set(m.f.tensors) - set(spec.tensor_names()))
     if unused:
