@@ -352,27 +352,34 @@ struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 
   }
 };
 
-// Q5_0X8 (quant_formats.h): Q5_0 regrouped at load (repack.h). Step q of a span: the low nibbles of a pair vector
-// (q even) or its high nibbles, and the fifth bits from the span's bit plane, bit q of each byte shifted to bit 4:
-// 4-5 instructions a step where Q5_0 as it lies in the file takes 8 (its fifth bits spread from a 32-bit word)
-struct Q5X8Source {
+// The X8 layouts (quant_formats.h): Q4_0, Q4_1, Q5_0, Q5_1 regrouped at load (repack.h). A span's scales (and mins)
+// are one load; step q: the low nibbles of a pair vector (q even) or its high nibbles, and for 5-bit weights the
+// fifth bits from the span's bit plane, bit q of each byte shifted to bit 4. Q5_0 takes 4-5 instructions a step
+// where its file layout takes 8 (the fifth bits spread from a 32-bit word), Q4_0 1-2 where it takes 3, and neither
+// gathers its scales from 8 blocks.
+template <bool Min, bool Hi, int Offset>
+struct X8Source {
   static constexpr int G = 32;
-  static constexpr bool MIN = false, OFF = true, SIGNED = false, FULL = false;
+  static constexpr bool MIN = Min, OFF = !Min, SIGNED = false, FULL = false;
+  static constexpr int BB = 2 * (Min ? 2 : 1) + 16 + (Hi ? 4 : 0);  // bytes per block
   const uint8_t* w;
   size_t row_bytes;
-  static constexpr int offset() { return 16; }
-  const uint8_t* span(int r, int s0) const { return w + (size_t)r * row_bytes + (size_t)s0 * sizeof(block_q5_0); }
-  void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256*) const {
+  static constexpr int offset() { return Offset; }
+  const uint8_t* span(int r, int s0) const { return w + (size_t)r * row_bytes + (size_t)s0 * BB; }
+  static __m256 halves(const uint8_t* p, int ns) {
+    return _mm256_cvtph_ps(ns == 8 ? _mm_loadu_si128((const __m128i*)p) : _mm_loadl_epi64((const __m128i*)p));
+  }
+  void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256* m) const {
     const uint8_t* p = span(r, s0);
-    prefetch_span(p, ns * sizeof(block_q5_0), pf);
-    s[0] = _mm256_cvtph_ps(ns == 8 ? _mm_loadu_si128((const __m128i*)p) : _mm_loadl_epi64((const __m128i*)p));
+    prefetch_span(p, ns * BB, pf);
+    s[0] = halves(p, ns);
+    if (Min) m[0] = halves(p + 2 * ns, ns);
   }
   __m256i weights(int r, int s0, int q, int ns) const {  // ns: 8, or 4 (a row's last span)
-    const uint8_t* p = span(r, s0);
-    const uint8_t* qs = p + 2 * ns;
+    const uint8_t* qs = span(r, s0) + 2 * ns * (Min ? 2 : 1);
     const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * (q >> 1)));
-    const __m256i lo = _mm256_set1_epi8(15);
-    const __m256i nib = _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, lo);
+    const __m256i nib = _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+    if (!Hi) return nib;
     __m256i h;
     if (ns == 8) {
       h = _mm256_loadu_si256((const __m256i*)(qs + 16 * ns));
@@ -644,8 +651,12 @@ const KernelTable* kernels_avx2() {
     source(QType::Q4_0, BlockSource<DQ4_0>{});
     source(QType::Q4_1, BlockSource<DQ4_1>{});
     source(QType::Q5_0, BlockSource<DQ5_0>{});
-    source(QType::Q5_0X8, Q5X8Source{});
-    k.repack[(int)QType::Q5_0] = true;  // measured: Q5_0 products at N = 1 (docs/performance.md)
+    source(QType::Q4_0X8, X8Source<false, false, 8>{});
+    source(QType::Q4_1X8, X8Source<true, false, 0>{});
+    source(QType::Q5_0X8, X8Source<false, true, 16>{});
+    source(QType::Q5_1X8, X8Source<true, true, 0>{});
+    // measured: these types' products at N = 1 (docs/performance.md)
+    for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1}) k.repack[(int)t] = true;
     source(QType::Q5_1, BlockSource<DQ5_1>{});
     source(QType::Q8_0, BlockSource<DQ8_0>{});
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});

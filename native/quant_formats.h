@@ -16,19 +16,22 @@ enum class QType : int {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
   // internal layouts (never in a file; ids past GGML's): repack.h makes them from a GGML type at load
-  Q5_0X8 = 48,
+  Q5_0X8 = 48, Q4_0X8 = 49, Q4_1X8 = 50, Q5_1X8 = 51,
 };
 constexpr int N_TYPE_IDS = 64;  // the kernel tables' per-type arrays: GGML's ids (< 40) and the internal ones
 
-// Q5_0X8: Q5_0's bytes regrouped per row so the small-N kernels decode them with shifts and masks alone
-// (repack.h). A row of 32j weights (j a multiple of 4) is spans of 8 blocks and, where j % 8 == 4, one last span
-// of 4; a span of n blocks b = 0 .. n-1 (blocks s0 + b of the Q5_0 row, in order), n * 22 bytes as in Q5_0:
+// The X8 layouts: the blocks of Q4_0, Q4_1, Q5_0 or Q5_1 regrouped per row so the small-N kernels decode them with
+// shifts and masks alone and load a span's scales at once (repack.h). A row of 32j weights (j a multiple of 4) is
+// spans of 8 blocks and, where j % 8 == 4, one last span of 4; a span of n blocks b = 0 .. n-1 (blocks s0 + b of the
+// row, in order) takes n times the type's block bytes, as in the file:
 //   d[n]        f16 scales
+//   m[n]        f16 mins (Q4_1, Q5_1)
 //   qs[n/2][32] byte i of vector p: low nibble = the 4 low bits of weight i of block 2p, high nibble = block 2p + 1
-//   qh          n = 8: 32 bytes, bit b of byte i = the fifth bit of weight i of block b;
+//   qh          (Q5_0, Q5_1) n = 8: 32 bytes, bit b of byte i = the fifth bit of weight i of block b;
 //               n = 4: 16 bytes, bit b of byte i = weight i of block b, bit 4 + b = weight 16 + i of block b
-// w = d * (q - 16) as in Q5_0: the same weights, scales and groups, so products give the same bits.
-constexpr int Q5_0X8_SPAN = 8;
+// The weights are the type's (w = d * (q - offset), or d * q + m): the same weights, scales and groups, so products
+// give the same bits.
+constexpr int X8_SPAN = 8;
 
 // 4.5 bpw: w = d * (q - 8), q in [0, 15]
 struct block_q4_0 { f16_t d; uint8_t qs[QK / 2]; };

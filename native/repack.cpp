@@ -2,6 +2,7 @@
 #include "repack.h"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <sstream>
 #if defined(__linux__)
@@ -18,54 +19,114 @@
 
 namespace lll {
 
+namespace {
+
+// where a 32-weight block type keeps its fields (quant_formats.h), and its X8 type
+struct BlockFormat {
+  QType x8;
+  int bytes, m_at, qh_at, qs_at;  // field offsets; -1: absent
+};
+bool block_format(int type_id, BlockFormat& f) {
+  switch ((QType)type_id) {
+    case QType::Q4_0: f = {QType::Q4_0X8, (int)sizeof(block_q4_0), -1, -1, 2}; return true;
+    case QType::Q4_1: f = {QType::Q4_1X8, (int)sizeof(block_q4_1), 2, -1, 4}; return true;
+    case QType::Q5_0: f = {QType::Q5_0X8, (int)sizeof(block_q5_0), -1, 2, 6}; return true;
+    case QType::Q5_1: f = {QType::Q5_1X8, (int)sizeof(block_q5_1), 2, 4, 8}; return true;
+    default: return false;
+  }
+}
+
+// one span of n (8 or 4) blocks -> the X8 span (quant_formats.h), n * f.bytes bytes
+void repack_span(const BlockFormat& f, const uint8_t* src, int n, uint8_t* out) {
+  const bool min = f.m_at >= 0, hi = f.qh_at >= 0;
+  uint8_t* qs = out + 2 * n * (min ? 2 : 1);
+  uint8_t* qh = qs + 16 * n;
+  std::memset(qs, 0, 16 * n);
+  if (hi) std::memset(qh, 0, n == 8 ? 32 : 16);
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* b = src + (size_t)i * f.bytes;
+    std::memcpy(out + 2 * i, b, 2);  // d is every type's first field
+    if (min) std::memcpy(out + 2 * n + 2 * i, b + f.m_at, 2);
+    // weight j < 16: low nibble of byte j; weight 16 + j: its high nibble (loops the compiler vectorizes)
+    const uint8_t* q = b + f.qs_at;
+    uint8_t* pv = qs + 32 * (i / 2);
+    const int sh = 4 * (i & 1);
+    for (int j = 0; j < 16; ++j) {
+      pv[j] |= (uint8_t)((q[j] & 15) << sh);
+      pv[16 + j] |= (uint8_t)((q[j] >> 4) << sh);
+    }
+    if (!hi) continue;
+    // the fifth bits 8 at a time: bits -> bytes of 0 / 1 (a table), shifted to bit i (n = 4: i or 4 + i) of the plane
+    static const auto spread = [] {
+      std::array<uint64_t, 256> t{};
+      for (int v = 0; v < 256; ++v)
+        for (int k = 0; k < 8; ++k) t[v] |= (uint64_t)((v >> k) & 1) << (8 * k);
+      return t;
+    }();
+    for (int c = 0; c < 4; ++c) {  // weights 8c .. 8c + 7
+      const uint64_t bits = spread[b[f.qh_at + c]] << (n == 8 ? i : i + 4 * (c >> 1));
+      uint8_t* at = qh + (n == 8 ? 8 * c : 8 * (c & 1));
+      uint64_t cur;
+      std::memcpy(&cur, at, 8);
+      cur |= bits;
+      std::memcpy(at, &cur, 8);
+    }
+  }
+}
+
+}  // namespace
+
 int repacked_type(int type_id, int row_len) {
-  // Q5_0X8 holds spans of 8 blocks and one last span of 4: rows of a whole number of 4 blocks
-  if (type_id == (int)QType::Q5_0 && row_len > 0 && row_len % (4 * QK) == 0) return (int)QType::Q5_0X8;
+  // X8 layouts hold spans of 8 blocks and one last span of 4: rows of a whole number of 4 blocks
+  BlockFormat f;
+  if (block_format(type_id, f) && row_len > 0 && row_len % (4 * QK) == 0) return (int)f.x8;
   return -1;
 }
 
-// one span of n (8 or 4) Q5_0 blocks -> the Q5_0X8 span (quant_formats.h), n * 22 bytes
-static void repack_q5_0_span(const block_q5_0* b, int n, uint8_t* out) {
-  uint8_t* d = out;
-  uint8_t* qs = out + 2 * n;
-  uint8_t* qh = qs + 16 * n;
-  std::memset(qs, 0, 16 * n);
-  std::memset(qh, 0, n == 8 ? 32 : 16);
-  for (int i = 0; i < n; ++i) {
-    std::memcpy(d + 2 * i, &b[i].d, 2);
-    uint32_t h;
-    std::memcpy(&h, b[i].qh, 4);
-    for (int j = 0; j < QK; ++j) {
-      const int q4 = j < 16 ? b[i].qs[j] & 15 : b[i].qs[j - 16] >> 4;
-      qs[32 * (i / 2) + j] |= (uint8_t)(q4 << (4 * (i & 1)));
-      const int bit = (h >> j) & 1;
-      if (n == 8) qh[j] |= (uint8_t)(bit << i);
-      else qh[j & 15] |= (uint8_t)(bit << (i + 4 * (j >> 4)));
+void repack_rows(int type_id, const uint8_t* src, size_t src_stride, int rows, int row_len, uint8_t* dst) {
+  BlockFormat f;
+  if (repacked_type(type_id, row_len) < 0 || !block_format(type_id, f))
+    throw std::invalid_argument("repack: no internal layout for type id " + std::to_string(type_id) +
+                                " with rows of " + std::to_string(row_len) + " weights");
+  const int nb = row_len / QK;
+  const size_t row_bytes = (size_t)nb * f.bytes;
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* b = src + (size_t)r * src_stride;
+    uint8_t* out = dst + (size_t)r * row_bytes;
+    for (int s0 = 0; s0 < nb; s0 += X8_SPAN) {
+      const int n = nb - s0 >= X8_SPAN ? X8_SPAN : nb - s0;  // 8, or the last 4
+      repack_span(f, b + (size_t)s0 * f.bytes, n, out + (size_t)s0 * f.bytes);
     }
   }
 }
 
-void repack_rows(int type_id, const uint8_t* src, size_t src_stride, int rows, int row_len, uint8_t* dst) {
-  if (repacked_type(type_id, row_len) != (int)QType::Q5_0X8)
-    throw std::invalid_argument("repack: no internal layout for type id " + std::to_string(type_id) +
-                                " with rows of " + std::to_string(row_len) + " weights");
-  const int nb = row_len / QK;
-  const size_t row_bytes = (size_t)nb * sizeof(block_q5_0);
-  for (int r = 0; r < rows; ++r) {
-    const block_q5_0* b = (const block_q5_0*)(src + (size_t)r * src_stride);
-    uint8_t* out = dst + (size_t)r * row_bytes;
-    for (int s0 = 0; s0 < nb; s0 += Q5_0X8_SPAN) {
-      const int n = nb - s0 >= Q5_0X8_SPAN ? Q5_0X8_SPAN : nb - s0;  // 8, or the last 4
-      repack_q5_0_span(b + s0, n, out + (size_t)s0 * sizeof(block_q5_0));
-    }
+// half the memory the OS says is available now (MemAvailable: free and reclaimable), or a quarter of the physical
+// memory where that cannot be read
+static size_t repack_budget() {
+#if defined(__linux__)
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line, key;
+  while (std::getline(meminfo, line)) {  // "MemAvailable:   23989364 kB"
+    std::istringstream in(line);
+    size_t kib = 0;
+    if (in >> key >> kib && key == "MemAvailable:") return kib * 1024 / 2;
   }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return (size_t)pages * (size_t)page / 4;
+#endif
+  return 0;
 }
+
+RepackedWeights::RepackedWeights() : budget_(repack_budget()) {}
 
 WeightView RepackedWeights::view(const KernelTable& kt, const WeightView& w, ThreadPool* pool) {
   if (!w.present() || w.type < 0 || w.type >= N_TYPE_IDS || !kt.repack[w.type]) return w;
   const int to = repacked_type(w.type, w.row_len);
   if (to < 0) return w;
-  const size_t row_bytes = (size_t)(w.row_len / QK) * sizeof(block_q5_0), bytes = row_bytes * w.rows;
+  BlockFormat f;
+  block_format(w.type, f);
+  const size_t row_bytes = (size_t)(w.row_len / QK) * f.bytes, bytes = row_bytes * w.rows;
+  if (bytes_ + bytes > budget_) return w;  // past the budget: the file's layout, paged from the map
   uint8_t* p = (uint8_t*)std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();
   bufs_.emplace_back(p);

@@ -1,5 +1,5 @@
 // Weights regrouped at load for the kernels of one CPU path: a GGML type whose blocks a path decodes slowly as they
-// lie in the file is copied once into an internal layout of the same bytes per row (quant_formats.h: Q5_0X8), which
+// lie in the file is copied once into an internal layout of the same bytes per row (quant_formats.h: the X8 layouts), which
 // that path's small-N kernels decode with fewer instructions. The products give the same bits either way (the
 // weights, scales and groups are unchanged), so a repacked matrix keeps the batch-invariance contract of kernels.h.
 //
@@ -30,9 +30,12 @@ void repack_rows(int type_id, const uint8_t* src, size_t src_stride, int rows, i
 
 class ThreadPool;
 
-// Owns the repacked copies of one CPU stage's (or one measurement's) weights.
+// Owns the repacked copies of one CPU stage's (or one measurement's) weights. The copies are anonymous memory, which
+// the OS cannot page back to the file as it can the map: a stage repacks at most half the memory available when it
+// is made (MemAvailable), so a model near the machine's memory keeps running from its file map, as it lies.
 class RepackedWeights {
  public:
+  RepackedWeights();
   // w as kt's kernels want it: a view of a repacked copy (held here) where kt.repack asks for one and the layout
   // applies, else w itself. pool (optional) spreads the copying over its threads.
   WeightView view(const KernelTable& kt, const WeightView& w, ThreadPool* pool = nullptr);
@@ -44,6 +47,7 @@ class RepackedWeights {
   };
   std::vector<std::unique_ptr<uint8_t[], Free>> bufs_;
   size_t bytes_ = 0;
+  size_t budget_;  // bytes it may copy
   std::vector<std::pair<uintptr_t, uintptr_t>> file_maps_;  // [start, end) of file-backed maps (read once, Linux)
   bool maps_read_ = false;
   void release_file_pages(const uint8_t* p, size_t n);

@@ -1,5 +1,5 @@
-"""Weights repacked at load (native/repack.h): Q5_0 rows regrouped into the internal Q5_0X8 layout, which the AVX2
-path's small-N kernels decode with shifts and masks.
+"""Weights repacked at load (native/repack.h): Q4_0, Q4_1, Q5_0 and Q5_1 rows regrouped into the internal X8 layouts
+(native/quant_formats.h), which the AVX2 path's small-N kernels decode with shifts and masks.
 
 Checked against an independent numpy writer of the layout as native/quant_formats.h specifies it, against gguf-py's
 dequantization of the original rows, and, on every path this CPU runs, products of the repacked rows bit-identical to
@@ -14,7 +14,14 @@ from gguf.quants import dequantize as ref_dequantize
 from localllm import native
 from quant_blocks import random_rows
 
-Q5_0X8 = 48
+# GGML type -> (internal X8 id, name, field offsets in a block: m, qh, qs; None where absent)
+X8 = {
+    T.Q4_0: (49, "Q4_0x8", None, None, 2),
+    T.Q4_1: (50, "Q4_1x8", 2, None, 4),
+    T.Q5_0: (48, "Q5_0x8", None, 2, 6),
+    T.Q5_1: (51, "Q5_1x8", 2, 4, 8),
+}
+TYPES = list(X8)
 
 
 @pytest.fixture(params=["scalar", "avx2", "avx512"])
@@ -25,63 +32,72 @@ def path(request):
     native.configure()
 
 
-def layout_reference(rows: np.ndarray, k: int) -> np.ndarray:
-    """Q5_0 rows -> Q5_0X8 bytes, written from the format's description (quant_formats.h), block by block."""
-    nb = k // 32
-    blocks = rows.reshape(rows.shape[0], nb, 22)
+def layout_reference(qt: T, rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows of qt -> X8 bytes, written from the format's description (quant_formats.h), block by block."""
+    _, _, m_at, qh_at, qs_at = X8[qt]
+    bb, nb = rows.shape[1] // (k // 32), k // 32
+    blocks = rows.reshape(rows.shape[0], nb, bb)
     out = np.zeros_like(rows)
     for r in range(rows.shape[0]):
         for s0 in range(0, nb, 8):
             n = min(8, nb - s0)
-            span = bytearray(22 * n)
+            span = bytearray(bb * n)
+            qs_base = 2 * n * (2 if m_at is not None else 1)
             for b in range(n):
                 blk = blocks[r, s0 + b]
                 span[2 * b : 2 * b + 2] = bytes(blk[0:2])
-                qh = int.from_bytes(bytes(blk[2:6]), "little")
-                qs = blk[6:22]
+                if m_at is not None:
+                    span[2 * n + 2 * b : 2 * n + 2 * b + 2] = bytes(blk[m_at : m_at + 2])
+                qh = int.from_bytes(bytes(blk[qh_at : qh_at + 4]), "little") if qh_at is not None else 0
+                qs = blk[qs_at : qs_at + 16]
                 for j in range(32):
                     q4 = int(qs[j] & 15) if j < 16 else int(qs[j - 16] >> 4)
-                    span[2 * n + 32 * (b // 2) + j] |= q4 << (4 * (b % 2))
+                    span[qs_base + 32 * (b // 2) + j] |= q4 << (4 * (b % 2))
+                    if qh_at is None:
+                        continue
                     bit = (qh >> j) & 1
                     if n == 8:
-                        span[18 * n + j] |= bit << b
+                        span[qs_base + 16 * n + j] |= bit << b
                     else:
-                        span[18 * n + j % 16] |= bit << (b + 4 * (j // 16))
-            out[r, 22 * s0 : 22 * (s0 + n)] = np.frombuffer(bytes(span), dtype=np.uint8)
+                        span[qs_base + 16 * n + j % 16] |= bit << (b + 4 * (j // 16))
+            out[r, bb * s0 : bb * (s0 + n)] = np.frombuffer(bytes(span), dtype=np.uint8)
     return out
 
 
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("k", [128, 256, 384, 896])
-def test_layout_matches_its_description(k):
-    rows = random_rows(T.Q5_0, 5, k, np.random.default_rng(k))
-    to, packed = native.repack(int(T.Q5_0), rows, k)
-    assert to == Q5_0X8 and native.INTERNAL_TYPES[to] == "Q5_0x8"
+def test_layout_matches_its_description(qt, k):
+    rows = random_rows(qt, 5, k, np.random.default_rng(k))
+    to, packed = native.repack(int(qt), rows, k)
+    assert (to, native.INTERNAL_TYPES[to]) == X8[qt][:2]
     assert packed.shape == rows.shape
-    np.testing.assert_array_equal(packed, layout_reference(rows, k))
+    np.testing.assert_array_equal(packed, layout_reference(qt, rows, k))
 
 
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("k", [128, 896, 4864])
-def test_repacked_rows_dequantize_to_the_same_weights(path, k):
+def test_repacked_rows_dequantize_to_the_same_weights(path, qt, k):
     native.configure(path)
-    rows = random_rows(T.Q5_0, 19, k, np.random.default_rng(1))
-    _, packed = native.repack(int(T.Q5_0), rows, k)
-    want = ref_dequantize(rows, T.Q5_0).reshape(19, k)
-    np.testing.assert_array_equal(native.dequantize_raw(Q5_0X8, packed, k), want)
+    rows = random_rows(qt, 19, k, np.random.default_rng(1))
+    to, packed = native.repack(int(qt), rows, k)
+    want = ref_dequantize(rows, qt).reshape(19, k)
+    np.testing.assert_array_equal(native.dequantize_raw(to, packed, k), want)
 
 
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("k", [256, 896, 1152])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_products_are_bit_identical_to_the_files_rows_for_every_n(path, k, threads):
+def test_products_are_bit_identical_to_the_files_rows_for_every_n(path, qt, k, threads):
     """Same weights, scales and groups: the repacked product is the same float32 bits, N = 1 .. 33 (small-N, fused
     and tile kernels alike), so a model's rows do not depend on whether its stage repacked."""
     native.configure(path, threads=threads)
     rng = np.random.default_rng(k)
-    rows = random_rows(T.Q5_0, 37, k, rng)
-    _, packed = native.repack(int(T.Q5_0), rows, k)
+    rows = random_rows(qt, 37, k, rng)
+    to, packed = native.repack(int(qt), rows, k)
     for n in (1, 2, 3, 4, 5, 8, 17, 33):
         x = rng.standard_normal((n, k), dtype=np.float32)
-        want = native.matmul_raw(int(T.Q5_0), rows, k, x)
-        got = native.matmul_raw(Q5_0X8, packed, k, x)
+        want = native.matmul_raw(int(qt), rows, k, x)
+        got = native.matmul_raw(to, packed, k, x)
         assert np.array_equal(got, want), f"{path}, n={n}: max |diff| {np.abs(got - want).max()}"
 
 
@@ -103,9 +119,10 @@ def test_repack_refuses_what_has_no_layout_by_name():
 
 
 def test_which_paths_ask_for_repacked_rows():
-    """AVX2 decodes Q5_0 as it lies at about 60% of the bytes per second of Q8_0 (docs/performance.md), so it asks;
-    the scalar reference reads the file's layout."""
-    assert native.wants_repack("scalar", int(T.Q5_0)) is False
+    """AVX2 decodes Q5_0 as it lies at about half the bytes per second of Q8_0, and the 4-bit types gathering their
+    scales from 8 blocks (docs/performance.md), so it asks; the scalar reference reads the file's layout."""
+    for qt in TYPES:
+        assert native.wants_repack("scalar", int(qt)) is False
     if "avx2" in native.available_paths():
-        assert native.wants_repack("avx2", int(T.Q5_0)) is True
+        assert all(native.wants_repack("avx2", int(qt)) for qt in TYPES)
         assert native.wants_repack("avx2", int(T.Q8_0)) is False
