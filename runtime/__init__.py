@@ -1,6 +1,7 @@
 """localllm: a local LLM runtime.
 
     from localllm import LLM, SamplingParams, Chunk       # the model handle, a request's sampling, a reply's pieces
+    from localllm import Grammar                          # structured output: Grammar.json_schema(schema), ...
     from localllm import Tokenizer, GGUFFile, backends    # a GGUF's tokenizer, the file itself, where it can run
 
 Heavy modules (the native extension, the tokenizer) are imported on first use.
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "LLM": ("localllm.llm", "LLM"),
     "SamplingParams": ("localllm.sampling", "SamplingParams"),
+    "Grammar": ("localllm.engine.constraint", "Grammar"),
     "Chunk": ("localllm.engine.output", "Chunk"),
     "GGUFFile": ("localllm.model.gguf", "GGUFFile"),
     "GGUFError": ("localllm.model.gguf", "GGUFError"),

@@ -36,6 +36,7 @@ from typing import TypeVar
 import numpy as np
 
 from .engine import Chunk, Engine, RequestStream
+from .engine.constraint import Grammar
 from .engine.drafting.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
 from .engine.engine import SPECULATIVE
 from .engine.one_sequence import OneSequence
@@ -261,21 +262,29 @@ class LLM:
         params: SamplingParams | None = None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        grammar: Grammar | None = None,
     ) -> RequestStream:
         """Queues a completion of token ids with the engine and returns its stream (engine/stream.py): a blocking
         iterator and an async one over Chunks; close() cancels. ValueError when the ids do not fit (a
         ContextLengthError when the context is too small). logprobs: see Engine.submit. speculative: "ngram",
-        "off" or "draft" (the LLM's draft model) for this request (None: the LLM's)."""
+        "off" or "draft" (the LLM's draft model) for this request (None: the LLM's). grammar: structured output,
+        e.g. Grammar.json_schema(schema) (localllm.engine.constraint): every token follows it; a reply that
+        completes it ends with finish_reason "stop"."""
         params = params if params is not None else SamplingParams()
-        return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative)
+        return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative, grammar=grammar)
 
     def generate(
-        self, prompt_or_ids, params: SamplingParams | None = None, speculative: str | None = None, **kwargs
+        self,
+        prompt_or_ids,
+        params: SamplingParams | None = None,
+        speculative: str | None = None,
+        grammar: Grammar | None = None,
+        **kwargs,
     ) -> Iterator[Chunk]:
         """Streams a completion of a raw prompt (str, encoded with BOS as the model asks) or of token ids.
         kwargs are SamplingParams fields (temperature, top_k, ..., max_tokens, stop, seed, ignore_eos);
         a bad value raises ValueError naming it. Chunks: .text, .token_ids; the last also .finish_reason and
-        .stats. speculative: see submit."""
+        .stats. speculative, grammar: see submit."""
         if params is None:
             params = SamplingParams(**kwargs)
         elif kwargs:
@@ -285,10 +294,16 @@ class LLM:
             ids = self.tokenize(prompt_or_ids)
         else:
             ids = prompt_or_ids
-        return _chunks(self.submit(ids, params, speculative=speculative))
+        return _chunks(self.submit(ids, params, speculative=speculative, grammar=grammar))
 
     def chat(
-        self, messages, params: SamplingParams | None = None, tools=None, speculative: str | None = None, **kwargs
+        self,
+        messages,
+        params: SamplingParams | None = None,
+        tools=None,
+        speculative: str | None = None,
+        grammar: Grammar | None = None,
+        **kwargs,
     ) -> Iterator[Chunk]:
         """Like generate, for a conversation rendered with the model's chat template."""
         if params is None:
@@ -299,7 +314,8 @@ class LLM:
             self.check_text_fits(
                 sum(len(str(m.get("content") or "").encode()) for m in messages if isinstance(m, dict))
             )
-        return _chunks(self.submit(self.tokenizer.encode_chat(messages, tools=tools), params, speculative=speculative))
+        ids = self.tokenizer.encode_chat(messages, tools=tools)
+        return _chunks(self.submit(ids, params, speculative=speculative, grammar=grammar))
 
     def close(self) -> None:
         """Cancels live requests, stops the engine, releases the native model and the file map."""

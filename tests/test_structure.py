@@ -112,7 +112,7 @@ def test_runtime_is_grouped_by_concern():
 def test_the_public_api_is_importable_from_the_package():
     import localllm
 
-    for name in ("LLM", "SamplingParams", "Chunk", "Tokenizer", "GGUFFile", "GGUFError", "backends"):
+    for name in ("LLM", "SamplingParams", "Grammar", "Chunk", "Tokenizer", "GGUFFile", "GGUFError", "backends"):
         assert name in localllm.__all__ and getattr(localllm, name) is not None
     from localllm import Chunk, SamplingParams
     from localllm.engine.output import Chunk as EngineChunk

@@ -37,6 +37,7 @@ from ..sampling import SamplingParams
 from ..text.token_ids import token_ids
 from ..text.tokenizer import Tokenizer
 from .block_manager import BlockManager
+from .constraint import Grammar
 from .context_window import ContextLengthError, ContextWindow  # noqa: F401 (ContextLengthError re-exported)
 from .drafting import MODES, Drafter, DraftModel, accepted_prefix
 from .output import Chunk, Stats
@@ -106,12 +107,14 @@ class Engine:
         stop_token_ids=None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        grammar: Grammar | None = None,
     ) -> RequestStream:
         """Queues a request; ValueError naming what is wrong when the prompt is empty or outside the vocabulary,
         ContextLengthError (a ValueError) when it leaves no room to generate in the context. stop_token_ids:
         default the tokenizer's end-of-generation set. logprobs: None, or each chunk carries the log-probability
         of its token under the model and the `logprobs` most likely alternatives (output.py). speculative:
-        "ngram", "draft" or "off" for this request; None: the engine's."""
+        "ngram", "draft" or "off" for this request; None: the engine's. grammar: structured output (constraint.py):
+        every token sampled under it, drafts cut where it would refuse them."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if logprobs is not None and (
@@ -126,8 +129,12 @@ class Engine:
         if params.max_tokens == 0:  # nothing to generate: over at once, as llama.cpp's n_predict 0
             stream._deliver(Chunk("", [], "length", Stats(prompt_tokens=len(ids), ctx_size=self.ctx_size)))
             return stream
+        if grammar is not None and not isinstance(grammar, Grammar):
+            raise ValueError(f"grammar must be a Grammar (localllm.engine.constraint), got {type(grammar).__name__}")
+        constraint = grammar.constraint(self._tok) if grammar is not None else None
         seq = Sequence(request_id, ids, params, stop_token_ids=stops)
-        self._post(("add", Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, spec)))
+        req = Request(seq, stream, self._tok, self.ctx_size, time.perf_counter(), logprobs, spec, constraint)
+        self._post(("add", req))
         return stream
 
     def check(self, ids, extra: int = 0) -> list[int]:
@@ -277,7 +284,8 @@ class Engine:
             if req.seq.status is SequenceStatus.RUNNING and req.seq.num_tokens - req.seq.num_computed_tokens == 1
         ]
         for seq_id, drafts in self.drafter.propose(decoding).items():
-            active[seq_id].seq.draft_token_ids = drafts
+            c = active[seq_id].constraint
+            active[seq_id].seq.draft_token_ids = drafts if c is None else drafts[: c.drafts(drafts)]
         out = sched.schedule()
         if out.num_tokens == 0:
             return

@@ -16,6 +16,9 @@ greedy), and the run goes on only while the token drawn equals the draft the nex
 tokens, and with a seed the reply, are those of plain decoding, provided a row's logits do not depend on what
 else is in the step (batch invariance, native/kernels.h).
 
+A request with a constraint (structured output, constraint.py) masks each row by its grammar before sampling it
+and advances the grammar by the token drawn; its drafts were cut where the grammar would refuse them (engine.py).
+
 Engine thread only. Token ids in stop_token_ids end the request without being emitted.
 """
 
@@ -29,6 +32,7 @@ import numpy as np
 
 from ..sampling import Sampler, StopChecker
 from ..text.tokenizer import Tokenizer
+from .constraint import Constraint
 from .drafting import accepted_prefix
 from .output import Chunk, Stats, TokenLogprob, token_logprob
 from .sequence import FinishReason, Sequence
@@ -45,8 +49,10 @@ class Request:
         submitted: float,
         logprobs: int | None = None,
         speculative: str = "off",
+        constraint: Constraint | None = None,
     ):
         self.seq = seq
+        self.constraint = constraint  # structured output: the grammar its tokens follow (constraint.py), or None
         self.speculative = speculative  # its drafting mode: "ngram" | "draft" | "off" (drafting/drafter.py)
         self.stream = stream
         self.sampler = Sampler(seq.params)
@@ -69,7 +75,9 @@ class Request:
     def candidates_needed(self) -> int | None:
         """Candidates per row that sample as the whole row does (Sampler.candidates_needed); None with logprobs,
         which read the whole row."""
-        return None if self._logprobs is not None else self.sampler.candidates_needed()
+        if self._logprobs is not None or self.constraint is not None:  # a grammar may allow none of the top k
+            return None
+        return self.sampler.candidates_needed()
 
     def verify(self, logits, drafts: Seq[int]) -> list[int]:
         """logits: [k + 1, n_vocab], the rows of the sequence's last token and of its k drafts, or their Candidates
@@ -82,8 +90,13 @@ class Request:
         penalized = self.sampler.penalties is not None
         self._run_logprobs.clear()
         run: list[int] = []
+        c = self.constraint
         for i in range(k + 1):
+            if c is not None:
+                c.mask(logits[i])  # its grammar's state after the run so far
             tid = self.sampler.sample(logits[i], seq.token_ids + run if penalized and run else seq.token_ids)
+            if c is not None and not c.accept(tid):
+                raise RuntimeError(f"structured output: the grammar refused token {tid} after masking: {c.error}")
             run.append(tid)
             if self._logprobs is not None:
                 self._run_logprobs.append(token_logprob(logits[i], tid, self._logprobs))

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from ..engine import Chunk, ContextLengthError
+from ..engine.constraint import Grammar
 from ..llm import LLM
 from ..sampling import SamplingParams
 from .errors import APIError, param_of
@@ -71,15 +72,16 @@ async def run(
     logprobs: int | None = None,
     request: Request | None = None,
     speculative: str | None = None,
+    grammar: Grammar | None = None,
 ) -> AsyncIterator[Chunk]:
     """The request's chunks, the last with finish_reason and stats. Leaving early (the client disconnected, a
     consumer stopped) cancels it in the engine: its blocks are freed at the next step. request: checked for a
     disconnect after each chunk (non-streaming responses; a streaming response is cancelled by the server).
     speculative: the request's "ngram" | "off" | "draft" (None: the server's); the engine checks it (a 400 naming
-    it: "draft" needs a server started with a draft model)."""
+    it: "draft" needs a server started with a draft model). grammar: structured output (structured.py)."""
     check_fits(llm, ids, params)
     try:
-        stream = llm.submit(ids, params, logprobs=logprobs, speculative=speculative)
+        stream = llm.submit(ids, params, logprobs=logprobs, speculative=speculative, grammar=grammar)
     except ContextLengthError as e:
         raise APIError(400, str(e), code="context_length_exceeded") from None
     except (TypeError, ValueError) as e:

@@ -23,6 +23,7 @@ from .fim import fim_prompt
 from .host import DEFAULT_KEEP_ALIVE
 from .messages import ollama_messages
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
+from .structured import ollama_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter(prefix="/api")
@@ -255,6 +256,7 @@ async def _serve(request: Request, body, prepare) -> object:
     app = request.app.state
     params = _params(body.options)
     speculative = body.options.speculative if body.options else None
+    grammar = ollama_grammar(body.format)
     keep_alive = keep_alive_seconds(body.keep_alive)
     lease = await app.host.acquire(body.model)
     lease.keep_alive = keep_alive
@@ -266,13 +268,13 @@ async def _serve(request: Request, body, prepare) -> object:
         ids, shape, held = got
         started = time.perf_counter()
         if body.stream:
-            chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative))
+            chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=speculative, grammar=grammar))
             lines = _lines(lease.name, chunks, shape, started, held)
             response = lease.stream(lines, media_type="application/x-ndjson", closing=(chunks,))
             streaming = True
             return response
         text, last = [], None
-        async for chunk in run(lease.llm, ids, params, app.metrics, None, request, speculative):
+        async for chunk in run(lease.llm, ids, params, app.metrics, None, request, speculative, grammar):
             text.append(chunk.text)
             last = chunk
         return JSONResponse(

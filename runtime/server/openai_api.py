@@ -19,6 +19,7 @@ from .errors import APIError
 from .fim import fim_prompt
 from .messages import openai_messages
 from .schemas import ChatCompletionRequest, CompletionRequest
+from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter()  # mounted at /v1 and at the root (app.py): clients given a bare base URL send /chat/completions
@@ -247,15 +248,16 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
     response; streamed(chunks) -> the stream's choices."""
     app = request.app.state
     rid, created = f"{kinds[0]}-{uuid.uuid4().hex[:24]}", int(time.time())
+    grammar = openai_grammar(body)
     lease = await app.host.acquire(body.model)
     try:
         llm = lease.llm
         ids = prepare(llm)
         if not body.stream:
-            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request, body.speculative))
+            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request, body.speculative, grammar))
             head = {"id": rid, "object": kinds[1], "created": created, "model": lease.name}
             return JSONResponse({**head, "choices": [choice], "usage": _usage(stats)})
-        chunks = await begin(run(llm, ids, params, app.metrics, n_top, speculative=body.speculative))
+        chunks = await begin(run(llm, ids, params, app.metrics, n_top, speculative=body.speculative, grammar=grammar))
         head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = lease.stream(

@@ -34,6 +34,10 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     speculative: str | None = None  # "ngram" | "off" | "draft" (serve's draft model): this request's (None: serve's)
+    # structured output (structured.py): OpenAI's, and llama.cpp's schema and GBNF grammar
+    response_format: dict[str, Any] | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
 
 
 class ChatMessage(_Body):
@@ -117,6 +121,7 @@ class OllamaGenerateRequest(_Body):
     stream: bool = True
     options: OllamaOptions | None = None
     keep_alive: str | int | float | None = None
+    format: Literal["json", ""] | dict[str, Any] | None = None
 
 
 class OllamaShowRequest(_Body):
