@@ -230,6 +230,45 @@ def tools_ttft(url: str, model: str, reps: int = 3) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
+COUNT_ASK = "Count from 1 to 300 as a JSON array of numbers, nothing else."
+COUNT_SCHEMA = {"type": "array", "items": {"type": "integer"}}
+
+
+def _decode_tps(client: httpx.Client, body: dict) -> float:
+    """Streamed tokens per second after the first, of one streamed chat reply."""
+    times = []
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                choice = (json.loads(line[6:]).get("choices") or [{}])[0]
+                if (choice.get("delta") or {}).get("content"):
+                    times.append(time.perf_counter())
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else 0.0
+
+
+def structured_tps(url: str, model: str, reps: int = 3, n_tokens: int = 128) -> dict:
+    """Decode tokens/s of one client's reply under a JSON Schema (an array of integers: the model counts) and of the
+    same request unconstrained, alternated, greedy, no drafts, n_tokens each (a first pass untimed): {"structured_tps",
+    "plain_tps"}, the medians. What the grammar's mask and bookkeeping cost per token."""
+    tps: dict[str, list[float]] = {"structured_tps": [], "plain_tps": []}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": COUNT_ASK}],
+        "max_tokens": n_tokens,
+        "temperature": 0,
+        "speculative": "off",  # counting drafts well: fewer steps would hide the mask's cost per token
+    }
+    fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "count", "schema": COUNT_SCHEMA}}}
+    with httpx.Client(base_url=url, timeout=600) as client:
+        for rep in range(reps + 1):
+            for key, extra in (("structured_tps", fmt), ("plain_tps", {})):
+                v = _decode_tps(client, {**body, **extra})
+                if rep:
+                    tps[key].append(v)
+    return {k: float(np.median(v)) for k, v in tps.items()}
+
+
 def stream_overhead(path: Path, threads: int, n_tokens: int = 96, reps: int = 5) -> float:
     """serve's own cost per streamed token, in ms: overhead()'s wall_ms."""
     return overhead(path, threads, n_tokens, reps)["wall_ms"]

@@ -200,7 +200,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """bench serve MODEL [--clients N...] [--compare]: a live server under an editor's workload over HTTP."""
     from localllm import native
     from localllm.bench.compare import llama_python
-    from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead, tools_ttft
+    from localllm.bench.serve import drive, llama_cpp_server, local_server, stream_overhead, structured_tps, tools_ttft
 
     if len(args.models) != 1:
         raise ValueError("bench serve takes one model: localllm bench serve MODEL")
@@ -215,7 +215,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if python:
         sides.append(("llama-cpp-python", lambda: llama_cpp_server(python, path, threads, 4096)))
     results: dict = {name: {} for name, _ in sides}
-    tools = None
+    tools = structured = None
     for name, start in sides:
         with start() as url:
             model = path.name
@@ -224,9 +224,15 @@ def run_serve(args: argparse.Namespace) -> int:
                 results[name][n] = drive(url, model, n, seconds)
             if name == "localllm":
                 tools = tools_ttft(url, model)
+                structured = structured_tps(url, model)
     overhead = stream_overhead(path, threads)
     if args.json:
-        report = {"results": results, "stream_overhead_ms_per_token": overhead, "tools_ttft": tools}
+        report = {
+            "results": results,
+            "stream_overhead_ms_per_token": overhead,
+            "tools_ttft": tools,
+            "structured_tps": structured,
+        }
         print(json.dumps(report, indent=1))
         return 0
     print(
@@ -251,6 +257,10 @@ def run_serve(args: argparse.Namespace) -> int:
     print(
         f"  first visible token of a code reply, one client: {tools['with_tools_s']:.3f} s with a tool offered, "
         f"{tools['without_s']:.3f} s without ({tools['with_tools_s'] / tools['without_s']:.2f}x)"
+    )
+    print(
+        f"  decode under a JSON Schema, one client: {structured['structured_tps']:.1f} tok/s, "
+        f"{structured['plain_tps']:.1f} unconstrained ({structured['structured_tps'] / structured['plain_tps']:.2f}x)"
     )
     return 0
 
