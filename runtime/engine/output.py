@@ -29,6 +29,7 @@ class Stats:
     draft_proposed: int = 0  # draft tokens verified (speculation: engine/drafting/ngram.py)
     draft_accepted: int = 0  # of them, those kept: each one a token that cost no step of its own
     draft_steps: int = 0  # steps that carried drafts: draft_accepted / draft_steps is the mean accepted length
+    stop_string: str | None = None  # the stop string that ended the reply (finish_reason "stop"), if one did
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,7 @@ class Request:
 
     def _end(self, reason: str, now: float) -> bool:
         st = self.stats
+        st.stop_string = self._stop.matched
         if self._first is not None and st.completion_tokens > 1:
             st.decode_tps = (st.completion_tokens - 1) / max(now - self._first, 1e-9)
         tail = "" if self._stop.stopped else self._stop.push(self._detok.flush()) + self._stop.flush()

@@ -1,4 +1,4 @@
-"""The FastAPI application: the routers (openai_api, ollama_api, llama_api), the API key check, the request-body
+"""The FastAPI application: the routers (openai_api, anthropic_api, ollama_api, llama_api), the API key check, the request-body
 size limit, CORS (off unless an origin is given), and every error in the documented shape (errors.py): a
 validation error is a 400 naming the field, an unknown route a 404, and nothing a client sends produces a
 traceback in a response.
@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import llama_api, ollama_api, openai_api
+from . import anthropic_api, llama_api, ollama_api, openai_api
 from .errors import APIError, error_response
 from .host import ModelHost
 from .metrics import Metrics
@@ -74,6 +74,7 @@ def create_app(
         return error_response(request, 500, f"internal error ({type(e).__name__})")
 
     app.include_router(openai_api.router, prefix="/v1")
+    app.include_router(anthropic_api.router, prefix="/v1")
     app.include_router(ollama_api.router)
     app.include_router(llama_api.router)
     # OpenAI's routes without the /v1 prefix too, as llama.cpp's server answers them (a client configured with a

@@ -1,5 +1,6 @@
 """Errors a request can get, in OpenAI's shape ({"error": {"message", "type", "param", "code"}}) on /v1 and the
-llama.cpp routes, in Ollama's ({"error": "message"}) on /api. User input never produces a 500.
+llama.cpp routes, in Ollama's ({"error": "message"}) on /api, in Anthropic's ({"type": "error", "error": {"type",
+"message"}}) on /v1/messages. User input never produces a 500.
 
     raise APIError(400, "temperature must be ...", param="temperature")
     raise APIError(400, "...", code="context_length_exceeded")
@@ -35,6 +36,9 @@ class APIError(Exception):
 def error_response(request: Request, status: int, message: str, param=None, code=None, headers=None) -> JSONResponse:
     if request.url.path.startswith("/api/"):
         body: dict = {"error": message}
+    elif request.url.path.startswith("/v1/messages"):  # Anthropic's shape
+        kind = _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        body = {"type": "error", "error": {"type": kind, "message": message, "param": param}}
     else:
         kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         body = {"error": {"message": message, "type": kind, "param": param, "code": code}}

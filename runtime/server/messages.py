@@ -3,6 +3,8 @@ and Ollama's message shapes, refusing (a 400 naming the field) what the model co
 
     messages = openai_messages(body.messages)     # /v1/chat/completions
     messages = ollama_messages(body.messages)     # /api/chat
+    messages = anthropic_messages(body.system, body.messages)   # /v1/messages
+    tools = anthropic_tools(body.tools)           # Anthropic's {name, description, input_schema} -> OpenAI's
 
 The template's shape (what Qwen's, Llama's and Hermes-style templates read): {"role", "content": str}, an
 assistant's "tool_calls": [{"type": "function", "function": {"name", "arguments": dict}}] (OpenAI sends arguments
@@ -112,4 +114,81 @@ def ollama_messages(messages: list) -> list[dict]:
         if name:
             d["name"] = name
         out.append(d)
+    return out
+
+
+def _blocks_text(content: Any, where: str) -> str:
+    """Anthropic text content: a string or text blocks (a tool result's content too); others are refused."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for j, block in enumerate(content or ()):
+        at = f"{where}[{j}]"
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            out.append(block["text"])
+        else:
+            kind = block.get("type") if isinstance(block, dict) else None
+            raise APIError(400, f"{at}: a {kind!r} block: this model reads text only", param=at)
+    return "".join(out)
+
+
+def anthropic_messages(system: Any, messages: list) -> list[dict]:
+    """Anthropic's system and messages -> the template's messages: text blocks joined; an assistant's tool_use
+    blocks become its tool_calls (input as the arguments object); a user's tool_result blocks become tool messages
+    (tool_call_id = tool_use_id) in their order, before the user's own text. Images and documents are refused."""
+    out: list[dict] = []
+    if system:
+        out.append({"role": "system", "content": _blocks_text(system, "system")})
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if m.role not in ("user", "assistant"):
+            raise APIError(400, f"{where}.role: unknown role {m.role!r} (user or assistant)", param=f"{where}.role")
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+            continue
+        text, calls, results = [], [], []
+        for j, block in enumerate(m.content):
+            at = f"{where}.content[{j}]"
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and isinstance(block.get("text"), str):
+                text.append(block["text"])
+            elif kind == "tool_use" and m.role == "assistant" and isinstance(block.get("name"), str):
+                call = {
+                    "type": "function",
+                    "function": {"name": block["name"], "arguments": _arguments(block.get("input"), f"{at}.input")},
+                }
+                if isinstance(block.get("id"), str):
+                    call["id"] = block["id"]
+                calls.append(call)
+            elif kind == "tool_result" and m.role == "user":
+                result = {"role": "tool", "content": _blocks_text(block.get("content") or "", f"{at}.content")}
+                if isinstance(block.get("tool_use_id"), str):
+                    result["tool_call_id"] = block["tool_use_id"]
+                results.append(result)
+            else:
+                what = f"a {kind!r} block" if kind else "a block without a type"
+                raise APIError(400, f"{at}: {what} is not supported here (text, tool_use, tool_result)", param=at)
+        out += results
+        if m.role == "assistant":
+            d: dict = {"role": "assistant", "content": "".join(text)}
+            if calls:
+                d["tool_calls"] = calls
+            out.append(d)
+        elif text or not results:
+            out.append({"role": "user", "content": "".join(text)})
+    return out
+
+
+def anthropic_tools(tools: list | None) -> list[dict] | None:
+    """Anthropic's tools ({name, description, input_schema}) as the template takes OpenAI's."""
+    if not tools:
+        return None
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise APIError(400, f"tools[{i}]: a tool needs a name", param=f"tools[{i}]")
+        fn = {"name": t["name"], "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        out.append({"type": "function", "function": fn})
     return out

@@ -127,3 +127,32 @@ class OllamaGenerateRequest(_Body):
 class OllamaShowRequest(_Body):
     model: str | None = None
     name: str | None = None  # older clients
+
+
+class AnthropicMessage(_Body):
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class AnthropicMessagesRequest(_Body):
+    """Anthropic's POST /v1/messages (anthropic_api.py)."""
+
+    model: str | None = None
+    max_tokens: int
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    speculative: str | None = None  # localllm's, as on the other routes
+
+
+class AnthropicCountTokensRequest(_Body):
+    model: str | None = None
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
