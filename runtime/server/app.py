@@ -1,4 +1,4 @@
-"""The FastAPI application: the routers (openai_api, anthropic_api, ollama_api, llama_api), the API key check, the request-body
+"""The FastAPI application: the routers (openai_api, responses_api, anthropic_api, ollama_api, llama_api), the API key check, the request-body
 size limit, CORS (off unless an origin is given), and every error in the documented shape (errors.py): a
 validation error is a 400 naming the field, an unknown route a 404, and nothing a client sends produces a
 traceback in a response.
@@ -16,10 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import anthropic_api, llama_api, ollama_api, openai_api
+from . import anthropic_api, llama_api, ollama_api, openai_api, responses_api
 from .errors import APIError, error_response
 from .host import ModelHost
 from .metrics import Metrics
+from .response_store import ResponseStore
 
 OPEN_PATHS = ("/health",)  # answered without the key (load balancers, plugin start-up checks)
 
@@ -43,6 +44,7 @@ def create_app(
     app = FastAPI(title="localllm", lifespan=lifespan)
     app.state.host = host
     app.state.metrics = Metrics()
+    app.state.responses = ResponseStore()  # the Responses API's, for previous_response_id
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(_Guard, api_key=api_key, max_body_bytes=max_body_bytes)  # outermost: before CORS
@@ -75,6 +77,7 @@ def create_app(
 
     app.include_router(openai_api.router, prefix="/v1")
     app.include_router(anthropic_api.router, prefix="/v1")
+    app.include_router(responses_api.router, prefix="/v1")
     app.include_router(ollama_api.router)
     app.include_router(llama_api.router)
     # OpenAI's routes without the /v1 prefix too, as llama.cpp's server answers them (a client configured with a

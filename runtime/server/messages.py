@@ -5,6 +5,8 @@ and Ollama's message shapes, refusing (a 400 naming the field) what the model co
     messages = ollama_messages(body.messages)     # /api/chat
     messages = anthropic_messages(body.system, body.messages)   # /v1/messages
     tools = anthropic_tools(body.tools)           # Anthropic's {name, description, input_schema} -> OpenAI's
+    messages = responses_input(body.instructions, body.input)   # /v1/responses (its input items)
+    tools = responses_tools(body.tools)           # its flat function tools -> OpenAI chat's
 
 The template's shape (what Qwen's, Llama's and Hermes-style templates read): {"role", "content": str}, an
 assistant's "tool_calls": [{"type": "function", "function": {"name", "arguments": dict}}] (OpenAI sends arguments
@@ -188,6 +190,84 @@ def anthropic_tools(tools: list | None) -> list[dict] | None:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise APIError(400, f"tools[{i}]: a tool needs a name", param=f"tools[{i}]")
         fn = {"name": t["name"], "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _input_text(content: Any, where: str) -> str:
+    """Responses content: a string or input_text / output_text parts; images and files are refused."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for j, part in enumerate(content or ()):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            out.append(part["text"])
+        else:
+            raise APIError(400, f"{at}: a {kind!r} part: this model reads text only", param=at)
+    return "".join(out)
+
+
+def responses_input(instructions: str | None, items: Any, history: list[dict] | None = None) -> list[dict]:
+    """The Responses API's instructions and input (a string, or items: messages, function_call and
+    function_call_output) after an earlier response's conversation (history) -> the template's messages. A
+    function_call joins the assistant message before it (or starts one); its output becomes a tool message."""
+    out = [dict(m) for m in history or () if m.get("role") != "system"]
+    if instructions:
+        out.insert(0, {"role": "system", "content": instructions})
+    if isinstance(items, str):
+        out.append({"role": "user", "content": items})
+        return out
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise APIError(400, f"{where}: an input item must be an object", param=where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = _role(item.get("role", "user"), where)
+            out.append({"role": role, "content": _input_text(item.get("content"), f"{where}.content")})
+        elif kind == "function_call":
+            if not isinstance(item.get("name"), str):
+                raise APIError(400, f"{where}: a function_call needs a name", param=where)
+            call = {
+                "type": "function",
+                "function": {
+                    "name": item["name"],
+                    "arguments": _arguments(item.get("arguments"), f"{where}.arguments"),
+                },
+            }
+            if isinstance(item.get("call_id"), str):
+                call["id"] = item["call_id"]
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _input_text(output, f"{where}.output")
+            msg = {"role": "tool", "content": text}
+            if isinstance(item.get("call_id"), str):
+                msg["tool_call_id"] = item["call_id"]
+            out.append(msg)
+        else:
+            raise APIError(400, f"{where}: input items of type {kind!r} are not supported", param=f"{where}.type")
+    return out
+
+
+def responses_tools(tools: list | None) -> list[dict] | None:
+    """The Responses API's function tools ({"type": "function", "name", "description", "parameters"}) as the
+    template takes OpenAI chat's; hosted tools (web_search, file_search, ...) are refused."""
+    if not tools:
+        return None
+    out = []
+    for i, t in enumerate(tools):
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind != "function" or not isinstance(t.get("name"), str):
+            raise APIError(400, f"tools[{i}]: only function tools run here (got {kind!r})", param=f"tools[{i}]")
+        fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
         if isinstance(t.get("description"), str):
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})

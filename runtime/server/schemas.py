@@ -156,3 +156,23 @@ class AnthropicCountTokensRequest(_Body):
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+
+
+class ResponsesRequest(_Body):
+    """OpenAI's POST /v1/responses (responses_api.py)."""
+
+    model: str | None = None
+    input: str | list[dict[str, Any]] = ""
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    store: bool = True
+    text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
+    metadata: dict[str, Any] | None = None
+    speculative: str | None = None  # localllm's, as on the other routes

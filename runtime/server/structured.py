@@ -72,3 +72,21 @@ def ollama_grammar(fmt: Any) -> Grammar | None:
     if isinstance(fmt, dict):
         return _compiled(lambda: Grammar.json_schema(fmt, "format"), "format")
     raise APIError(400, f'format must be "json" or a JSON Schema object, got {fmt!r}', param="format")
+
+
+def responses_grammar(text: Any) -> Grammar | None:
+    """The Responses API's text.format: {"type": "text" | "json_object"} or {"type": "json_schema", "name",
+    "schema", "strict"} (flat, unlike chat's response_format)."""
+    fmt = (text or {}).get("format") if isinstance(text, dict) else None
+    if not fmt or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "json_object":
+        return Grammar.json("text.format")
+    if fmt.get("type") == "json_schema":
+        schema = fmt.get("schema", {"type": "object"})
+        return _compiled(lambda: Grammar.json_schema(schema, "text.format.schema"), "text.format.schema")
+    raise APIError(
+        400,
+        f"text.format type {fmt.get('type')!r} is not supported (text, json_object, json_schema)",
+        param="text.format.type",
+    )
