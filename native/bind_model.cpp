@@ -203,7 +203,7 @@ struct PyModel {
   }
 
   // batch: a localllm.model.step_batch.StepBatch (its seven arrays by name)
-  py::object forward(const py::object& batch, int top_k, int n_valid) {
+  py::object forward(const py::object& batch, int top_k, int n_valid, bool hidden) {
     const IntArray ids = step_array(batch, "token_ids", 1);
     const IntArray pos = step_array(batch, "positions", 1);
     const IntArray slots = step_array(batch, "slot_mapping", 1);
@@ -247,12 +247,12 @@ struct PyModel {
       }
       return py::make_tuple(top_ids, vals);
     }
-    const int n_vocab = model->config().n_vocab;
-    py::array_t<float> out({(py::ssize_t)rows.size, (py::ssize_t)n_vocab});
+    const int width = hidden ? model->config().d_model : model->config().n_vocab;
+    py::array_t<float> out({(py::ssize_t)rows.size, (py::ssize_t)width});
     float* op = out.mutable_data();
     {
       py::gil_scoped_release nogil;
-      model->forward(b, op);
+      model->forward(b, op, nullptr, hidden);
     }
     return out;
   }
@@ -271,8 +271,10 @@ void bind_model(py::module_& m) {
            py::arg("placement") = std::vector<std::pair<std::string, int>>{}, py::arg("cpu_path") = "",
            "placement: [(device, last layer)] per stage in order ('cpu' | 'cuda'); empty: all on the CPU")
       .def("forward", &PyModel::forward, py::arg("batch"), py::arg("top_k") = 0, py::arg("n_valid") = 0,
+           py::arg("hidden") = false,
            "one engine step (a StepBatch) -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
-           "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]")
+           "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]; "
+           "hidden: each logits row's final hidden state [len(logits_rows), d_model] instead (embeddings)")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })
       .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_bytes(); })

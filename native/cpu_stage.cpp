@@ -213,6 +213,10 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
   std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
   for (int i = 0; i < b.n_logits; ++i)
     rms_norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, 1, d, c.rms_eps, x.data() + (size_t)i * d);
+  if (m_.hidden) {  // embeddings: the normed rows themselves
+    std::memcpy(logits, x.data(), sizeof(float) * x.size());
+    return;
+  }
   std::vector<float> full(top ? (size_t)b.n_logits * c.n_vocab : 0);
   float* y = top ? full.data() : logits;
   matmul(output_, x.data(), b.n_logits, y);

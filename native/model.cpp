@@ -105,7 +105,7 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     }
     kv_tf_.set_k_scales(std::move(s));
   }
-  parts_.reset(new ModelParts{cfg_, w_, norms_, output_norm_, freq_factors_, kv_tf_, kt_});
+  parts_.reset(new ModelParts{cfg_, w_, norms_, output_norm_, freq_factors_, kv_tf_, kt_, hidden_});
   place(placement.empty() ? std::vector<Placement>{{"cpu", c.n_layers}} : placement);
 }
 
@@ -136,9 +136,17 @@ size_t Model::kv_bytes() const {
 
 std::vector<Model::StageInfo> Model::stages() const { return stage_info_; }
 
-void Model::forward(const StepBatch& b, float* logits, const TopK* top) {
+void Model::forward(const StepBatch& b, float* logits, const TopK* top, bool hidden) {
   std::lock_guard<std::mutex> lk(mu_);
   check(b);
+  if (hidden && (top || stage_info_.back().device != "cpu"))
+    throw std::invalid_argument("hidden states (embeddings) come from a model whose last stage runs on the CPU, "
+                                "without top_k");
+  struct Ask {
+    bool& flag;
+    ~Ask() { flag = false; }
+  } ask{hidden_};
+  hidden_ = hidden;
   if (top && (top->n_valid < 1 || top->n_valid > cfg_.n_vocab || top->k < 1 ||
               top->k > std::min(top->n_valid, TOP_K_MAX)))
     throw std::invalid_argument("top_k " + str(top->k) + " must be in [1, min(n_valid, " + str(TOP_K_MAX) +

@@ -49,7 +49,9 @@ class Model {
   // logits: [n_logits][n_vocab], or with top the candidates of each logits row (top_k.h) and logits unused.
   // Checks the batch and top (std::invalid_argument naming the array and index) before touching the cache. One
   // call at a time (a second caller waits).
-  void forward(const StepBatch& b, float* logits, const TopK* top = nullptr);
+  // hidden: logits receives [n_logits][d_model], each logits row's final hidden state (after output_norm) instead
+  // (embeddings; the last stage must be a CPU one).
+  void forward(const StepBatch& b, float* logits, const TopK* top = nullptr, bool hidden = false);
 
  private:
   const float* vector_of(const WeightView& w, int n, const char* name);
@@ -70,6 +72,7 @@ class Model {
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<StageInfo> stage_info_;
   std::vector<float> h_;  // [T][d_model]: the hidden state between stages
+  bool hidden_ = false;   // this forward's ask (ModelParts::hidden)
   std::mutex mu_;
 };
 

@@ -34,6 +34,9 @@ struct ModelParts {
   const float* freq_factors;             // [n_rot / 2] or nullptr
   const KvTransforms& kv_tf;
   const KernelTable* kt;
+  // this forward asks for the final hidden rows instead of logits: rms_norm(h, output_norm) of each logits row,
+  // [n_logits][d_model] into the logits buffer (embeddings); only a CPU stage computes it (Model::forward checks)
+  const bool& hidden;
 };
 
 // The KV pool each stage keeps for its layers.

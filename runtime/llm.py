@@ -38,6 +38,7 @@ import numpy as np
 from .engine import Chunk, Engine, RequestStream
 from .engine.constraint import Grammar
 from .engine.drafting.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
+from .engine.embedding import pool, pooling_of
 from .engine.engine import SPECULATIVE
 from .engine.one_sequence import OneSequence
 from .engine.scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL
@@ -211,6 +212,37 @@ class LLM:
         def run(seq: OneSequence) -> np.ndarray:
             a = seq.check(ids)
             return seq.step(a, 0, np.arange(len(a), dtype=np.int32))
+
+        return self.exclusive(run)
+
+    def embed(self, inputs, pooling: str | None = None, normalize: bool = True) -> np.ndarray:
+        """float32 [len(inputs), d_model]: one embedding per input (a text, tokenized with BOS as the model asks, or
+        token ids), its final hidden states pooled (engine/embedding.py: the file's pooling, or mean) and
+        L2-normalised. A str or one list of ids alone is one input. ContextLengthError (a ValueError) when an input
+        does not fit."""
+        one = isinstance(inputs, str) or (len(inputs) and isinstance(inputs[0], (int, np.integer)))
+        items = [inputs] if one else list(inputs)
+        if not items:
+            raise ValueError("inputs must hold at least one text or token id list")
+        how = pooling or pooling_of(self._file.metadata)
+        ids = []
+        for item in items:
+            if isinstance(item, str):
+                self.check_text_fits(len(item.encode("utf-8", "surrogatepass")))
+                item = self.tokenize(item)
+            ids.append(item)
+
+        def run(seq: OneSequence) -> np.ndarray:
+            out = []
+            for a in ids:
+                a = seq.check(a)
+                rows = (
+                    np.arange(len(a), dtype=np.int32)
+                    if how == "mean"
+                    else np.array([0 if how == "cls" else len(a) - 1], dtype=np.int32)
+                )
+                out.append(pool(seq.step(a, 0, rows, hidden=True), how, normalize))
+            return np.stack(out)
 
         return self.exclusive(run)
 

@@ -43,16 +43,17 @@ def register(sub) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmarks: `bench MODEL` (pp512, tg128), `bench spec MODEL` (speculative decoding), "
-        "`bench serve MODEL`, `bench kernels` (matrix products)",
+        "`bench serve MODEL`, `bench embed MODEL`, `bench kernels` (matrix products)",
         description="Benchmarks. `bench MODEL`: load time, pp512, tg128, GB/s, peak RSS. "
         "`bench spec MODEL [--draft-model MODEL] [--compare]`: editor tasks at temperature 0 with drafting off, "
         "n-gram and a draft model (and llama.cpp plain and with prompt lookup), alternated. "
         "`bench serve MODEL`: a live server under an editor's workload. "
+        "`bench embed MODEL [--compare]`: embeddings of 512-token chunks per second. "
         "`bench kernels [MODEL...]`: matrix products on real weights vs read bandwidth.",
     )
     p.add_argument(
         "what",
-        help="`kernels`, `spec` or `serve` (then one MODEL), or a model (store name or .gguf path) to benchmark end "
+        help="`kernels`, `spec`, `serve` or `embed` (then one MODEL), or a model (store name or .gguf path) to benchmark end "
         "to end",
     )
     p.add_argument(
@@ -189,11 +190,47 @@ def _fmt_row(r: dict, ns: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.what == "serve":
         return run_serve(args)
+    if args.what == "embed":
+        return run_embed(args)
     if args.what == "spec":
         if len(args.models) != 1:
             raise ValueError("bench spec takes one model: localllm bench spec MODEL [--draft-model MODEL] [--compare]")
         return run_speculation(args, _resolve(args.models[0], args.pull))
     return run_kernels(args) if args.what == "kernels" else run_model(args)
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    """bench embed MODEL [--compare]: embeddings of 512-token chunks per second, llama.cpp's beside them."""
+    from localllm import native
+    from localllm.bench.compare import llama_python
+    from localllm.bench.embed import bench_embed, chunks, llama_embed
+    from localllm.llm import LLM
+
+    if len(args.models) != 1:
+        raise ValueError("bench embed takes one model: localllm bench embed MODEL [--compare]")
+    path = _resolve(args.models[0], args.pull)
+    threads = (args.threads or [native.physical_cores()])[0]
+    python = llama_python(args.llama_python) if args.compare else None
+    reps = args.repetitions or 3
+    rows = {"localllm": [], "llama.cpp": []}
+    with LLM(path, n_threads=threads, ctx_size=2048) as llm:
+        texts = chunks(llm, 8, 512)
+        for _ in range(reps):  # alternated: one of ours, then one llama.cpp run
+            rows["localllm"].append(bench_embed(llm, texts, 1))
+            if python:
+                rows["llama.cpp"].append(llama_embed(python, path, threads, texts, 1))
+    best = {k: max(v, key=lambda r: r["tokens_per_s"]) for k, v in rows.items() if v}
+    if args.json:
+        print(json.dumps(best, indent=1))
+        return 0
+    print(
+        f"{path.name}: {threads} threads, kernel path {native.current_path()}; 8 chunks of 512 tokens, best of {reps}"
+    )
+    for name, r in best.items():
+        print(f"  {name:<10} {r['chunks_per_s']:7.2f} chunks/s {r['tokens_per_s']:9.1f} tok/s")
+    if "llama.cpp" in best:
+        print(f"  ratio      {best['localllm']['tokens_per_s'] / best['llama.cpp']['tokens_per_s']:.2f}x")
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:

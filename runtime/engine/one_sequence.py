@@ -36,9 +36,9 @@ class OneSequence:
         self.window.check(len(a), extra)
         return a
 
-    def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray) -> np.ndarray:
+    def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray, hidden: bool = False) -> np.ndarray:
         """ids: int [n] at positions start..start+n-1; logits_rows: int32 indices into ids.
-        Returns float32 [len(logits_rows), n_vocab]."""
+        Returns float32 [len(logits_rows), n_vocab], or with hidden the rows' final hidden states [.., d_model]."""
         b = StepBatchBuilder(BLOCK_SIZE)
         b.add(ids, start, self._blocks, logits=logits_rows)
-        return self.model.forward(b.build())
+        return self.model.forward(b.build(), hidden=hidden)

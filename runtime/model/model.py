@@ -210,11 +210,17 @@ class Model:
             return st[0][0]
         return " + ".join(f"{d} {a}-{b - 1}" for d, a, b in st)
 
-    def forward(self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None) -> np.ndarray | Candidates:
+    def forward(
+        self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None, hidden: bool = False
+    ) -> np.ndarray | Candidates:
         """One engine step (step_batch.py) -> float32 [len(batch.logits_rows), n_vocab]; with top_k (1..TOP_K_MAX)
-        each row's top_k candidates among its first n_valid (default all) columns instead (model/candidates.py)."""
+        each row's top_k candidates among its first n_valid (default all) columns instead (model/candidates.py);
+        with hidden, each row's final hidden state (after output_norm) [len(batch.logits_rows), d_model]
+        (embeddings; the last stage on the CPU)."""
         if not isinstance(batch, StepBatch):
             raise TypeError(f"forward takes a StepBatch (localllm.model.step_batch), got {type(batch).__name__}")
+        if hidden:
+            return self._impl.forward(batch, hidden=True)
         if not top_k:
             return self._impl.forward(batch)
         if not 1 <= top_k <= TOP_K_MAX:

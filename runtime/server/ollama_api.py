@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
+import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -18,11 +19,12 @@ from .. import __version__
 from ..model.gguf import GGUFFile
 from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
+from .embeddings import embed
 from .errors import APIError
 from .fim import fim_prompt
 from .host import DEFAULT_KEEP_ALIVE
 from .messages import ollama_messages
-from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
+from .schemas import OllamaChatRequest, OllamaEmbedRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
 from .structured import ollama_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
@@ -288,3 +290,41 @@ async def _serve(request: Request, body, prepare) -> object:
     finally:
         if not streaming:
             lease.release()
+
+
+async def _embed(body: OllamaEmbedRequest, request: Request, items: list) -> tuple[np.ndarray, int, str, float]:
+    started = time.perf_counter()
+    lease = await request.app.state.host.acquire(body.model)
+    lease.keep_alive = keep_alive_seconds(body.keep_alive)
+    try:
+        vectors, n = await embed(lease.llm, items, truncate=body.truncate, param="input")
+        return vectors, n, lease.name, started
+    finally:
+        lease.release()
+
+
+@router.post("/embed")
+async def embed_route(body: OllamaEmbedRequest, request: Request):
+    items = [body.input] if isinstance(body.input, str) else body.input
+    if items is None:
+        raise APIError(400, "input: a text or a list of texts", param="input")
+    vectors, n, name, started = await _embed(body, request, items)
+    took = int((time.perf_counter() - started) * 1e9)
+    return JSONResponse(
+        {
+            "model": name,
+            "embeddings": vectors.tolist(),
+            "total_duration": took,
+            "load_duration": 0,
+            "prompt_eval_count": n,
+        }
+    )
+
+
+@router.post("/embeddings")
+async def embeddings_route(body: OllamaEmbedRequest, request: Request):
+    """The older route: one prompt, one embedding."""
+    if not isinstance(body.prompt, str) or not body.prompt:
+        raise APIError(400, "prompt: a text", param="prompt")
+    vectors, _, _, _ = await _embed(body, request, [body.prompt])
+    return JSONResponse({"embedding": vectors[0].tolist()})

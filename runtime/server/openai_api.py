@@ -4,6 +4,7 @@ logprobs, stop strings, seeds, fill-in-the-middle (`suffix`) and tool calls."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -15,10 +16,11 @@ from fastapi.responses import JSONResponse
 from ..engine import Chunk, Stats
 from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
+from .embeddings import embed
 from .errors import APIError
 from .fim import fim_prompt
 from .messages import openai_messages
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
@@ -299,3 +301,28 @@ def _calls(calls: list[dict]) -> list[dict]:
         }
         for c in calls
     ]
+
+
+@router.post("/embeddings")
+async def embeddings(body: EmbeddingsRequest, request: Request):
+    """The inputs' embeddings (engine/embedding.py: the model's pooling, or mean; L2-normalised), as floats or, as
+    the openai SDK asks by default, base64 of little-endian float32."""
+    items = body.input
+    if isinstance(items, str) or (isinstance(items, list) and items and isinstance(items[0], int)):
+        items = [items]
+    lease = await request.app.state.host.acquire(body.model)
+    try:
+        d = lease.llm.model.spec.d_model
+        if body.dimensions is not None and body.dimensions != d:
+            raise APIError(400, f"dimensions: this model's embeddings have {d}", param="dimensions")
+        vectors, n_tokens = await embed(lease.llm, items, truncate=False, param="input")
+        name = lease.name
+    finally:
+        lease.release()
+    data = []
+    for i, v in enumerate(vectors):
+        e = base64.b64encode(v.astype("<f4").tobytes()).decode() if body.encoding_format == "base64" else v.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": e})
+    return JSONResponse(
+        {"object": "list", "data": data, "model": name, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+    )

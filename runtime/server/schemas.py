@@ -176,3 +176,22 @@ class ResponsesRequest(_Body):
     text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
     metadata: dict[str, Any] | None = None
     speculative: str | None = None  # localllm's, as on the other routes
+
+
+class EmbeddingsRequest(_Body):
+    """OpenAI's POST /v1/embeddings."""
+
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+class OllamaEmbedRequest(_Body):
+    """Ollama's POST /api/embed (input) and the older /api/embeddings (prompt)."""
+
+    model: str
+    input: str | list[str] | None = None
+    prompt: str | None = None
+    truncate: bool = True
+    keep_alive: str | int | float | None = None
