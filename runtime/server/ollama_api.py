@@ -24,6 +24,7 @@ from .errors import APIError
 from .fim import fim_prompt
 from .host import DEFAULT_KEEP_ALIVE
 from .messages import ollama_messages
+from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import OllamaChatRequest, OllamaEmbedRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
 from .structured import ollama_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -178,7 +179,7 @@ def _lines(name: str, chunks: AsyncIterator, shape, started: float, held=None) -
                 final = {
                     "model": name,
                     "created_at": _now(),
-                    **shape(""),
+                    **shape("", flush=True),
                     **_final(chunk.stats, chunk.finish_reason, started),
                 }
                 yield json.dumps(final) + "\n"
@@ -201,17 +202,28 @@ async def chat(body: OllamaChatRequest, request: Request):
                 "done": True,
                 "done_reason": "load",
             }
-        try:
-            ids = lease.llm.tokenizer.encode_chat(messages, tools=tools)
+        tok = lease.llm.tokenizer
+        try:  # think: the template's own switch (Qwen3's enable_thinking), where the client set it
+            ids = tok.encode_chat(
+                messages, tools=tools, **({} if body.think is None else {"enable_thinking": body.think})
+            )
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}") from None
+        # a thinking model's reasoning as message.thinking (reasoning.py), unless the client said think: false
+        split = ReasoningSplitter(prompt_opens_thinking(tok, ids)) if body.think is not False else None
 
-        def shape(text: str, final: bool = False) -> dict:
+        def shape(text: str, final: bool = False, flush: bool = False) -> dict:
+            thinking = ""
+            if split is not None:
+                (thinking, text), (t2, c2) = split.push(text), split.finish() if final or flush else ("", "")
+                thinking, text = thinking + t2, text + c2
             message = {"role": "assistant", "content": text}
             if final and tools:
                 rest, calls = parse_tool_calls(text, names)
                 if calls:
                     message = {"role": "assistant", "content": rest, "tool_calls": _tool_calls(calls)}
+            if thinking:
+                message["thinking"] = thinking
             return {"message": message}
 
         return ids, shape, ToolCallBuffer(names) if tools else None
@@ -245,7 +257,7 @@ async def generate(body: OllamaGenerateRequest, request: Request):
             raise APIError(400, f"the chat template failed: {e}") from None
         except ValueError as e:
             raise APIError(400, str(e)) from None
-        return ids, (lambda text, final=False: {"response": text}), None
+        return ids, (lambda text, final=False, flush=False: {"response": text}), None
 
     return await _serve(request, body, prepare)
 

@@ -20,6 +20,7 @@ from .embeddings import embed
 from .errors import APIError
 from .fim import fim_prompt
 from .messages import openai_messages
+from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -107,13 +108,20 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         )
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
+    if body.reasoning_format not in (None, "none", "auto", "deepseek"):
+        raise APIError(400, "reasoning_format must be none, auto or deepseek", param="reasoning_format")
+    split_reasoning = body.reasoning_format != "none"
+    template_kwargs = body.chat_template_kwargs or {}
     tok = None
+    inside = False  # the prompt ends inside an open <think> (reasoning.py)
 
     def prepare(llm) -> list[int]:
-        nonlocal tok
+        nonlocal tok, inside
         tok = llm.tokenizer
         try:
-            return tok.encode_chat(messages, tools=tools)
+            ids = tok.encode_chat(messages, tools=tools, **template_kwargs)
+            inside = prompt_opens_thinking(tok, ids)
+            return ids
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}", param="messages") from None
         except (TypeError, ValueError) as e:
@@ -126,13 +134,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
             if n_top is not None:
                 lps += _chat_logprobs(tok, chunk)
             finish, stats = chunk.finish_reason or finish, chunk.stats or stats
-        content = "".join(text)
+        content, reasoning = "".join(text), ""
+        if split_reasoning:
+            split = ReasoningSplitter(inside)
+            (r1, c1), (r2, c2) = split.push(content), split.finish()
+            content, reasoning = c1 + c2, r1 + r2
         message: dict = {"role": "assistant", "content": content}
+        if reasoning:
+            message["reasoning_content"] = reasoning
         reason = _finish(finish)
         if tools:
             rest, calls = parse_tool_calls(content, names)
             if calls:
-                message = {"role": "assistant", "content": rest or None, "tool_calls": _calls(calls)}
+                message = {**message, "content": rest or None, "tool_calls": _calls(calls)}
                 reason = "tool_calls"
         choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": None}
         if n_top is not None:
@@ -145,14 +159,25 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
         yield choice({"role": "assistant", "content": ""})
         held = ToolCallBuffer(names) if tools else None
+        split = ReasoningSplitter(inside) if split_reasoning else None
         reason = None
         async for chunk in chunks:
-            text = held.push(chunk.text) if held else chunk.text
+            thought, text = split.push(chunk.text) if split else ("", chunk.text)
+            if thought:
+                yield choice({"reasoning_content": thought})
+            text = held.push(text) if held else text
             lp = {"content": _chat_logprobs(tok, chunk)} if n_top is not None and chunk.logprobs else None
             if text or lp:
                 yield choice({"content": text}, logprobs=lp)
             if chunk.finish_reason is not None:
                 reason = _finish(chunk.finish_reason)
+        if split is not None:
+            thought, text = split.finish()
+            if thought:
+                yield choice({"reasoning_content": thought})
+            text = held.push(text) if held else text
+            if text:
+                yield choice({"content": text})
         if held is not None:
             rest, calls = held.finish()
             if rest:

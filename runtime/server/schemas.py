@@ -57,6 +57,9 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    # llama.cpp's: "none" leaves a thinking model's <think> in content (reasoning.py); the template's own switches
+    reasoning_format: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Sampling):
@@ -110,6 +113,7 @@ class OllamaChatRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     keep_alive: str | int | float | None = None
     format: Literal["json", ""] | dict[str, Any] | None = None
+    think: bool | None = None  # a thinking model's switch; its reasoning comes back as message.thinking
 
 
 class OllamaGenerateRequest(_Body):
