@@ -6,7 +6,7 @@
     stop = StopChecker(params.stop)
     send(stop.push(text)); ...; send(stop.flush())
 
-Chain order is llama.cpp's: penalties (over the last `penalty_last_n` tokens of `history`), top-k, top-p,
+Chain order is llama.cpp's: logit_bias added first, then penalties (over the last `penalty_last_n` tokens of `history`), top-k, top-p,
 min-p, temperature, then one draw. top-p and min-p see untempered probabilities. temperature == 0 is greedy:
 the argmax of the penalized row, no RNG draw. Every sampled (temperature > 0) token consumes exactly one
 uniform draw from the request's own generator, so the same seed gives the same tokens however requests are batched.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +75,7 @@ class SamplingParams:
     max_tokens: int | None = None
     stop: str | Sequence[str] = ()
     ignore_eos: bool = False
+    logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] = ()  # token id -> added to its logit, [-100, 100]
 
     def __post_init__(self):
         inf = math.inf
@@ -95,6 +96,14 @@ class SamplingParams:
         put(self, "stop", tuple(stop))
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        pairs = self.logit_bias.items() if isinstance(self.logit_bias, Mapping) else self.logit_bias
+        bias = []
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ValueError(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
+            tid = _integer("logit_bias token id", pair[0], 0)
+            bias.append((tid, _real(f"logit_bias[{tid}]", pair[1], -100.0, 100.0)))
+        put(self, "logit_bias", tuple(sorted(bias)))
 
     @property
     def greedy(self) -> bool:
@@ -277,12 +286,15 @@ class Sampler:
         if p.min_p > 0.0:
             chain.append(MinP(p.min_p))
         self.chain = tuple(chain)
+        b = p.logit_bias  # sorted by id: the last is the largest
+        self._bias_ids = np.array([t for t, _ in b], dtype=np.int64) if b else None
+        self._bias_vals = np.array([v for _, v in b], dtype=np.float32) if b else None
 
     def candidates_needed(self) -> int | None:
         """How many candidates per row (localllm.model.candidates) give what the whole row gives: 1 when greedy, top_k
         when the chain starts with it; None when the whole row is needed (penalties read any token's logit, a
         chain without top-k reads every token)."""
-        if self.penalties is not None:
+        if self.penalties is not None or self.params.logit_bias:
             return None
         if self.params.greedy:
             return 1
@@ -297,9 +309,15 @@ class Sampler:
         if row.ndim != 1 or row.size == 0:
             raise ValueError(f"logits must be a non-empty 1-D row, got shape {row.shape}")
         work = _work(row.size)
-        if row.dtype != np.float32:
+        if row.dtype != np.float32 or self._bias_ids is not None:
             np.copyto(work.row, row, casting="unsafe")
             row = work.row
+        if self._bias_ids is not None:
+            if self._bias_ids[-1] >= row.size:
+                raise ValueError(
+                    f"logit_bias: token id {int(self._bias_ids[-1])} is outside the vocabulary ({row.size})"
+                )
+            row[self._bias_ids] += self._bias_vals
         if self.penalties is not None and len(history):
             n = self.params.penalty_last_n
             window = np.asarray(history[-n:] if n > 0 else history, dtype=np.int64)

@@ -122,6 +122,10 @@ class Engine:
         ):
             raise ValueError(f"logprobs must be an integer in [0, 20], got {logprobs!r}")
         spec = self.speculative if speculative is None else self.drafter.check_mode(speculative)
+        if params.logit_bias and params.logit_bias[-1][0] >= self._n_tokens:
+            raise ValueError(
+                f"logit_bias token id {params.logit_bias[-1][0]} is outside the vocabulary ({self._n_tokens})"
+            )
         ids = self.check(prompt_ids, extra=0 if params.max_tokens == 0 else 1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)

@@ -42,10 +42,13 @@ def sampling_params(fields: dict, max_tokens: int | None) -> SamplingParams:
     kw = {ours: fields[theirs] for theirs, ours in _FIELDS.items() if fields.get(theirs) is not None}
     if kw.get("seed") == -1:  # llama.cpp's and Ollama's "random"
         del kw["seed"]
-    if fields.get("n", 1) != 1:
-        raise APIError(400, "n must be 1: localllm returns one choice per request", param="n")
     if max_tokens is not None:
         kw["max_tokens"] = max_tokens
+    if fields.get("logit_bias"):
+        try:
+            kw["logit_bias"] = {int(k): v for k, v in fields["logit_bias"].items()}
+        except (TypeError, ValueError):
+            raise APIError(400, "logit_bias keys must be token ids", param="logit_bias") from None
     try:
         return SamplingParams(**kw)
     except ValueError as e:

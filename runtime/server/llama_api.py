@@ -46,6 +46,8 @@ async def infill(body: InfillRequest, request: Request):
         if not (isinstance(item, dict) and isinstance(item.get("filename"), str) and isinstance(item.get("text"), str)):
             raise APIError(400, f'input_extra[{i}] must be {{"filename": str, "text": str}}', param=f"input_extra[{i}]")
     n = body.n_predict if body.n_predict is not None and body.n_predict >= 0 else body.max_tokens
+    if body.n != 1:
+        raise APIError(400, "n must be 1 on /infill", param="n")
     params = sampling_params(body.model_dump(), n)
     lease = await app.host.acquire(body.model)
     streaming = False

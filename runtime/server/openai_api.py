@@ -4,11 +4,13 @@ logprobs, stop strings, seeds, fill-in-the-middle (`suffix`) and tool calls."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -25,6 +27,7 @@ from .schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
+MAX_N = 16  # choices one request may ask for (n)
 router = APIRouter()  # mounted at /v1 and at the root (app.py): clients given a bare base URL send /chat/completions
 
 
@@ -272,25 +275,42 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
     held by the stream), the envelope (id, object, created, model), usage, and the stream's framing (SSE, the
     usage frame with include_usage, [DONE]). kinds: (id prefix, object, object of a stream chunk).
     prepare(llm) -> the prompt's ids (APIError on bad input); whole(chunks) -> (choice, stats) of a whole
-    response; streamed(chunks) -> the stream's choices."""
+    response; streamed(chunks) -> the stream's choices. n > 1: n requests of the same prompt decode together in
+    the engine's steps (the prefix cache computes the prompt once), seeds seed, seed + 1, ... where one is given."""
     app = request.app.state
     rid, created = f"{kinds[0]}-{uuid.uuid4().hex[:24]}", int(time.time())
     grammar = openai_grammar(body)
+    n = body.n
+    if not 1 <= n <= MAX_N:
+        raise APIError(400, f"n must be in [1, {MAX_N}]", param="n")
+    each = [params if params.seed is None or i == 0 else replace(params, seed=params.seed + i) for i in range(n)]
     lease = await app.host.acquire(body.model)
     try:
         llm = lease.llm
         ids = prepare(llm)
         if not body.stream:
-            choice, stats = await whole(run(llm, ids, params, app.metrics, n_top, request, body.speculative, grammar))
+            done = await asyncio.gather(
+                *(whole(run(llm, ids, p, app.metrics, n_top, request, body.speculative, grammar)) for p in each)
+            )
             head = {"id": rid, "object": kinds[1], "created": created, "model": lease.name}
-            return JSONResponse({**head, "choices": [choice], "usage": _usage(stats)})
-        chunks = await begin(run(llm, ids, params, app.metrics, n_top, speculative=body.speculative, grammar=grammar))
+            choices = [{**choice, "index": i} for i, (choice, _) in enumerate(done)]
+            return JSONResponse({**head, "choices": choices, "usage": _usage_of([st for _, st in done])})
+        streams = []
+        try:
+            for p in each:
+                streams.append(
+                    await begin(run(llm, ids, p, app.metrics, n_top, speculative=body.speculative, grammar=grammar))
+                )
+        except BaseException:
+            for c in streams:
+                await c.aclose()
+            raise
         head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = lease.stream(
-            _events(head, streamed, chunks, include_usage),
+            _events(head, streamed, streams, include_usage),
             media_type="text/event-stream",
-            closing=(chunks,),
+            closing=tuple(streams),
             headers={"Cache-Control": "no-cache"},
         )
         lease = None  # the stream holds it now
@@ -300,20 +320,53 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
             lease.release()
 
 
-async def _events(head: dict, streamed, chunks: AsyncIterator[Chunk], include_usage: bool) -> AsyncIterator[str]:
-    last: list[Stats] = []
+def _usage_of(stats: list[Stats | None]) -> dict:
+    """The usage of n choices of one prompt: the prompt once, every choice's completion tokens."""
+    u = _usage(stats[0])
+    if len(stats) > 1:
+        extra = sum((s.completion_tokens if s else 0) for s in stats[1:])
+        u["completion_tokens"] += extra
+        u["total_tokens"] += extra
+    return u
+
+
+async def _events(head: dict, streamed, streams: list, include_usage: bool) -> AsyncIterator[str]:
+    last: dict[int, Stats] = {}
     pre = f'data: {_dumps(head)[:-1]},"choices":['  # the envelope, encoded once: each event adds its choice
 
-    async def tapped() -> AsyncIterator[Chunk]:
+    async def tapped(i: int, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
         async for chunk in chunks:
             if chunk.stats is not None:
-                last.append(chunk.stats)
+                last[i] = chunk.stats
             yield chunk
 
-    async for choice in streamed(tapped()):
-        yield f"{pre}{_dumps(choice)}]}}\n\n"
+    if len(streams) == 1:
+        async for choice in streamed(tapped(0, streams[0])):
+            yield f"{pre}{_dumps(choice)}]}}\n\n"
+    else:  # the n choices' events as they come, each with its index
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int) -> None:
+            try:
+                async for choice in streamed(tapped(i, streams[i])):
+                    await queue.put((i, choice))
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i)) for i in range(len(streams))]
+        try:
+            left = len(tasks)
+            while left:
+                i, choice = await queue.get()
+                if choice is None:
+                    left -= 1
+                    continue
+                yield f"{pre}{_dumps({**choice, 'index': i})}]}}\n\n"
+        finally:
+            for t in tasks:
+                t.cancel()
     if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(last[-1] if last else None)})
+        yield _sse({**head, "choices": [], "usage": _usage_of([last.get(i) for i in range(len(streams))])})
     yield "data: [DONE]\n\n"
 
 

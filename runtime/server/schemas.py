@@ -33,6 +33,7 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    logit_bias: dict[str, float] | None = None  # OpenAI's: token id (as a string) -> bias in [-100, 100]
     speculative: str | None = None  # "ngram" | "off" | "draft" (serve's draft model): this request's (None: serve's)
     # structured output (structured.py): OpenAI's, and llama.cpp's schema and GBNF grammar
     response_format: dict[str, Any] | None = None

@@ -521,3 +521,20 @@ def test_samplers_that_need_whole_rows_say_so():
     assert Sampler(SamplingParams(top_k=0, top_p=0.9)).candidates_needed() is None
     assert Sampler(SamplingParams(top_k=40, repetition_penalty=1.2)).candidates_needed() is None
     assert Sampler(SamplingParams(temperature=0, presence_penalty=0.5)).candidates_needed() is None
+
+
+def test_logit_bias_is_validated_and_added_before_the_chain():
+    from localllm.sampling import Sampler, SamplingParams
+
+    with pytest.raises(ValueError, match=r"logit_bias\[3\] must be in \[-100, 100\]"):
+        SamplingParams(logit_bias={3: 101})
+    with pytest.raises(ValueError, match="logit_bias token id must be >= 0"):
+        SamplingParams(logit_bias={-1: 1.0})
+    p = SamplingParams(temperature=0, logit_bias={2: 5.0, 0: -1.0})
+    assert p.logit_bias == ((0, -1.0), (2, 5.0))
+    row = np.array([1.0, 3.0, 0.0, 2.5], dtype=np.float32)
+    s = Sampler(p)
+    assert s.candidates_needed() is None  # the bias reads any token's logit
+    assert s.sample(row) == 2 and row[2] == 0.0  # 0 + 5 beats 3; the caller's row is left as it was
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        Sampler(SamplingParams(logit_bias={9: 1.0})).sample(row)
