@@ -21,7 +21,9 @@ from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .messages import anthropic_messages, anthropic_tools
+from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import AnthropicCountTokensRequest, AnthropicMessagesRequest
+from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter()  # mounted at /v1 (app.py)
@@ -53,6 +55,10 @@ def _stop_reason(finish: str | None, stats: Stats | None, calls: list) -> tuple[
     return "end_turn", None
 
 
+def _thinking(text: str) -> dict:
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
 def _tool_use(call: dict) -> dict:
     try:
         args = json.loads(call["arguments"])
@@ -61,8 +67,13 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": call["name"], "input": args}
 
 
+def _thinking_off(body) -> bool:
+    return ((getattr(body, "thinking", None) or {}).get("type")) == "disabled"
+
+
 def _prompt(llm, body) -> tuple[list[int], list[dict] | None]:
-    """The prompt's ids and the tools offered (None: none, or tool_choice none)."""
+    """The prompt's ids and the tools offered (None: none, or tool_choice none). thinking {"type": "disabled"}
+    reaches the template's own switch (Qwen3's enable_thinking)."""
     messages = anthropic_messages(body.system, body.messages)
     tools = anthropic_tools(body.tools)
     choice = (getattr(body, "tool_choice", None) or {}).get("type", "auto")
@@ -75,7 +86,8 @@ def _prompt(llm, body) -> tuple[list[int], list[dict] | None]:
             param="tool_choice",
         )
     try:
-        return llm.tokenizer.encode_chat(messages, tools=tools), tools
+        extra = {"enable_thinking": False} if _thinking_off(body) else {}
+        return llm.tokenizer.encode_chat(messages, tools=tools, **extra), tools
     except ChatTemplateError as e:
         raise APIError(400, f"the chat template failed: {e}", param="messages") from None
     except (TypeError, ValueError) as e:
@@ -89,31 +101,37 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
     fields = {"temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "stop": body.stop_sequences}
     params = sampling_params(fields, body.max_tokens)
     app = request.app.state
+    grammar = openai_grammar(body)  # llama.cpp's json_schema and grammar fields
     mid = f"msg_{uuid.uuid4().hex[:24]}"
     lease = await app.host.acquire(body.model)
     try:
         ids, tools = _prompt(lease.llm, body)
         names = frozenset(t["function"]["name"] for t in tools or ())
+        # a thinking model's reasoning as thinking blocks (reasoning.py), unless the request disabled thinking
+        split = None if _thinking_off(body) else ReasoningSplitter(prompt_opens_thinking(lease.llm.tokenizer, ids))
         head = {"id": mid, "type": "message", "role": "assistant", "model": lease.name}
         if not body.stream:
             text, last = [], None
-            async for chunk in run(lease.llm, ids, params, app.metrics, None, request, body.speculative):
+            async for chunk in run(lease.llm, ids, params, app.metrics, None, request, body.speculative, grammar):
                 text.append(chunk.text)
                 last = chunk
-            content, calls = "".join(text), []
+            content, calls, thought = "".join(text), [], ""
+            if split is not None:
+                (r1, c1), (r2, c2) = split.push(content), split.finish()
+                thought, content = r1 + r2, c1 + c2
             if tools:
                 content, calls = parse_tool_calls(content, names)
             stats = last.stats if last else None
             reason, sequence = _stop_reason(last.finish_reason if last else None, stats, calls)
-            blocks = ([{"type": "text", "text": content}] if content or not calls else []) + [
-                _tool_use(c) for c in calls
-            ]
+            blocks = [_thinking(thought)] if thought else []
+            blocks += [{"type": "text", "text": content}] if content or not calls else []
+            blocks += [_tool_use(c) for c in calls]
             return JSONResponse(
                 {**head, "content": blocks, "stop_reason": reason, "stop_sequence": sequence, "usage": _usage(stats)}
             )
-        chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative))
+        chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative, grammar=grammar))
         response = lease.stream(
-            _events(head, len(ids), chunks, ToolCallBuffer(names) if tools else None),
+            _events(head, len(ids), chunks, ToolCallBuffer(names) if tools else None, split),
             media_type="text/event-stream",
             closing=(chunks,),
             headers={"Cache-Control": "no-cache"},
@@ -125,11 +143,28 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
             lease.release()
 
 
-async def _events(head: dict, n_prompt: int, chunks: AsyncIterator[Chunk], held: ToolCallBuffer | None):
+async def _events(head: dict, n_prompt: int, chunks: AsyncIterator[Chunk], held: ToolCallBuffer | None, split):
     start = {**head, "content": [], "stop_reason": None, "stop_sequence": None}
     start["usage"] = {"input_tokens": n_prompt, "output_tokens": 0}
     yield _event("message_start", {"message": start})
-    index, text_open, finish, stats = 0, False, None, None
+    index, text_open, think_open, finish, stats = 0, False, False, None, None
+
+    def think(delta: str):  # the thinking block comes first, closed before any text
+        nonlocal think_open
+        out = ""
+        if not think_open:
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            out += _event("content_block_start", {"index": index, "content_block": block})
+            think_open = True
+        return out + _event(
+            "content_block_delta", {"index": index, "delta": {"type": "thinking_delta", "thinking": delta}}
+        )
+
+    def close_think():
+        nonlocal think_open, index
+        think_open = False
+        index += 1
+        return _event("content_block_stop", {"index": index - 1})
 
     def text(delta: str):
         nonlocal text_open
@@ -139,11 +174,24 @@ async def _events(head: dict, n_prompt: int, chunks: AsyncIterator[Chunk], held:
             text_open = True
         return out + _event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": delta}})
 
-    async for chunk in chunks:
-        piece = held.push(chunk.text) if held else chunk.text
+    async def pieces():
+        nonlocal finish, stats
+        async for chunk in chunks:
+            finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+            yield split.push(chunk.text) if split else ("", chunk.text)
+        if split:
+            yield split.finish()
+
+    async for thought, piece in pieces():
+        if thought:
+            yield think(thought)
+        piece = held.push(piece) if held else piece
         if piece:
+            if think_open:
+                yield close_think()
             yield text(piece)
-        finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+    if think_open:
+        yield close_think()
     calls: list = []
     if held is not None:
         rest, calls = held.finish()

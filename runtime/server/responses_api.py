@@ -1,7 +1,8 @@
 """OpenAI's Responses API: POST /v1/responses (whole, or streamed as its typed events: response.created,
 response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta / .done,
 response.function_call_arguments.delta / .done, response.output_item.done, response.completed), function tools,
-text.format (structured output), previous_response_id over the in-memory store (response_store.py), and
+text.format (structured output), a thinking model's reasoning as a reasoning item before the message
+(reasoning.py), previous_response_id over the in-memory store (response_store.py), and
 GET / DELETE /v1/responses/{id}. One internal request under it, as under the other protocols.
 
 status: "completed", or "incomplete" with incomplete_details.reason "max_output_tokens".
@@ -22,8 +23,9 @@ from ..text.chat_template import ChatTemplateError
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .messages import responses_input, responses_tools
+from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import ResponsesRequest
-from .structured import responses_grammar
+from .structured import openai_grammar, responses_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter()  # mounted at /v1 (app.py)
@@ -49,6 +51,17 @@ def _usage(stats: Stats | None) -> dict:
 def _message(text: str, status: str = "completed", mid: str | None = None) -> dict:
     part = {"type": "output_text", "text": text, "annotations": []}
     return {"type": "message", "id": mid or _id("msg"), "status": status, "role": "assistant", "content": [part]}
+
+
+def _reasoning(text: str, rsid: str | None = None) -> dict:
+    """A thinking model's reasoning (reasoning.py) as the API's reasoning item."""
+    return {
+        "type": "reasoning",
+        "id": rsid or _id("rs"),
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": "completed",
+    }
 
 
 def _function_call(call: dict) -> dict:
@@ -82,6 +95,10 @@ async def create(body: ResponsesRequest, request: Request):
         raise APIError(400, "tool_choice other than auto or none is not supported yet", param="tool_choice")
     names = frozenset(t["function"]["name"] for t in tools or ())
     grammar = responses_grammar(body.text)
+    if body.grammar is not None:  # llama.cpp's GBNF field
+        if grammar is not None:
+            raise APIError(400, "text.format and grammar both constrain the reply: send one", param="grammar")
+        grammar = openai_grammar(body)
     fields = {"temperature": body.temperature, "top_p": body.top_p}
     params = sampling_params(fields, body.max_output_tokens)
     rid, created = _id("resp"), int(time.time())
@@ -112,11 +129,16 @@ async def create(body: ResponsesRequest, request: Request):
             "error": None,
         }
 
-        def finished(text: str, finish: str | None, stats: Stats | None, mid: str | None = None) -> dict:
+        inside = prompt_opens_thinking(lease.llm.tokenizer, ids)
+
+        def finished(text: str, finish: str | None, stats: Stats | None, mid: str | None = None, rsid=None) -> dict:
+            (r1, c1), (r2, c2) = (split := ReasoningSplitter(inside)).push(text), split.finish()
+            thought, text = r1 + r2, c1 + c2
             calls = []
             if tools:
                 text, calls = parse_tool_calls(text, names)
-            output = ([_message(text, mid=mid)] if text or not calls else []) + [_function_call(c) for c in calls]
+            output = [_reasoning(thought, rsid)] if thought else []
+            output += ([_message(text, mid=mid)] if text or not calls else []) + [_function_call(c) for c in calls]
             incomplete = finish == "length"
             response = {
                 **base,
@@ -150,7 +172,7 @@ async def create(body: ResponsesRequest, request: Request):
         chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative, grammar=grammar))
         held = ToolCallBuffer(names) if tools else None
         response = lease.stream(
-            _events(base, chunks, held, finished),
+            _events(base, chunks, held, finished, ReasoningSplitter(inside)),
             media_type="text/event-stream",
             closing=(chunks,),
             headers={"Cache-Control": "no-cache"},
@@ -162,7 +184,7 @@ async def create(body: ResponsesRequest, request: Request):
             lease.release()
 
 
-async def _events(base: dict, chunks: AsyncIterator[Chunk], held: ToolCallBuffer | None, finished):
+async def _events(base: dict, chunks: AsyncIterator[Chunk], held: ToolCallBuffer | None, finished, split):
     seq = 0
 
     def event(kind: str, data: dict) -> str:
@@ -173,35 +195,79 @@ async def _events(base: dict, chunks: AsyncIterator[Chunk], held: ToolCallBuffer
     pending = {**base, "status": "in_progress", "incomplete_details": None, "output": [], "usage": None}
     yield event("response.created", {"response": pending})
     yield event("response.in_progress", {"response": pending})
-    mid = _id("msg")
-    opened, text, finish, stats = False, [], None, None
+    mid, rsid = _id("msg"), _id("rs")
+    opened, thinking, thought, text, finish, stats = False, False, [], [], None, None
+    msg_index = 0  # 1 when a reasoning item comes first
+
+    def think(piece: str):
+        nonlocal thinking, msg_index
+        out = ""
+        if not thinking:
+            item = {**_reasoning("", rsid), "content": [], "status": "in_progress"}
+            out += event("response.output_item.added", {"output_index": 0, "item": item})
+            part = {"type": "reasoning_text", "text": ""}
+            out += event(
+                "response.content_part.added", {"item_id": rsid, "output_index": 0, "content_index": 0, "part": part}
+            )
+            thinking, msg_index = True, 1
+        thought.append(piece)
+        loc = {"item_id": rsid, "output_index": 0, "content_index": 0}
+        return out + event("response.reasoning_text.delta", {**loc, "delta": piece})
+
+    def end_thinking():
+        nonlocal thinking
+        thinking = False
+        full = "".join(thought)
+        loc = {"item_id": rsid, "output_index": 0, "content_index": 0}
+        out = event("response.reasoning_text.done", {**loc, "text": full})
+        out += event("response.content_part.done", {**loc, "part": {"type": "reasoning_text", "text": full}})
+        return out + event("response.output_item.done", {"output_index": 0, "item": _reasoning(full, rsid)})
 
     def delta(piece: str):
         nonlocal opened
-        out = ""
+        out = end_thinking() if thinking else ""
         if not opened:
             item = {**_message("", "in_progress", mid), "content": []}
-            out += event("response.output_item.added", {"output_index": 0, "item": item})
+            out += event("response.output_item.added", {"output_index": msg_index, "item": item})
             part = {"type": "output_text", "text": "", "annotations": []}
-            out += event(
-                "response.content_part.added", {"item_id": mid, "output_index": 0, "content_index": 0, "part": part}
-            )
+            loc = {"item_id": mid, "output_index": msg_index, "content_index": 0}
+            out += event("response.content_part.added", {**loc, "part": part})
             opened = True
-        loc = {"item_id": mid, "output_index": 0, "content_index": 0}
+        loc = {"item_id": mid, "output_index": msg_index, "content_index": 0}
         return out + event("response.output_text.delta", {**loc, "delta": piece, "logprobs": []})
+
+    def pieces_of(raw: str, last: bool = False):
+        r, c = split.push(raw)
+        if last:
+            r2, c2 = split.finish()
+            r, c = r + r2, c + c2
+        return r, c
 
     async for chunk in chunks:
         text.append(chunk.text)
-        piece = held.push(chunk.text) if held else chunk.text
+        finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+        r, c = pieces_of(chunk.text)
+        if r:
+            yield think(r)
+        piece = held.push(c) if held else c
         if piece:
             yield delta(piece)
-        finish, stats = chunk.finish_reason or finish, chunk.stats or stats
+    r, c = pieces_of("", last=True)
+    if r:
+        yield think(r)
+    piece = held.push(c) if held else c
+    if piece:
+        yield delta(piece)
     if held is not None:
         rest, _ = held.finish()
         if rest:
             yield delta(rest)
-    response = finished("".join(text), finish, stats, mid)
+    if thinking:
+        yield end_thinking()
+    response = finished("".join(text), finish, stats, mid, rsid)
     for index, item in enumerate(response["output"]):
+        if item["type"] == "reasoning":
+            continue  # its events went out as it streamed
         if item["type"] == "message":
             if not opened:  # an empty reply: its message still opens
                 yield delta("")

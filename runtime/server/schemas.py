@@ -153,7 +153,10 @@ class AnthropicMessagesRequest(_Body):
     stream: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None  # {"type": "enabled" | "disabled", ...}: a thinking model's switch
     speculative: str | None = None  # localllm's, as on the other routes
+    json_schema: dict[str, Any] | None = None  # llama.cpp's structured output fields, as on /v1/chat/completions
+    grammar: str | None = None
 
 
 class AnthropicCountTokensRequest(_Body):
@@ -181,6 +184,7 @@ class ResponsesRequest(_Body):
     text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
     metadata: dict[str, Any] | None = None
     speculative: str | None = None  # localllm's, as on the other routes
+    grammar: str | None = None  # llama.cpp's GBNF field, as on /v1/chat/completions
 
 
 class EmbeddingsRequest(_Body):

@@ -82,3 +82,38 @@ def test_reasoning_content_whole_and_streamed(client):
         extra_body={"grammar": THINKS, "reasoning_format": "none"},
     )
     assert flat.choices[0].message.content.startswith("<think>")
+
+
+@pytest.mark.model
+def test_anthropic_thinking_blocks_whole_and_streamed(client):
+    anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK (a test extra) is not installed")
+    a = anthropic.Anthropic(base_url=str(client.base_url).removesuffix("/v1/"), api_key="none", max_retries=0)
+    ask = [{"role": "user", "content": "Is the sky blue? Think first."}]
+    extra = {"grammar": THINKS, "temperature": 0}
+    msg = a.messages.create(model="m", max_tokens=40, messages=ask, extra_body=extra)
+    assert [b.type for b in msg.content] == ["thinking", "text"], msg
+    assert msg.content[1].text in ("yes", "no") and msg.content[0].thinking
+    with a.messages.stream(model="m", max_tokens=40, messages=ask, extra_body=extra) as s:
+        final = s.get_final_message()
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content] == [
+        (b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content
+    ]
+
+
+@pytest.mark.model
+def test_responses_reasoning_item_whole_and_streamed(client):
+    extra = {"grammar": THINKS}
+    r = client.responses.create(model="m", input="Is the sky blue? Think first.", temperature=0, extra_body=extra)
+    assert [o.type for o in r.output] == ["reasoning", "message"], r.output
+    assert r.output[0].content[0].text and r.output_text in ("yes", "no")
+    kinds, final = [], None
+    for e in client.responses.create(
+        model="m", input="Is the sky blue? Think first.", temperature=0, extra_body=extra, stream=True
+    ):
+        kinds.append(e.type)
+        if e.type == "response.completed":
+            final = e.response
+    assert "response.reasoning_text.delta" in kinds and kinds.index("response.reasoning_text.done") < kinds.index(
+        "response.output_text.delta"
+    )
+    assert final.output[0].content[0].text == r.output[0].content[0].text and final.output_text == r.output_text
