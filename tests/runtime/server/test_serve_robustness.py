@@ -99,6 +99,8 @@ def _check_error_shape(path: str, r: httpx.Response) -> None:
     body = r.json()
     if path.startswith("/api/"):
         assert isinstance(body["error"], str) and body["error"]
+    elif path.startswith("/v1/messages"):  # Anthropic's shape
+        assert body["type"] == "error" and {"type", "message"} <= set(body["error"]) and body["error"]["message"]
     else:
         assert set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["message"]
 
