@@ -109,7 +109,7 @@ def test_errors_have_openai_shape_and_name_the_field(smol, client):
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
         r = h.post("/v1/chat/completions", json={"model": "no-such-model", "messages": MSG})
         assert r.status_code == 404 and "no-such-model" in r.json()["error"]["message"]
-        r = h.post("/v1/chat/completions", json={"messages": MSG, "n": 2})
+        r = h.post("/v1/chat/completions", json={"messages": MSG, "n": 17})  # n choices: up to 16 (test_choices.py)
         assert r.status_code == 400 and r.json()["error"]["param"] == "n"
         r = h.post("/v1/completions", json={"prompt": "word " * 3000, "max_tokens": 4})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
