@@ -306,8 +306,9 @@ async def _serve(request: Request, body, prepare) -> object:
 
 async def _embed(body: OllamaEmbedRequest, request: Request, items: list) -> tuple[np.ndarray, int, str, float]:
     started = time.perf_counter()
+    keep_alive = keep_alive_seconds(body.keep_alive)  # a bad value is a 400 before the model is leased
     lease = await request.app.state.host.acquire(body.model)
-    lease.keep_alive = keep_alive_seconds(body.keep_alive)
+    lease.keep_alive = keep_alive
     try:
         vectors, n = await embed(lease.llm, items, truncate=body.truncate, param="input")
         return vectors, n, lease.name, started

@@ -289,9 +289,17 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
         llm = lease.llm
         ids = prepare(llm)
         if not body.stream:
-            done = await asyncio.gather(
-                *(whole(run(llm, ids, p, app.metrics, n_top, request, body.speculative, grammar)) for p in each)
-            )
+            tasks = [
+                asyncio.ensure_future(whole(run(llm, ids, p, app.metrics, n_top, request, body.speculative, grammar)))
+                for p in each
+            ]
+            try:
+                done = await asyncio.gather(*tasks)
+            except BaseException:  # one failed (a 400): the others are cancelled, their engine requests with them
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             head = {"id": rid, "object": kinds[1], "created": created, "model": lease.name}
             choices = [{**choice, "index": i} for i, (choice, _) in enumerate(done)]
             return JSONResponse({**head, "choices": choices, "usage": _usage_of([st for _, st in done])})

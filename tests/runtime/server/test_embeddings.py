@@ -94,3 +94,7 @@ def test_bad_embedding_input_is_a_400_naming_it(server):
     assert r.status_code == 400 and "context" in r.json()["error"]
     r = post("/api/embed", {"model": "m", "input": long})  # Ollama truncates by default
     assert r.status_code == 200 and len(r.json()["embeddings"][0]) == 896
+    r = post("/api/embed", {"model": "m", "input": "x", "keep_alive": "soon"})
+    assert r.status_code == 400 and "keep_alive" in r.json()["error"]
+    # no refusal above kept the model leased (a leaked lease blocks unloading and counts against the 503 limit)
+    assert sum(e.in_flight for e in server[1].state.host.resident()) == 0
