@@ -64,6 +64,9 @@ def summary(path: Path) -> dict:
             "context_length": a("context_length"),
             "embedding_length": a("embedding_length"),
             "feed_forward_length": a("feed_forward_length"),
+            "experts": a("expert_count"),  # a mixture of experts: how many, used per token, each one's ffn width
+            "experts_used": a("expert_used_count"),
+            "expert_feed_forward_length": a("expert_feed_forward_length"),
             "layers": a("block_count"),
             "heads": a("attention.head_count"),
             "kv_heads": a("attention.head_count_kv"),
@@ -123,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
         ("layers", s["layers"]),
         ("heads / kv heads", f"{s['heads']} / {s['kv_heads']}"),
         ("embedding / ffn", f"{s['embedding_length']} / {s['feed_forward_length']}"),
+        *(
+            [("experts", f"{s['experts']}, {s['experts_used']} per token, ffn {s['expert_feed_forward_length']} each")]
+            if s["experts"]
+            else []
+        ),
         ("tokenizer", f"{s['tokenizer']} ({s['pre_tokenizer'] or 'no pre-tokenizer'}), {s['vocab_size']} tokens"),
         ("chat template", "yes" if s["chat_template"] else "no"),
         ("backends", backends_line()),

@@ -197,3 +197,14 @@ def test_experts_keep_rows_alike_in_one_step_chunked_and_token_by_token(moe_mode
 def test_a_mixture_of_experts_refuses_the_gpu_by_name(moe_model):
     with pytest.raises(ValueError, match="mixture-of-experts layers .* run on the CPU only"):
         LLM(moe_model, n_threads=2, ctx_size=64, device="cuda")
+
+
+def test_show_prints_a_mixtures_experts(moe_model):
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "localllm.cli", "show", str(moe_model)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "runs here         yes" in r.stdout
+    assert next(x for x in r.stdout.splitlines() if x.startswith("experts")).split(None, 1)[1] == (
+        "8, 3 per token, ffn 64 each"
+    )
