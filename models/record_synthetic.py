@@ -33,7 +33,9 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 path, prompts, n_greedy = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-llm = Llama(model_path=path, n_ctx=512, n_threads=2, n_batch=512, logits_all=True, verbose=False)
+# betas -1: the file's (llama.cpp's own tools' default; llama-cpp-python's 32 and 1 would override a mistral3's)
+llm = Llama(model_path=path, n_ctx=512, n_threads=2, n_batch=512, logits_all=True, verbose=False,
+            yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
 out = []
 for ids in prompts:
     llm.reset()

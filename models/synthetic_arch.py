@@ -132,6 +132,36 @@ ARCHS["qwen3moe-bench"] = {  # the MoE speed benchmark's model: Qwen3-30B-A3B's 
         ("expert_feed_forward_length", 768, "uint32"),
     ],
 }
+# YaRN over a tiny original context (16 positions), so the test texts' positions reach the part of the ramp and the
+# attention temperature that only long contexts see in a real file
+_YARN = [
+    ("rope.scaling.type", "yarn", "string"),
+    ("rope.scaling.factor", 4.0, "float32"),
+    ("rope.scaling.original_context_length", 16, "uint32"),
+]
+ARCHS["qwen3-yarn"] = {  # Qwen3 with YaRN as its model cards enable it (magnitude 1 + 0.1 ln 4 on cos and sin)
+    **ARCHS["qwen3"],
+    "arch": "qwen3",
+    "extra": _YARN,
+}
+ARCHS["mistral3"] = {  # Ministral 3: llama's block, YaRN with its betas and log multiplier, attention temperature
+    "tokenizer": "smollm2-135m-instruct-q4_1",
+    "d_model": 128,
+    "n_layers": 2,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 32,
+    "n_ff": 320,
+    "rope_base": 1000000.0,
+    "eps": 1e-5,
+    "extra": [
+        *_YARN,
+        ("rope.scaling.yarn_beta_fast", 16.0, "float32"),
+        ("rope.scaling.yarn_beta_slow", 2.0, "float32"),
+        ("rope.scaling.yarn_log_multiplier", 0.5, "float32"),
+        ("attention.temperature_scale", 0.5, "float32"),  # Ministral 3: 0.1; larger here to be seen
+    ],
+}
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0}
 # the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
 # often within rounding of each other (a choice two implementations may make differently)

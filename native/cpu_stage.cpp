@@ -158,6 +158,12 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
         const float* sn = R.sn.data() + (size_t)t * half;
         rope(q.data() + (size_t)t * qd, c.n_head, hd, c.n_rot, c.neox, cs, sn);
         rope(k.data() + (size_t)t * kvd, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn);
+        if (c.attn_temp_scale != 0.f) {  // as llama.cpp's llm_graph_input_attn_temp, in double then float
+          const float f = (float)(std::log(std::floor((double)b.positions[t] / c.attn_temp_floor) + 1.0) *
+                                      c.attn_temp_scale + 1.0);
+          float* qt = q.data() + (size_t)t * qd;
+          for (int i = 0; i < qd; ++i) qt[i] *= f;
+        }
       }
       kv_tf_.to_cache(l, N.k_bias, qt, kt, vt, n);
       kv_.write(l - first_, kt, vt, b.slot_mapping + t0, n);  // distinct slots (check): ranges write disjoint rows
@@ -333,6 +339,8 @@ std::unique_ptr<Stage> make_cpu_stage(const ModelParts& m, int first, int last, 
 
 RopeTables::RopeTables(const ModelParts& m, const StepBatch& b, int first, int last) {
   const int T = b.n_tokens, half = m.cfg.n_rot / 2;
+  const ModelConfig& c = m.cfg;
+  const RopeYarn yarn{c.yarn_ext_factor, c.yarn_beta_fast, c.yarn_beta_slow, c.mscale, c.yarn_orig_ctx};
   for (int l = first; l < last; ++l) {
     const LayerWeights& L = m.w.layers[l];
     int r = 0;
@@ -341,7 +349,7 @@ RopeTables::RopeTables(const ModelParts& m, const StepBatch& b, int first, int l
       Table t{L.rope_base, L.rope_scale, std::vector<float>((size_t)T * half), std::vector<float>((size_t)T * half)};
       for (int i = 0; i < T; ++i)
         rope_angles(b.positions[i], m.cfg.n_rot, L.rope_base, L.rope_scale, m.freq_factors,
-                    t.cs.data() + (size_t)i * half, t.sn.data() + (size_t)i * half);
+                    t.cs.data() + (size_t)i * half, t.sn.data() + (size_t)i * half, yarn);
       tables.push_back(std::move(t));
     }
     of_layer.push_back(r);

@@ -47,6 +47,11 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   if (c.n_expert < 0 || (c.n_expert ? c.n_expert_used < 1 || c.n_expert_used > c.n_expert : c.n_expert_used != 0))
     throw std::invalid_argument("n_expert_used " + str(c.n_expert_used) + " must be in [1, n_expert " +
                                 str(c.n_expert) + "] (0 without experts)");
+  if (c.yarn_ext_factor != 0.f && (c.yarn_orig_ctx <= 0 || !(c.yarn_beta_fast > 0.f) || !(c.yarn_beta_slow > 0.f)))
+    throw std::invalid_argument("YaRN needs a positive yarn_orig_ctx and betas");
+  if (!std::isfinite(c.mscale)) throw std::invalid_argument("mscale must be finite");
+  if (c.attn_temp_scale != 0.f && c.attn_temp_floor <= 0)
+    throw std::invalid_argument("attention temperature needs a positive attn_temp_floor");
   if ((int)w_.layers.size() != c.n_layers)
     throw std::invalid_argument(str((int64_t)w_.layers.size()) + " layers of weights for n_layers " + str(c.n_layers));
 
@@ -116,8 +121,10 @@ void Model::place(const std::vector<Placement>& placement) {
       throw std::invalid_argument("placement: stage on " + p.device + " ends at layer " + str(p.last) +
                                   ", not in (" + str(first) + ", " + str(cfg_.n_layers) + "]");
     if (p.device == "cpu") stages_.push_back(make_cpu_stage(*parts_, first, p.last, kv_shape_, pool_));
-    else if (p.device == "cuda" && cfg_.n_expert)
-      throw std::invalid_argument("placement: mixture-of-experts layers run on the CPU only (not on cuda)");
+    else if (p.device == "cuda" && (cfg_.n_expert || cfg_.attn_temp_scale != 0.f))
+      throw std::invalid_argument(std::string("placement: ") +
+                                  (cfg_.n_expert ? "mixture-of-experts layers" : "attention temperature") +
+                                  " run on the CPU only (not on cuda)");
     else if (p.device == "cuda") stages_.push_back(make_cuda_stage(*parts_, first, p.last, kv_shape_, 0));
     else throw std::invalid_argument("placement: unknown device '" + p.device + "' (cpu, cuda)");
     stage_info_.push_back({stages_.back()->device(), first, p.last});

@@ -39,7 +39,13 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
   X(float, final_softcap)  /* 0: none */                                                                \
   X(int, n_expert)         /* 0: dense feed-forward; else experts per layer (n_ff: one expert's width) */ \
   X(int, n_expert_used)    /* experts a token goes through (<= n_expert) */                             \
-  X(bool, expert_weights_norm) /* the chosen experts' probabilities renormalised to sum 1 */
+  X(bool, expert_weights_norm) /* the chosen experts' probabilities renormalised to sum 1 */                \
+  /* YaRN (ops.h RopeYarn): the unscaled angle mixed in by ramp * yarn_ext_factor (0: none), the ramp's   \
+     correction dims from the betas over yarn_orig_ctx; mscale multiplies cos and sin */                  \
+  X(float, yarn_ext_factor) X(float, yarn_beta_fast) X(float, yarn_beta_slow) X(int, yarn_orig_ctx)      \
+  X(float, mscale)                                                                                      \
+  X(float, attn_temp_scale) /* q at pos times 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1) */ \
+  X(int, attn_temp_floor)
 
 // ModelWeights, besides the layers: X(name)
 #define LLL_MODEL_WEIGHTS(X)                                                                            \

@@ -20,12 +20,31 @@ void rms_norm(const float* x, const float* w, int rows, int n, float eps, float*
   }
 }
 
-void rope_angles(int pos, int n_rot, double base, double scale, const float* factors, float* cs, float* sn) {
+// the dims of ggml_rope_yarn_corr_dims: the frequency that turns beta times over orig_ctx positions (in float, as
+// ggml computes it: its floor and ceil decide the ramp's ends)
+static float yarn_corr_dim(int n_rot, int orig_ctx, float beta, float base) {
+  return n_rot * std::log(orig_ctx / (beta * 2 * (float)M_PI)) / (2 * std::log(base));
+}
+
+void rope_angles(int pos, int n_rot, double base, double scale, const float* factors, float* cs, float* sn,
+                 const RopeYarn& yarn) {
+  double lo = 0, hi = 0, mscale = yarn.mscale;
+  if (yarn.ext_factor != 0) {
+    lo = std::max(0.f, std::floor(yarn_corr_dim(n_rot, yarn.orig_ctx, (float)yarn.beta_fast, (float)base)));
+    hi = std::min(n_rot - 1.f, std::ceil(yarn_corr_dim(n_rot, yarn.orig_ctx, (float)yarn.beta_slow, (float)base)));
+    if (scale > 0) mscale *= 1.0 + 0.1 * std::log(1.0 / scale);
+  }
   for (int i = 0; i < n_rot / 2; ++i) {
-    double theta = pos * scale * std::pow(base, -2.0 * i / n_rot);
-    if (factors) theta /= factors[i];
-    cs[i] = (float)std::cos(theta);
-    sn[i] = (float)std::sin(theta);
+    double extrap = pos * std::pow(base, -2.0 * i / n_rot);
+    if (factors) extrap /= factors[i];
+    double theta = extrap * scale;
+    if (yarn.ext_factor != 0) {
+      const double ramp = 1 - std::min(1.0, std::max(0.0, (i - lo) / std::max(0.001, hi - lo)));
+      const double mix = ramp * yarn.ext_factor;
+      theta = theta * (1 - mix) + extrap * mix;
+    }
+    cs[i] = (float)(std::cos(theta) * mscale);
+    sn[i] = (float)(std::sin(theta) * mscale);
   }
 }
 

@@ -51,8 +51,18 @@ inline float exp_poly(float x) {
 // out[r][i] = x[r][i] / sqrt(mean(x[r]**2) + eps) * w[i] for r < rows; x, out: [rows][n] (out may be x)
 void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out);
 
-// cs, sn: [n_rot/2] cos and sin of theta_i = pos * scale * base**(-2i/n_rot) / factors[i] (factors may be null)
-void rope_angles(int pos, int n_rot, double base, double scale, const float* factors, float* cs, float* sn);
+// YaRN (ggml's rope_yarn): frequency i's angle is theta_i * scale * (1 - mix) + theta_i * mix, mix =
+// ext_factor * ramp(i), ramp 1 for i below the correction dim of beta_fast, 0 above that of beta_slow, linear
+// between (ggml_rope_yarn_corr_dims over orig_ctx and the base); cos and sin are multiplied by mscale, and under
+// YaRN (ext_factor != 0) by 1 + 0.1 ln(1 / scale) too. The defaults: no YaRN, magnitude 1.
+struct RopeYarn {
+  double ext_factor = 0, beta_fast = 32, beta_slow = 1, mscale = 1;
+  int orig_ctx = 0;
+};
+// cs, sn: [n_rot/2] cos and sin of theta_i = pos * scale * base**(-2i/n_rot) / factors[i] (factors may be null),
+// as RopeYarn says where it is given
+void rope_angles(int pos, int n_rot, double base, double scale, const float* factors, float* cs, float* sn,
+                 const RopeYarn& yarn = RopeYarn{});
 // x: [n_heads][head_dim], rotated in place over the first n_rot dims of each head by the angles of
 // rope_angles: pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (neox)
 void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn);

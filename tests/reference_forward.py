@@ -34,15 +34,33 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope(
-    x: np.ndarray, pos: np.ndarray, n_rot: int, neox: bool, base: float, scale: float, freq_factors: np.ndarray | None
+    x: np.ndarray,
+    pos: np.ndarray,
+    n_rot: int,
+    neox: bool,
+    base: float,
+    scale: float,
+    freq_factors: np.ndarray | None,
+    yarn=None,
 ) -> np.ndarray:
-    """x: [T, n_heads, head_dim], pos: [T]; rotates the first n_rot dims of every head (ggml_rope_ext)."""
+    """x: [T, n_heads, head_dim], pos: [T]; rotates the first n_rot dims of every head (ggml_rope_ext). yarn: the
+    spec's RopeSpec where it may carry YaRN's fields (its mscale and ramp, ggml's rope_yarn)."""
     half = n_rot // 2
     inv_freq = base ** (-2.0 * np.arange(half) / n_rot)  # [half]
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors
-    theta = scale * pos[:, None].astype(np.float64) * inv_freq[None, :]  # [T, half]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    extrap = pos[:, None].astype(np.float64) * inv_freq[None, :]  # [T, half]
+    theta, mscale = scale * extrap, 1.0
+    if yarn is not None:
+        mscale = yarn.mscale
+        if yarn.yarn_ext_factor:
+            lo, hi = yarn_corr_dims(n_rot, yarn.yarn_orig_ctx, base, yarn.yarn_beta_fast, yarn.yarn_beta_slow)
+            ramp = 1 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0, 1)
+            mix = ramp * yarn.yarn_ext_factor
+            theta = theta * (1 - mix) + extrap * mix
+            if scale > 0:
+                mscale *= 1 + 0.1 * np.log(1 / scale)
+    cos, sin = np.cos(theta)[:, None, :] * mscale, np.sin(theta)[:, None, :] * mscale
     out = x.astype(np.float64).copy()
     if neox:
         a, b = x[..., :half], x[..., half:n_rot]
@@ -51,6 +69,16 @@ def rope(
         a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
         out[..., 0:n_rot:2], out[..., 1:n_rot:2] = a * cos - b * sin, a * sin + b * cos
     return out
+
+
+def yarn_corr_dims(n_rot: int, orig_ctx: int, base: float, beta_fast: float, beta_slow: float) -> tuple[float, float]:
+    """ggml_rope_yarn_corr_dims, in float32 as ggml computes it (its floor and ceil place the ramp's ends)."""
+    f = np.float32
+
+    def dim(beta):
+        return f(n_rot) * np.log(f(orig_ctx) / (f(beta) * f(2) * f(np.pi))) / (f(2) * np.log(f(base)))
+
+    return max(0.0, float(np.floor(dim(beta_fast)))), min(n_rot - 1.0, float(np.ceil(dim(beta_slow))))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -167,8 +195,10 @@ class ReferenceModel:
             q = rms_norm(q, self.weight(layer.attn_q_norm), s.rms_eps)
             k = rms_norm(k, self.weight(layer.attn_k_norm), s.rms_eps)
         ff = self.weight(s.rope.freq_factors).astype(np.float64) if s.rope.freq_factors else None
-        q = rope(q, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff)
-        k = rope(k, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff)
+        q = rope(q, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff, s.rope)
+        k = rope(k, pos, s.rope.n_rot, s.rope.neox, layer.rope_base, layer.rope_scale, ff, s.rope)
+        if s.attn_temp_scale:  # attention temperature (spec.py)
+            q = q * (1 + s.attn_temp_scale * np.log(np.floor(pos / s.attn_temp_floor) + 1))[:, None, None]
 
         group = s.n_head // s.n_kv_head
         k = np.repeat(k, group, axis=1)  # [T, n_head, head_dim]: head h reads kv head h // group

@@ -116,12 +116,10 @@ class Model:
                 if tensor_name is not None:
                     d[name] = _view(f, tensor_name)
             layers.append(d)
-        if s.n_expert and device != "cpu" and placement is None:
+        if s.cpu_only and device != "cpu" and placement is None:
             if device == "cuda":
-                raise ValueError(
-                    f"{f.path}: mixture-of-experts layers ({s.arch}) run on the CPU only; use device='cpu'"
-                )
-            device = "cpu"  # auto: the experts' layers run where they can
+                raise ValueError(f"{f.path}: {s.cpu_only} ({s.arch}) run on the CPU only; use device='cpu'")
+            device = "cpu"  # auto: the model's layers run where they can
         if placement is None:
             fp = None if device == "cpu" else footprint(f, s, n_blocks, block_size, k_type, v_type)
             placement = plan_placement(device, gpu_layers, s.n_layers, fp)

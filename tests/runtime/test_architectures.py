@@ -1,6 +1,6 @@
 """Architectures no real test file covers (issue 34: qwen3, smollm3's layers without rope, Llama 3.x's rope_freqs
 with tied embeddings, gemma2's soft-caps and alternating sliding windows, phi3's fused QKV and gate-up tensors, with and without partial rotary,
-qwen3moe's mixture of experts),
+qwen3moe's mixture of experts, YaRN on qwen3 and mistral3's YaRN with its own betas and attention temperature),
 on synthetic models (models/synthetic_arch.py: the real keys
 and tensor names, random weights at Xavier's spread, a test model's tokenizer) against the logits llama.cpp recorded
 on the same files (models/record_synthetic.py -> tests/reference/synthetic/) and against the float64 forward over

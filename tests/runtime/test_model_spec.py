@@ -12,7 +12,7 @@ import pytest
 from conftest import model_file, reference
 from localllm import native
 from localllm.model.architectures import UnsupportedModelError, spec_from_gguf
-from localllm.model.architectures.spec import LayerSpec, ModelSpec, RopeSpec
+from localllm.model.architectures.spec import LayerSpec, MetadataView, ModelSpec, RopeSpec, decoder_spec
 from localllm.model.gguf import GGUFFile
 from reference_forward import ReferenceModel
 
@@ -285,7 +285,7 @@ def test_tiny_models_are_accepted(tmp_path, arch):
 REFUSALS = [
     # (arch, write_model kwargs, field named by the error)
     ("mamba", {}, "general.architecture"),
-    ("llama", {"kv": {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}}, "llama.rope.scaling.type"),
+    ("llama", {"kv": {"llama.rope.scaling.type": "ntk", "llama.rope.scaling.factor": 4.0}}, "llama.rope.scaling.type"),
     ("qwen2", {"kv": {"qwen2.rope.scaling.type": "longrope"}}, "qwen2.rope.scaling.type"),
     ("llama", {"kv": {"llama.expert_count": 8, "llama.expert_used_count": 2}}, "llama.expert_count"),
     ("llama", {"kv": {"llama.attention.head_count": [2, 2]}}, "llama.attention.head_count"),
@@ -345,6 +345,27 @@ def test_linear_rope_scaling(tmp_path):
     )
     assert (s.rope.scaling, s.rope.freq_scale, s.rope.orig_context_length) == ("linear", 0.125, 8192)
     assert [layer.rope_scale for layer in s.layers] == [1.0] * 5 + [0.125]  # sliding layers are not scaled
+
+
+def test_yarn_rope_scaling(tmp_path):
+    yarn = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}
+    s = load_spec(write_model(tmp_path / "y.gguf", "llama", kv=yarn))
+    # llama.cpp's cparams: a magnitude of (1 + 0.1 ln 4) in all, the rotation multiplying in 1 + 0.1 ln 4 itself
+    assert (s.rope.scaling, s.rope.freq_scale, s.rope.yarn_ext_factor, s.rope.mscale) == ("yarn", 0.25, 1.0, 1.0)
+    assert s.rope.yarn_orig_ctx == s.context_length  # no original_context_length: the model's
+    assert (s.rope.yarn_beta_fast, s.rope.yarn_beta_slow) == (32.0, 1.0)
+    # a log multiplier: (1 + 0.1 ln 4) / (1 + 0.05 ln 4) in all; llama reads no beta keys, as llama.cpp's llama
+    kv = {**yarn, "llama.rope.scaling.yarn_log_multiplier": 0.5, "llama.rope.scaling.yarn_beta_fast": 8.0}
+    s = load_spec(write_model(tmp_path / "m.gguf", "llama", kv=kv))
+    assert (s.rope.mscale, s.rope.yarn_beta_fast) == (1.0, 32.0)
+    with GGUFFile(write_model(tmp_path / "k.gguf", "llama", kv=kv)) as f:  # an architecture that reads them
+        m = MetadataView(f, "llama")
+        s = decoder_spec(
+            m, neox=False, ffn_act="silu", attn_bias="none", qk_norm=False, sandwich_norms=False, yarn_keys=True
+        )
+    assert (s.rope.yarn_beta_fast, s.rope.yarn_beta_slow) == (8.0, 1.0)
+    total = (1 + 0.1 * math.log(4)) / (1 + 0.05 * math.log(4))
+    assert s.rope.mscale * (1 + 0.1 * math.log(4)) == pytest.approx(total)
 
 
 # -- the reference forward pass ---------------------------------------------------------------------

@@ -26,18 +26,20 @@ ModelSpec; the native side runs this block over it, with T tokens at positions p
 
 rms_norm(x, w) = x / sqrt(mean(x**2) + rms_eps) * w; GGUF norm weights are used as stored (gemma's +1 is
 already folded in by the converter). rope rotates pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (NeoX) by
-pos * rope_scale * rope_base**(-2i/n_rot) / freq_factors[i].
+pos * rope_scale * rope_base**(-2i/n_rot) / freq_factors[i] (YaRN mixes in the unscaled angle per frequency and
+scales cos and sin by rope.mscale: RopeSpec, yarn_angle in tests/reference_forward.py).
 
 A file this block cannot run correctly raises UnsupportedModelError naming the file and the field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-ROPE_SCALING_TYPES = ("none", "linear")
+ROPE_SCALING_TYPES = ("none", "linear", "yarn")
 FFN_ACTS = ("silu", "gelu_tanh")
 _REQUIRED = object()
 
@@ -77,6 +79,16 @@ class RopeSpec:
     freq_scale: float  # 1 / rope.scaling.factor for "linear", else 1.0; the global layers' LayerSpec.rope_scale
     orig_context_length: int  # rope.scaling.original_context_length, 0 when absent
     freq_factors: str | None = None  # tensor [n_rot/2] dividing each frequency (llama 3 rope_freqs), or None
+    # YaRN (scaling "yarn"; ggml's rope_yarn): frequency i's angle mixes the interpolated theta * freq_scale and the
+    # original theta by ramp(i) * yarn_ext_factor, ramp 1 below the correction dims [lo, hi] of (yarn_beta_fast,
+    # yarn_beta_slow) over yarn_orig_ctx and 0 above them; 0 for every other scaling (the angle theta * freq_scale)
+    yarn_ext_factor: float = 0.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_orig_ctx: int = 0  # the context the correction dims are computed over (original_context_length or the model's)
+    # multiplies cos and sin (q and k alike: attention scores by its square), as ggml_rope_ext's attn_factor: under
+    # YaRN (yarn_ext_factor != 0) a layer's rotation multiplies it by 1 + 0.1 ln(1 / rope_scale) besides
+    mscale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,10 @@ class ModelSpec:
     n_expert: int = 0  # 0: a dense feed-forward; else experts per layer (n_ff is then one expert's width)
     n_expert_used: int = 0  # experts each token goes through
     expert_weights_norm: bool = False  # the chosen experts' probabilities renormalised to sum 1
+    # attention temperature (Llama 4, mistral3): after rope, q at position pos is multiplied by
+    # 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1); attn_temp_scale 0: none
+    attn_temp_scale: float = 0.0
+    attn_temp_floor: int = 0
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.n_layers:
@@ -175,6 +191,17 @@ class ModelSpec:
                     raise ValueError(f"layer {i} disagrees with {flag}={getattr(self, flag)}")
             if layer.sliding and not self.sliding_window:
                 raise ValueError(f"layer {i} is sliding but sliding_window is 0")
+        if self.attn_temp_scale and self.attn_temp_floor <= 0:
+            raise ValueError("attention temperature needs a positive attn_temp_floor")
+
+    @property
+    def cpu_only(self) -> str | None:
+        """What of this model only the CPU stage runs (the CUDA stage refuses it), or None."""
+        if self.n_expert:
+            return "mixture-of-experts layers"
+        if self.attn_temp_scale:
+            return "attention temperature"
+        return None
 
     @property
     def tied_output(self) -> bool:
@@ -201,6 +228,36 @@ class ModelSpec:
         for layer in self.layers:
             names += layer.tensor_names()
         return names
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_rope(m: MetadataView, rope: RopeSpec, arch_keys: bool = False) -> RopeSpec:
+    """rope with YaRN's fields as llama.cpp sets them (llama-context.cpp, ggml's rope_yarn) when its scaling is
+    "yarn": ext_factor 1 unless the file says otherwise, and a magnitude of attn_factor * (1 + 0.1 ln factor) in all
+    (divided by 1 + 0.1 * yarn_log_multiplier * ln factor where the file gives a multiplier). arch_keys: the
+    architecture reads the file's beta and log-multiplier keys (llama.cpp's mistral3 does; the others keep the
+    defaults 32 and 1 whatever the file says)."""
+    if rope.scaling != "yarn":
+        return rope
+    beta_fast, beta_slow, log_mul = 32.0, 1.0, 0.0
+    if arch_keys:
+        beta_fast = m.number("rope.scaling.yarn_beta_fast", beta_fast)
+        beta_slow = m.number("rope.scaling.yarn_beta_slow", beta_slow)
+        log_mul = m.number("rope.scaling.yarn_log_multiplier", 0.0)
+    ext = m.number("rope.scaling.yarn_ext_factor", -1.0)
+    ext = 1.0 if ext < 0 else ext
+    factor = 1.0 / rope.freq_scale
+    if ext != 0:  # the rotation multiplies in 1 + 0.1 ln(factor) again (RopeSpec.mscale)
+        mscale = _yarn_mscale(factor, 1.0) / (_yarn_mscale(factor, log_mul) if log_mul else 1.0)
+        mscale /= 1.0 + 0.1 * math.log(factor)
+    else:
+        mscale = m.number("rope.scaling.yarn_attn_factor", 1.0)
+    return dataclasses.replace(
+        rope, yarn_ext_factor=ext, yarn_beta_fast=beta_fast, yarn_beta_slow=beta_slow, mscale=mscale * rope.mscale
+    )
 
 
 class MetadataView:
@@ -282,6 +339,7 @@ def decoder_spec(
     sandwich_norms: bool,
     fused: bool = False,
     moe: bool = False,
+    yarn_keys: bool = False,
 ) -> ModelSpec:
     """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
     embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
@@ -289,7 +347,7 @@ def decoder_spec(
     two halves of one ffn_up.weight (gate first), as phi3 stores them. moe: every layer's feed-forward is a mixture
     of experts (expert_count, expert_used_count, expert_feed_forward_length; ffn_gate_inp and the stacked
     ffn_{gate,up,down}_exps tensors), n_ff the width of one expert. Architectures adjust the result with
-    dataclasses.replace."""
+    dataclasses.replace. yarn_keys: read YaRN's beta and log-multiplier keys (yarn_rope)."""
     n_expert = n_expert_used = 0
     if moe:
         n_expert = m.positive_int("expert_count")
@@ -346,8 +404,10 @@ def decoder_spec(
     if factor < 0:
         raise m.fail(m.key(factor_key), f"must not be negative, got {factor}")
     freq_scale = 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
-    scaling = "linear" if freq_scale != 1.0 else "none"
+    if scaling != "yarn":
+        scaling = "linear" if freq_scale != 1.0 else "none"
     orig_ctx = m.integer("rope.scaling.original_context_length", 0)
+    attn_factor = m.number("rope.scaling.attn_factor", 1.0)
 
     t_embd = m.f.tensors.get("token_embd.weight")
     if t_embd is None or len(t_embd.dims) != 2:
@@ -460,14 +520,20 @@ def decoder_spec(
         n_ff=n_ff,
         context_length=context_length,
         rms_eps=rms_eps,
-        rope=RopeSpec(
-            n_rot=n_rot,
-            neox=neox,
-            freq_base=freq_base,
-            scaling=scaling,
-            freq_scale=freq_scale,
-            orig_context_length=orig_ctx,
-            freq_factors=freq_factors,
+        rope=yarn_rope(
+            m,
+            RopeSpec(
+                n_rot=n_rot,
+                neox=neox,
+                freq_base=freq_base,
+                scaling=scaling,
+                freq_scale=freq_scale,
+                orig_context_length=orig_ctx,
+                freq_factors=freq_factors,
+                yarn_orig_ctx=orig_ctx or context_length,
+                mscale=attn_factor,
+            ),
+            yarn_keys,
         ),
         attn_scale=1.0 / math.sqrt(head_dim),
         ffn_act=ffn_act,
