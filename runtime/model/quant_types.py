@@ -62,7 +62,7 @@ _TABLE = [
     (30, "BF16", 1, 2, True),
     (34, "TQ1_0", 256, 54, False),
     (35, "TQ2_0", 256, 66, False),
-    (39, "MXFP4", 32, 17, False),
+    (39, "MXFP4", 32, 17, True),
 ]
 
 BY_ID: dict[int, QuantType] = {t[0]: QuantType(*t) for t in _TABLE}
