@@ -204,6 +204,9 @@ static inline __m256i high_bit5(const uint8_t* qh) {  // bit j of a little-endia
 static inline __m256i iq4_values(__m256i idx) {  // nibbles -> kvalues_iq4nl (signed bytes)
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_iq4nl)), idx);
 }
+static inline __m256i mxfp4_values(__m256i idx) {  // nibbles -> kvalues_mxfp4 (signed bytes)
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_mxfp4)), idx);
+}
 // 8 x int32: sums of 4 products of the weight bytes u (unsigned, or signed where SIGNED) and x (signed)
 template <bool SIGNED>
 static inline __m256i dot4(__m256i u, __m256i x) {
@@ -228,6 +231,21 @@ static inline __m256 halves8(const uint8_t* p, int bs, int nb, int off) {
     asm("" : "+r"(hi));
   }
   return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
+}
+// the E8M0 byte at the start of nb <= 8 consecutive blocks of `bs` bytes -> 8 floats 2^(e - 128) (e8m0_half,
+// subnormal for e < 2; zeros past nb), the bytes gathered in a general register as halves8 gathers its halves
+static inline __m256 e8m0_halves8(const uint8_t* p, int bs, int nb) {
+  uint64_t e8 = 0;
+  for (int i = 0; i < nb; ++i) {
+    e8 |= (uint64_t)p[i * bs] << (8 * i);
+    asm("" : "+r"(e8));  // as in halves8: keeps a partial span's loop scalar
+  }
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)e8));
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);             // e < 2
+  const __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);  // e >= 2
+  const __m256i bits = _mm256_blendv_epi8(sub, nrm, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
+  const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_castsi256_ps(_mm256_and_si256(bits, live));
 }
 // always inlined: GCC otherwise finds the function free of side effects (a prefetch has none it models) and drops
 // its calls, as it did from every small-N kernel here
@@ -296,6 +314,20 @@ struct DIQ4_NL {
   static constexpr bool MIN = false, OFF = false, SIGNED = true;
   static constexpr int OFFSET = 0;
   static __m256i weights(const Block& b) { return iq4_values(nibbles32(b.qs)); }
+};
+struct DMXFP4 {
+  using Block = block_mxfp4;
+  static constexpr bool MIN = false, OFF = false, SIGNED = true;
+  static constexpr int OFFSET = 0;
+  static __m256i weights(const Block& b) { return mxfp4_values(nibbles32(b.qs)); }
+};
+// MXFP4: blocks as BlockSource reads them, each scale an E8M0 byte (2^(e - 128)) where the others hold an f16
+struct MXFP4Source : BlockSource<DMXFP4> {
+  void prep(int r, int s0, int ns, size_t pf, __m256* s, __m256*) const {
+    const uint8_t* p = (const uint8_t*)blk(r, s0);
+    prefetch_span(p, ns * sizeof(Block), pf);
+    s[0] = e8m0_halves8(p, sizeof(Block), ns);  // e is the first field
+  }
 };
 
 struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
@@ -660,6 +692,7 @@ const KernelTable* kernels_avx2() {
     source(QType::Q5_1, BlockSource<DQ5_1>{});
     source(QType::Q8_0, BlockSource<DQ8_0>{});
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
+    source(QType::MXFP4, MXFP4Source{});
     source(QType::Q4_K, Q4KSource{});
     source(QType::Q6_K, Q6KSource{});
     k.int8_peak = avx2::int8_peak_avx2;

@@ -678,6 +678,9 @@ const KernelTable* kernels_avx512() {
         qgemv_fused_il<block_q5_K, QK_K, unpack_il_rows<unpack_rows<unpack_q5_K_v>, true>, 32, true>;
     k.qgemv_fused[(int)QType::IQ4_XS] =
         qgemv_fused_il<block_iq4_xs, QK_K, unpack_il_rows<unpack_rows<unpack_iq4_xs_v>, false>, 32, false>;
+    // MXFP4 through the generic unpack (fill_generic), not run on a machine with AVX-512 yet
+    k.qgemv_fused[(int)QType::MXFP4] =
+        qgemv_fused_il<block_mxfp4, QK, unpack_il_rows<unpack_rows<unpack_mxfp4>, false>, 32, false>;
     return k;
   }();
   return &t;

@@ -83,6 +83,7 @@ const TypeInfo* type_info(int type_id) {
       {QType::IQ4_NL, "IQ4_NL", QK, sizeof(block_iq4_nl)},
       {QType::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs)},
       {QType::BF16, "BF16", 1, sizeof(bf16_t)},
+      {QType::MXFP4, "MXFP4", QK, sizeof(block_mxfp4)},
       // internal (repack.h): rows of whole 4 blocks
       {QType::Q4_0X8, "Q4_0x8", 4 * QK, 4 * sizeof(block_q4_0)},
       {QType::Q4_1X8, "Q4_1x8", 4 * QK, 4 * sizeof(block_q4_1)},
@@ -105,6 +106,7 @@ QuantLayout quant_layout(QType t) {
     case QType::Q8_0: return {32, 128, false, 255};
     case QType::IQ4_NL: return {32, 128, false, 255};
     case QType::IQ4_XS: return {32, 128, false, 255};
+    case QType::MXFP4: return {32, 128, false, 255};
     case QType::Q4_1: return {32, 0, true, 15};
     case QType::Q5_1: return {32, 0, true, 31};
     case QType::Q4_K: return {32, 0, true, 15};

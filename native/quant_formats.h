@@ -15,6 +15,7 @@ constexpr int QK_K = 256; // weights per K-quant super-block
 enum class QType : int {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
+  MXFP4 = 39,
   // internal layouts (never in a file; ids past GGML's): repack.h makes them from a GGML type at load
   Q5_0X8 = 48, Q4_0X8 = 49, Q4_1X8 = 50, Q5_1X8 = 51,
 };
@@ -69,9 +70,26 @@ static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl size");
 // 4.25 bpw: 8 groups of 32; w = d * (ls - 32) * kvalues_iq4nl[q], 6-bit ls split over scales_l / scales_h
 struct block_iq4_xs { f16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs size");
+// 4.25 bpw: w = e8m0_half(e) * kvalues_mxfp4[q], q in [0, 15]; weight j < 16 the low nibble of qs[j], j + 16 its
+// high nibble (OCP microscaling FP4: E2M1 values times an E8M0 power of two; both halved and doubled here, exactly)
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_mxfp4) == 17, "mxfp4 size");
 
 alignas(16) constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                     1,   13,   25,  38,  53,  69,  89, 113};
+// the E2M1 values doubled (ggml's kvalues_mxfp4): sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times 2
+alignas(16) constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// E8M0 exponent e -> 2^(e - 128) (half of E8M0's 2^(e - 127), to go with the doubled kvalues_mxfp4), exact for
+// every e: e = 0, 1 give the float32 subnormals 2^-128, 2^-127; e = 255 gives 2^127, not NaN (ggml's
+// ggml_e8m0_to_fp32_half, gguf-py's MXFP4.e8m0_to_fp32_half)
+inline uint32_t e8m0_half_bits(uint8_t e) { return e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23; }
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e8m0_half_bits(e);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 struct TypeInfo {
   QType type;

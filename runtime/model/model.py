@@ -67,6 +67,17 @@ def _view(f: GGUFFile, ref: str) -> tuple[int, np.ndarray, int]:
     return t.type.id, (view if rows is None else view[rows]), t.row_len
 
 
+def _tensor_refs(spec: ModelSpec) -> list[str]:
+    """The tensor references (_view's) of the spec's weights, in load order."""
+    refs = [_spec_value(spec, name) for name in _FIELDS["weights"]]
+    refs += [getattr(layer, name) for layer in spec.layers for name in _FIELDS["layer_weights"]]
+    return [r for r in refs if r is not None]
+
+
+def _type_name(f: GGUFFile, ref: str) -> str:
+    return f.tensor(split_ref(ref)[0]).type.name
+
+
 class Model:
     def __init__(
         self,
@@ -116,6 +127,14 @@ class Model:
                 if tensor_name is not None:
                     d[name] = _view(f, tensor_name)
             layers.append(d)
+        cpu_only = next((ref for ref in _tensor_refs(s) if _type_name(f, ref) in quant_types.CPU_ONLY), None)
+        if cpu_only is not None and device != "cpu" and placement is None:
+            if device == "cuda":
+                raise ValueError(
+                    f"{f.path}: {split_ref(cpu_only)[0]}: tensor type {_type_name(f, cpu_only)} is not supported by "
+                    "the CUDA backend (it runs on the CPU only); use device='cpu'"
+                )
+            device = "cpu"  # auto: where every tensor's type runs
         if s.cpu_only and device != "cpu" and placement is None:
             if device == "cuda":
                 raise ValueError(f"{f.path}: {s.cpu_only} ({s.arch}) run on the CPU only; use device='cpu'")

@@ -86,6 +86,34 @@ def test_dequantize_random_blocks_equal_gguf(qt, path):
         np.testing.assert_array_equal(got, ref_dequantize(rows, qt).reshape(7, k))
 
 
+def mxfp4_every_exponent_rows(k: int, rng: np.random.Generator) -> np.ndarray:
+    """uint8 [rows, k / 32 * 17]: MXFP4 rows of k weights whose blocks hold every E8M0 exponent 0 .. 255 (shuffled,
+    so each lands at several positions of an 8-block span) and, in each block, every nibble 0 .. 15 as both a low
+    and a high nibble (qs[j] = p(j) | q(j) << 4 for random permutations p, q)."""
+    nb = k // 32
+    rows = -(-512 // nb)  # every exponent at least twice
+    blocks = np.empty((rows * nb, 17), np.uint8)
+    blocks[:, 0] = rng.permutation(np.resize(np.arange(256, dtype=np.uint8), rows * nb))
+    for b in range(rows * nb):
+        blocks[b, 1:] = rng.permutation(16).astype(np.uint8) | rng.permutation(16).astype(np.uint8) << 4
+    return blocks.reshape(rows, nb * 17)
+
+
+@pytest.mark.parametrize("k", [32, 96, 224, 896, 1024])
+def test_mxfp4_dequantize_every_exponent_and_nibble_equals_gguf(path, k):
+    """E8M0 scales 2^(e - 128) for all 256 e (e = 0, 1: float32 subnormals; e = 255: 2^127, whose products with the
+    larger codebook values overflow to inf as ggml's do), every codebook value,
+    whole and partial 8-block spans (k = 96, 224, 896: 3, 7 and a tail of 4 blocks): bit for bit gguf's values."""
+    native.configure(path=path, threads=1)
+    rows = mxfp4_every_exponent_rows(k, np.random.default_rng(39 + k))
+    got = native.dequantize_raw(int(T.MXFP4), rows, k)
+    with np.errstate(over="ignore"):  # e = 255 (2^127) times 2 .. 12 overflows to inf, in ggml too
+        want = ref_dequantize(rows, T.MXFP4).reshape(-1, k)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    for v in (2.0**-128, -(2.0**-127), 2.0**127, np.inf, -np.inf):  # the extremes are reached
+        assert np.any(got == np.float32(v)), v
+
+
 @pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_matmul_matches_float64(qt, path, threads):

@@ -11,7 +11,7 @@ import pytest
 from conftest import MODEL_NAMES, gpu, model_file, no_gpu
 from localllm import native
 from localllm.llm import LLM
-from localllm.model import placement
+from localllm.model import placement, quant_types
 from localllm.model.gguf import GGUFFile
 from localllm.model.model import Model, footprint, kv_block_bytes
 from localllm.model.placement import DeviceUnavailableError, Footprint
@@ -130,6 +130,19 @@ def _steps(model: Model) -> list[np.ndarray]:
         ids = [(5 * step + 1) % 10, 2, 7, 1, 8]
         out.append(model.forward(StepBatch(ids, pos, slots, seq, tables, [71 + step, 4 * step + 4], np.arange(5))))
     return out
+
+
+def test_a_cpu_only_tensor_type_keeps_the_model_off_the_gpu(tmp_path, fake_gpu, monkeypatch):
+    """A tensor of a type the CUDA backend does not decode (quant_types.CPU_ONLY: MXFP4): device 'cuda' is refused
+    with the tensor and its type named, 'auto' runs on the CPU. Shown on a tiny float model with F32 marked CPU-only
+    (no MXFP4 model file small enough to write here)."""
+    assert "MXFP4" in quant_types.CPU_ONLY and quant_types.get("MXFP4").supported
+    path = write_qhead_model(tmp_path / "m.gguf", "llama")
+    monkeypatch.setattr(quant_types, "CPU_ONLY", frozenset({"F32"}))
+    with GGUFFile(path) as f:
+        with pytest.raises(ValueError, match=r"\.weight: tensor type F32 is not supported by the CUDA backend"):
+            Model(f, n_blocks=8, threads=1, device="cuda")
+        assert Model(f, n_blocks=8, threads=1, device="auto").stages == [("cpu", 0, 2)]
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3", "llama"])
