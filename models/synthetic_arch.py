@@ -162,7 +162,35 @@ ARCHS["mistral3"] = {  # Ministral 3: llama's block, YaRN with its betas and log
         ("attention.temperature_scale", 0.5, "float32"),  # Ministral 3: 0.1; larger here to be seen
     ],
 }
-WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0}
+ARCHS["gpt-oss"] = {  # gpt-oss-20b's layer, scaled: biases everywhere, attention sinks, sliding windows on even
+    # layers, YaRN, 8 experts with biases, 2 per token, the clamped SwiGLU (its clamps at 7 are not reached at Xavier's
+    # spread: tests/native/test_kernels.py checks them); its o200k vocabulary is not on the index: qwen2's borrowed
+    "tokenizer": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "d_model": 128,
+    "n_layers": 3,
+    "n_head": 4,
+    "n_kv": 2,
+    "head_dim": 64,
+    "n_ff": 64,
+    "n_ff_exp": 64,
+    "n_expert": 8,
+    "n_expert_used": 2,
+    "rope_base": 150000.0,
+    "eps": 1e-5,
+    "output": True,
+    # MXFP4's coarser experts move the next layers' router logits more than Q8_0 does: a wider router keeps the
+    # second and third experts' gap above that noise at most positions
+    "router_scale": 16.0,
+    "extra": [
+        ("expert_count", 8, "uint32"),
+        ("expert_used_count", 2, "uint32"),
+        ("expert_feed_forward_length", 64, "uint32"),
+        ("attention.sliding_window", 4, "uint32"),
+        *_YARN,
+    ],
+}
+# MXFP4: the experts' matrices in MXFP4, the others in Q8_0 (as the released gpt-oss files)
+WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
 # the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
 # often within rounding of each other (a choice two implementations may make differently)
 ROUTER_SCALE = 4.0
@@ -184,7 +212,7 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
         else:
             attn = {b + "attn_q.weight": (qd, d), b + "attn_k.weight": (kvd, d), b + "attn_v.weight": (kvd, d)}
             ffn = {b + "ffn_gate.weight": (ff, d), b + "ffn_up.weight": (ff, d)}
-        if arch == "qwen3moe":  # the router and the experts' tensors stacked [expert, rows, row length]
+        if arch in ("qwen3moe", "gpt-oss"):  # the router and the experts' tensors stacked [expert, rows, row length]
             ne, fe = c["n_expert"], c["n_ff_exp"]
             ffn = {
                 b + "ffn_gate_inp.weight": (ne, d),
@@ -202,6 +230,22 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
                 **down,
             }
         )
+        if arch == "gpt-oss":  # biases, sinks; its feed-forward norm is called post_attention_norm
+            ne, fe = c["n_expert"], c["n_ff_exp"]
+            out.update(
+                {
+                    b + "attn_q.bias": (qd,),
+                    b + "attn_k.bias": (kvd,),
+                    b + "attn_v.bias": (kvd,),
+                    b + "attn_output.bias": (d,),
+                    b + "attn_sinks.weight": (c["n_head"],),
+                    b + "post_attention_norm.weight": out.pop(b + "ffn_norm.weight"),
+                    b + "ffn_gate_inp.bias": (ne,),
+                    b + "ffn_gate_exps.bias": (ne, fe),
+                    b + "ffn_up_exps.bias": (ne, fe),
+                    b + "ffn_down_exps.bias": (ne, d),
+                }
+            )
         if arch in ("qwen3", "qwen3moe"):  # (qwen3moe-bench is arch qwen3moe)
             out.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
         if arch == "gemma2":
@@ -294,14 +338,20 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
         if name == "rope_freqs.weight":
             w.add_tensor(name, _llama3_rope_factors(c["head_dim"], c["rope_base"]))
             continue
+        if name.endswith(".bias") or name.endswith("attn_sinks.weight"):  # F32 around 0: biases 0.1, sinks 1 spread
+            spread = 1.0 if name.endswith("attn_sinks.weight") else 0.1
+            w.add_tensor(name, (spread * rng.standard_normal(shape)).astype(np.float32))
+            continue
         if len(shape) == 1:
             t = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
             w.add_tensor(name, t)
             continue
         t = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
         kind = T.Q8_0 if name == "token_embd.weight" and qt == T.F32 else qt  # a real file's embedding is quantized
+        if qt == T.MXFP4 and "_exps." not in name:
+            kind = T.Q8_0
         if name.endswith("ffn_gate_inp.weight"):  # routers stay F32 in real files (llama.cpp does not quantize them)
-            t, kind = t * ROUTER_SCALE, T.F32
+            t, kind = t * c.get("router_scale", ROUTER_SCALE), T.F32
         if kind == T.F32:
             w.add_tensor(name, t)
         else:

@@ -142,9 +142,14 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
     }
   }
   for (int r = 0; r < R; ++r) {
-    const int t = tile.t0 + r / group;
-    float* o = out + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-    const float inv = 1.f / S.l[r];  // l >= 1: the row's own position is always visible
+    const int t = tile.t0 + r / group, h = kvh * group + r % group;
+    float* o = out + ((size_t)t * a.n_head + h) * D;
+    if (a.sinks) {  // the sink joins the softmax as one more logit: max and sum rescaled to include it
+      const float mx = std::max(S.m[r], a.sinks[h]), corr = std::exp(S.m[r] - mx);
+      S.l[r] = S.l[r] * corr + std::exp(a.sinks[h] - mx);
+      for (int d = 0; d < D; ++d) S.acc[(size_t)r * D + d] *= corr;
+    }
+    const float inv = 1.f / S.l[r];  // l >= 1: the row's own position is always visible (more with a sink)
     for (int d = 0; d < D; ++d) o[d] = S.acc[(size_t)r * D + d] * inv;
   }
 }

@@ -13,6 +13,8 @@ struct AttentionShape {
   float scale;    // multiplies q . k
   float softcap;  // 0: none; else s = softcap * tanh(s / softcap)
   int window;     // 0: none; else key position j is visible from query position p when p - j < window
+  const float* sinks = nullptr;  // [n_head] or nullptr: head h's softmax also counts e^sinks[h] (a logit, unscaled),
+                                 // whose share of the weight goes to no value (gpt-oss)
 };
 
 // Which cached positions each query row sees: row t is token positions[t] of sequence seq_index[t],

@@ -42,7 +42,9 @@ FfnAct get_key<FfnAct>(const py::dict& d, const char* key, const char* what) {
   const std::string act = get_key<std::string>(d, key, what);
   if (act == "silu") return FfnAct::Silu;
   if (act == "gelu_tanh") return FfnAct::GeluTanh;
-  throw std::invalid_argument(std::string(what) + ": " + key + " '" + act + "' is not one of silu, gelu_tanh");
+  if (act == "swiglu_oai") return FfnAct::SwigluOai;
+  throw std::invalid_argument(std::string(what) + ": " + key + " '" + act +
+                              "' is not one of silu, gelu_tanh, swiglu_oai");
 }
 
 // {"config": [...], "weights": [...], "layer": [...], "layer_weights": [...]}: the names of model_config.h's lists

@@ -82,6 +82,17 @@ py::array_t<float> silu_mul_py(const py::array_t<float, py::array::c_style | py:
   return out;
 }
 
+// gpt-oss's clamped SwiGLU as the forward pass applies it (ops.h swiglu_oai_mul), elementwise
+py::array_t<float> swiglu_oai_mul_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& g,
+                                     const py::array_t<float, py::array::c_style | py::array::forcecast>& u) {
+  if (g.ndim() != 1 || u.ndim() != 1 || g.shape(0) != u.shape(0))
+    throw std::invalid_argument("swiglu_oai_mul needs two 1-D float32 arrays of one length");
+  py::array_t<float> out(g.shape(0));
+  std::memcpy(out.mutable_data(), g.data(), (size_t)g.shape(0) * sizeof(float));
+  swiglu_oai_mul(out.mutable_data(), u.data(), (size_t)g.shape(0));
+  return out;
+}
+
 // activations as a product quantizes them: (xq int8 [n, k], dx [n, k/32], sum16 [n, k/16])
 py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
   if (x.ndim() != 2 || x.shape(1) % 32 || x.shape(1) == 0)
@@ -193,6 +204,8 @@ void bind_testing(py::module_& m) {
         "KV rows uint8 [n, row bytes] -> float32 [n, k]");
   m.def("hadamard", &hadamard_py, py::arg("x"), "float32 [n, dim] -> H x / sqrt(m) per group of m dims");
   m.def("silu_mul", &silu_mul_py, py::arg("g"), py::arg("u"), "g * sigmoid(g) * u, as the FFN computes it");
+  m.def("swiglu_oai_mul", &swiglu_oai_mul_py, py::arg("g"), py::arg("u"),
+        "min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1), as gpt-oss's experts compute it");
   m.def("quantize_x", &quantize_x_py, py::arg("x"),
         "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16]), as every product quantizes them");
   m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),

@@ -58,7 +58,7 @@ class CpuStage final : public Stage {
     matmul_multi(*m_.kt, jobs, nj, k, x, n, pool_);
   }
 
-  void moe_ffn(const LayerWeights& L, float* a, int T);
+  void moe_ffn(const LayerWeights& L, const LayerNorms& N, float* a, int T);
 
   const ModelParts& m_;
   const int first_, last_;
@@ -169,8 +169,8 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
       kv_.write(l - first_, kt, vt, b.slot_mapping + t0, n);  // distinct slots (check): ranges write disjoint rows
     });
     // att = softmax(q k^T * attn_scale, soft-capped, masked) v over the cached positions
-    const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
-                               c.attn_softcap, L.sliding ? c.sliding_window : 0};
+    const AttentionShape shape{c.n_head,       c.n_kv_head,    hd, kv_.block_size(), c.attn_scale,
+                               c.attn_softcap, L.sliding ? c.sliding_window : 0, N.sinks};
     paged_attention(shape, rows, q.data(), kv_.k(l - first_), kv_.v(l - first_), att.data(), pool_);
     if (kv_tf_.changes_output())
       by_rows([&](int t0, int t1) { kv_tf_.from_cache(N.v_bias, att.data() + (size_t)t0 * qd, t1 - t0); });
@@ -185,17 +185,15 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
       rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
     });
     // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm), or the experts' sum
-    if (c.n_expert) moe_ffn(L, a.data(), T);
+    if (c.n_expert) moe_ffn(L, N, a.data(), T);
     else {
     matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
       const int parts = n >= (1u << 16) ? 4 * pool_.size() : 1;
-      const bool silu = c.ffn_act == FfnAct::Silu;
       pool_.run(parts, [&](int p, int) {
         const size_t lo = n * p / parts, hi = n * (p + 1) / parts;
-        if (silu) silu_mul(g.data() + lo, u.data() + lo, hi - lo);
-        else gelu_tanh_mul(g.data() + lo, u.data() + lo, hi - lo);
+        ffn_act_mul(c.ffn_act, g.data() + lo, u.data() + lo, hi - lo);
       });
     }
     matmul(L.ffn_down, g.data(), T, a.data());
@@ -238,7 +236,7 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
 // (kernels.h), its softmax, choice and sum run per token in a fixed order (experts in the order chosen), so it does
 // not depend on which other tokens the step carries or which experts they chose. The tokens are grouped by expert,
 // so a step reads each chosen expert's weights once (a decoded token reads only its n_expert_used experts').
-void CpuStage::moe_ffn(const LayerWeights& L, float* a, int T) {
+void CpuStage::moe_ffn(const LayerWeights& L, const LayerNorms& N, float* a, int T) {
   const ModelConfig& c = m_.cfg;
   const int d = c.d_model, E = c.n_expert, K = c.n_expert_used, F = c.n_ff;
   std::vector<float> p((size_t)T * E);
@@ -247,6 +245,22 @@ void CpuStage::moe_ffn(const LayerWeights& L, float* a, int T) {
   std::vector<float> weight((size_t)T * K);
   for (int t = 0; t < T; ++t) {
     float* pt = p.data() + (size_t)t * E;
+    if (N.router_bias)
+      for (int e = 0; e < E; ++e) pt[e] += N.router_bias[e];
+    if (c.expert_weights_softmax) {  // gpt-oss: the K largest logits, their softmax the weights
+      int* ct = chosen.data() + (size_t)t * K;
+      float* wt = weight.data() + (size_t)t * K;
+      for (int j = 0; j < K; ++j) {
+        int best = -1;
+        for (int e = 0; e < E; ++e)
+          if (std::find(ct, ct + j, e) == ct + j && (best < 0 || pt[e] > pt[best])) best = e;
+        ct[j] = best;
+      }
+      float sum = 0.f;
+      for (int j = 0; j < K; ++j) sum += (wt[j] = std::exp(pt[ct[j]] - pt[ct[0]]));
+      for (int j = 0; j < K; ++j) wt[j] /= sum;
+      continue;
+    }
     float mx = pt[0];
     for (int e = 1; e < E; ++e) mx = std::max(mx, pt[e]);
     float sum = 0.f;
@@ -299,14 +313,21 @@ void CpuStage::moe_ffn(const LayerWeights& L, float* a, int T) {
       }
     matmul_each(*m_.kt, jobs.data(), (int)jobs.size(), d, xs.data(), n, pool_);
   }
+  // the experts' biases (gpt-oss): expert e's rows [off[e], off[e + 1]) of g, u (and of o below)
+  auto add_expert_bias = [&](float* y, const float* bias, int width) {
+    if (!bias) return;
+    for (int e = 0; e < E; ++e)
+      for (int r = off[e]; r < off[e + 1]; ++r)
+        for (int i = 0; i < width; ++i) y[(size_t)r * width + i] += bias[(size_t)e * width + i];
+  };
+  add_expert_bias(g.data(), N.gate_exps_bias, F);
+  add_expert_bias(u.data(), N.up_exps_bias, F);
   {  // elementwise, split over the pool for prompts as the dense feed-forward's
     const size_t ne = R * F;
     const int parts = ne >= (1u << 16) ? 4 * pool_.size() : 1;
-    const bool silu = c.ffn_act == FfnAct::Silu;
     pool_.run(parts, [&](int p, int) {
       const size_t lo = ne * p / parts, hi = ne * (p + 1) / parts;
-      if (silu) silu_mul(g.data() + lo, u.data() + lo, hi - lo);
-      else gelu_tanh_mul(g.data() + lo, u.data() + lo, hi - lo);
+      ffn_act_mul(c.ffn_act, g.data() + lo, u.data() + lo, hi - lo);
     });
   }
   for (int n : counts) {
@@ -319,6 +340,7 @@ void CpuStage::moe_ffn(const LayerWeights& L, float* a, int T) {
       }
     matmul_each(*m_.kt, jobs.data(), (int)jobs.size(), F, xs.data(), n, pool_);
   }
+  add_expert_bias(o.data(), N.down_exps_bias, d);
   for (int t = 0; t < T; ++t) {
     float* at = a + (size_t)t * d;
     const float* wt = weight.data() + (size_t)t * K;

@@ -95,11 +95,24 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     N.k_norm = opt(L.attn_k_norm, c.head_dim, "attn_k_norm");
     N.post_attn = opt(L.post_attention_norm, d, "post_attention_norm");
     N.post_ffn = opt(L.post_ffw_norm, d, "post_ffw_norm");
+    N.sinks = opt(L.attn_sinks, c.n_head, "attn_sinks");
+    const int E = c.n_expert, F = c.n_ff;
+    N.router_bias = opt(L.ffn_gate_inp_bias, E, "ffn_gate_inp_bias");
+    N.gate_exps_bias = opt(L.ffn_gate_exps_bias, E * F, "ffn_gate_exps_bias");
+    N.up_exps_bias = opt(L.ffn_up_exps_bias, E * F, "ffn_up_exps_bias");
+    N.down_exps_bias = opt(L.ffn_down_exps_bias, E * d, "ffn_down_exps_bias");
+    if (!E && (N.router_bias || N.gate_exps_bias || N.up_exps_bias || N.down_exps_bias))
+      throw std::invalid_argument(b + ": expert biases without experts");
     if (!N.q_norm != !N.k_norm) throw std::invalid_argument(b + ": attn_q_norm and attn_k_norm must come together");
     norms_.push_back(N);
   }
-  const bool all_k_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.k_bias; });
-  const bool all_v_bias = std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.v_bias; });
+  // centering K shifts a row's scores alike and centering V needs weights summing to 1: a sink (a logit that is
+  // not shifted, a weight on no value) breaks both, so a model with sinks stores K and V uncentered
+  const bool sinks = std::any_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.sinks; });
+  const bool all_k_bias =
+      !sinks && std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.k_bias; });
+  const bool all_v_bias =
+      !sinks && std::all_of(norms_.begin(), norms_.end(), [](const LayerNorms& N) { return N.v_bias; });
   kv_tf_ = KvTransforms(c, kv, all_k_bias, all_v_bias);
   if (kv.equalize && kv.k_type != KvType::F16) {
     std::vector<std::vector<float>> s;
@@ -114,6 +127,16 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   place(placement.empty() ? std::vector<Placement>{{"cpu", c.n_layers}} : placement);
 }
 
+// what of this model only the CPU stage computes (spec.py's ModelSpec.cpu_only), or nullptr
+const char* Model::cpu_only() const {
+  if (cfg_.n_expert) return "mixture-of-experts layers";
+  if (cfg_.attn_temp_scale != 0.f) return "attention temperature";
+  if (cfg_.ffn_act == FfnAct::SwigluOai) return "the clamped SwiGLU (swiglu_oai)";
+  for (const LayerNorms& N : norms_)
+    if (N.sinks) return "attention sinks";
+  return nullptr;
+}
+
 void Model::place(const std::vector<Placement>& placement) {
   int first = 0;
   for (const Placement& p : placement) {
@@ -121,10 +144,8 @@ void Model::place(const std::vector<Placement>& placement) {
       throw std::invalid_argument("placement: stage on " + p.device + " ends at layer " + str(p.last) +
                                   ", not in (" + str(first) + ", " + str(cfg_.n_layers) + "]");
     if (p.device == "cpu") stages_.push_back(make_cpu_stage(*parts_, first, p.last, kv_shape_, pool_));
-    else if (p.device == "cuda" && (cfg_.n_expert || cfg_.attn_temp_scale != 0.f))
-      throw std::invalid_argument(std::string("placement: ") +
-                                  (cfg_.n_expert ? "mixture-of-experts layers" : "attention temperature") +
-                                  " run on the CPU only (not on cuda)");
+    else if (p.device == "cuda" && cpu_only())
+      throw std::invalid_argument(std::string("placement: ") + cpu_only() + " run on the CPU only (not on cuda)");
     else if (p.device == "cuda") stages_.push_back(make_cuda_stage(*parts_, first, p.last, kv_shape_, 0));
     else throw std::invalid_argument("placement: unknown device '" + p.device + "' (cpu, cuda)");
     stage_info_.push_back({stages_.back()->device(), first, p.last});

@@ -56,6 +56,7 @@ class Model {
  private:
   const float* vector_of(const WeightView& w, int n, const char* name);
   void place(const std::vector<Placement>& placement);
+  const char* cpu_only() const;
   void check(const StepBatch& b) const;
 
   ModelConfig cfg_;

@@ -17,7 +17,8 @@ struct WeightView {
   bool present() const { return data != nullptr; }
 };
 
-enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
+// Silu: SwiGLU; GeluTanh: GeGLU (tanh approximation); SwigluOai: gpt-oss's clamped SwiGLU (ops.h swiglu_oai_mul)
+enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
 
 // Every field and weight of a model is spelt once, in the lists below: the structs are generated from them, so
 // is the binding's reading of Python's dicts (bind_model.cpp), localllm.model.model builds those dicts from the names
@@ -40,6 +41,7 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
   X(int, n_expert)         /* 0: dense feed-forward; else experts per layer (n_ff: one expert's width) */ \
   X(int, n_expert_used)    /* experts a token goes through (<= n_expert) */                             \
   X(bool, expert_weights_norm) /* the chosen experts' probabilities renormalised to sum 1 */                \
+  X(bool, expert_weights_softmax) /* the chosen experts' weights: the softmax of their router logits alone */ \
   /* YaRN (ops.h RopeYarn): the unscaled angle mixed in by ramp * yarn_ext_factor (0: none), the ramp's   \
      correction dims from the betas over yarn_orig_ctx; mscale multiplies cos and sin */                  \
   X(float, yarn_ext_factor) X(float, yarn_beta_fast) X(float, yarn_beta_slow) X(int, yarn_orig_ctx)      \
@@ -71,7 +73,12 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1 };
   X(attn_norm) X(attn_q) X(attn_k) X(attn_v) X(attn_output) X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) \
   X(attn_q_bias) X(attn_k_bias) X(attn_v_bias) X(attn_output_bias) X(attn_q_norm) X(attn_k_norm)        \
   X(post_attention_norm) X(post_ffw_norm)                                                               \
-  X(ffn_gate_inp) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)
+  X(ffn_gate_inp) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)                                    \
+  X(attn_sinks)         /* [n_head]: a logit per head the softmax counts and drops (gpt-oss) */         \
+  X(ffn_gate_inp_bias)  /* [n_expert] */                                                                \
+  X(ffn_gate_exps_bias) /* [n_expert][n_ff] */                                                          \
+  X(ffn_up_exps_bias)   /* [n_expert][n_ff] */                                                          \
+  X(ffn_down_exps_bias) /* [n_expert][d_model] */
 
 #define LLL_FIELD_MEMBER(type, name) type name{};
 #define LLL_WEIGHT_MEMBER(name) WeightView name;

@@ -79,6 +79,22 @@ void gelu_tanh_mul(float* g, const float* u, size_t n) {
   }
 }
 
+void swiglu_oai_mul(float* g, const float* u, size_t n) {
+  const float alpha = 1.702f, limit = 7.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit), y = std::min(std::max(u[i], -limit), limit);
+    g[i] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+  }
+}
+
+void ffn_act_mul(FfnAct act, float* g, const float* u, size_t n) {
+  switch (act) {
+    case FfnAct::Silu: return silu_mul(g, u, n);
+    case FfnAct::GeluTanh: return gelu_tanh_mul(g, u, n);
+    case FfnAct::SwigluOai: return swiglu_oai_mul(g, u, n);
+  }
+}
+
 void softcap(float* x, size_t n, float cap) {
   for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }

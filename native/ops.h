@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "model_config.h"
 #include "quant_formats.h"
 
 // Loops of elementwise float work built for AVX-512, AVX2 + FMA and the baseline, the best chosen at load
@@ -70,6 +71,11 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float
 // g[i] = act(g[i]) * u[i] for i < n
 void silu_mul(float* g, const float* u, size_t n);
 void gelu_tanh_mul(float* g, const float* u, size_t n);
+// gpt-oss's SwiGLU (ggml_swiglu_oai, alpha 1.702, limit 7): x = min(g, 7), y = clamp(u, -7, 7),
+// g[i] = x / (1 + e^(-1.702 x)) * (y + 1)
+void swiglu_oai_mul(float* g, const float* u, size_t n);
+// the feed-forward's activation (model_config.h FfnAct) over n elements
+void ffn_act_mul(FfnAct act, float* g, const float* u, size_t n);
 
 // x[i] = cap * tanh(x[i] / cap) for i < n
 void softcap(float* x, size_t n, float cap);

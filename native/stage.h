@@ -23,6 +23,10 @@ namespace lll {
 // float views of a layer's 1-D weights (nullptr: absent), dequantized once at load
 struct LayerNorms {
   const float *attn_norm, *ffn_norm, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm, *post_attn, *post_ffn;
+  // gpt-oss: attention sinks [n_head]; the router's bias [n_expert]; the experts' biases [n_expert][n_ff] (gate,
+  // up) and [n_expert][d_model] (down). nullptr where the model has none
+  const float *sinks = nullptr, *router_bias = nullptr, *gate_exps_bias = nullptr, *up_exps_bias = nullptr,
+              *down_exps_bias = nullptr;
 };
 
 // What every stage reads of the loaded model; owned by the Model, outliving its stages.

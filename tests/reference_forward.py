@@ -89,6 +89,15 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def glu(act: str, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The gated feed-forward's act(g) * u (spec.py's ffn_act), in float64."""
+    g, u = g.astype(np.float64), u.astype(np.float64)
+    if act == "swiglu_oai":  # ggml_swiglu_oai: alpha 1.702, limit 7
+        x, y = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+        return x / (1.0 + np.exp(-1.702 * x)) * (y + 1.0)
+    return (silu(g) if act == "silu" else gelu_tanh(g)) * u
+
+
 def softcap(x: np.ndarray, cap: float) -> np.ndarray:
     return cap * np.tanh(x / cap) if cap else x
 
@@ -212,8 +221,11 @@ class ReferenceModel:
         if layer.sliding:
             masked |= i - j >= s.sliding_window
         scores = np.where(masked[None], -np.inf, scores)
+        if layer.attn_sinks:  # one more logit per head in the softmax, whose weight goes to no value
+            sink = np.broadcast_to(self.weight(layer.attn_sinks).astype(np.float64)[:, None, None], (s.n_head, T, 1))
+            scores = np.concatenate([scores, sink], axis=-1)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        probs = scores / scores.sum(axis=-1, keepdims=True)
+        probs = (scores / scores.sum(axis=-1, keepdims=True))[..., :T]
         out = np.einsum("hij,jhd->ihd", probs, v).reshape(T, s.q_dim)
         return self.linear(out, layer.attn_output, layer.attn_output_bias)
 
@@ -221,23 +233,28 @@ class ReferenceModel:
         """x: [T, d_model] normed -> [T, d_model]."""
         if self.spec.n_expert:
             return self.experts(layer, x)
-        act = silu if self.spec.ffn_act == "silu" else gelu_tanh
-        g = act(self.linear(x, layer.ffn_gate).astype(np.float64))
-        return self.linear(g * self.linear(x, layer.ffn_up), layer.ffn_down)
+        g = glu(self.spec.ffn_act, self.linear(x, layer.ffn_gate), self.linear(x, layer.ffn_up))
+        return self.linear(g, layer.ffn_down)
 
     def experts(self, layer, x: np.ndarray) -> np.ndarray:
         """The mixture of experts (spec.py), token by token: softmax router, the n_expert_used most probable (ties:
         the lower index), renormalised when expert_weights_norm, each expert a feed-forward over its rows."""
         s = self.spec
-        act = silu if s.ffn_act == "silu" else gelu_tanh
-        z = self.linear(x, layer.ffn_gate_inp).astype(np.float64)
+        z = self.linear(x, layer.ffn_gate_inp, layer.ffn_gate_inp_bias).astype(np.float64)
         p = np.exp(z - z.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         out = np.zeros((len(x), s.d_model))
+
+        def bias(name: str | None, e: int) -> float | np.ndarray:
+            return self.weight(name)[e].astype(np.float64) if name else 0.0
+
         for t in range(len(x)):
-            chosen = np.argsort(-p[t], kind="stable")[: s.n_expert_used]
+            chosen = np.argsort(-z[t], kind="stable")[: s.n_expert_used]
             w = p[t][chosen]
-            if s.expert_weights_norm:
+            if s.expert_weights_softmax:  # the softmax of the chosen logits alone
+                w = np.exp(z[t][chosen] - z[t][chosen].max())
+                w /= w.sum()
+            elif s.expert_weights_norm:
                 w = w / max(w.sum(), 6.103515625e-5)
             for wj, e in zip(w, chosen):
 
@@ -245,11 +262,10 @@ class ReferenceModel:
                     return f"{name}@{e * n}:{(e + 1) * n}"
 
                 xe = x[t : t + 1]
-                g = act(self.linear(xe, rows(layer.ffn_gate_exps, s.n_ff)).astype(np.float64))
-                y = self.linear(
-                    g * self.linear(xe, rows(layer.ffn_up_exps, s.n_ff)), rows(layer.ffn_down_exps, s.d_model)
-                )
-                out[t] += wj * y[0]
+                g = self.linear(xe, rows(layer.ffn_gate_exps, s.n_ff)) + bias(layer.ffn_gate_exps_bias, e)
+                u = self.linear(xe, rows(layer.ffn_up_exps, s.n_ff)) + bias(layer.ffn_up_exps_bias, e)
+                y = self.linear(glu(s.ffn_act, g, u), rows(layer.ffn_down_exps, s.d_model))
+                out[t] += wj * (y[0] + bias(layer.ffn_down_exps_bias, e))
         return out if self.float64 else out.astype(np.float32)
 
     def logits(self, ids: list[int]) -> np.ndarray:

@@ -207,6 +207,19 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
         ignore_merges=True,
         add_bos=True,
     ),
+    # gpt-oss (o200k), Llama 4: llama.cpp's rewrite of tokenizer.json's regex (case classes as lookaheads)
+    **dict.fromkeys(
+        ["gpt-4o", "llama4"],
+        PreTokenizer(
+            (
+                r"[^\r\n\p{L}\p{N}]?(?:(?=[\p{L}])(?:[^a-z]))*(?:(?=[\p{L}])(?:[^A-Z]))+"
+                r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                r"|[^\r\n\p{L}\p{N}]?(?:(?=[\p{L}])(?:[^a-z]))+(?:(?=[\p{L}])(?:[^A-Z]))*"
+                r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+            )
+        ),
+    ),
     "chameleon": PreTokenizer(
         (
             r"<sentinel:[0-9]+>",

@@ -347,6 +347,24 @@ def test_silu_mul_matches_float64():
     assert np.all(np.abs(got - want) <= 8 * U * np.abs(want) + 1e-37)
 
 
+def test_swiglu_oai_mul_matches_float64():
+    """gpt-oss's clamped SwiGLU (ggml_swiglu_oai: alpha 1.702, limit 7) within a few float32 ulps of the float64
+    formula, on both sides of both clamps: g above 7 acts as 7, u outside [-7, 7] as its bound."""
+    rng = np.random.default_rng(6)
+    g = np.concatenate([np.linspace(-40, 40, 8001, dtype=np.float32), rng.standard_normal(4096, dtype=np.float32) * 8])
+    u = np.concatenate([np.linspace(30, -30, 8001, dtype=np.float32), rng.standard_normal(4096, dtype=np.float32) * 8])
+    got = native.testing.swiglu_oai_mul(g, u).astype(np.float64)
+    x, y = np.minimum(g.astype(np.float64), 7.0), np.clip(u.astype(np.float64), -7.0, 7.0)
+    # the exponent as float32 computes it (-1.702f * x: its rounding is the formula's, ggml's too), then float64
+    glu = x / (1.0 + np.exp((np.float32(-1.702) * x.astype(np.float32)).astype(np.float64)))
+    want = glu * (y + 1.0)
+    assert np.all(np.isfinite(got))
+    # relative to the factors' sizes: y + 1 is rounded to float32 (cancelling near y = -1) as ggml rounds it
+    assert np.all(np.abs(got - want) <= 8 * U * np.abs(glu) * (np.abs(y) + 1.0) + 1e-37)
+    assert np.any(g > 7) and np.any(u > 7) and np.any(u < -7)
+    np.testing.assert_allclose(got[g > 7], (glu[g > 7] * (y[g > 7] + 1.0)), rtol=8 * U)
+
+
 def test_silu_mul_propagates_nan_and_inf():
     """A NaN activation stays NaN through SiLU (the polynomial e^x converts no NaN to an integer: undefined in
     C++), +inf stays +inf (times u), and -inf gives no finite number (-inf here: (g h) h with h = e^-87 after

@@ -36,6 +36,12 @@ MARGIN = 0.1
 # matrices 0.059-0.083 and 0.071-0.095 (the 8-bit rounding of activations, which llama.cpp does per 32 too, in its own
 # order). Bounds leave about 1.5-2x.
 BOUND = {"f16": 0.12, "q8_0": 0.2}
+# gpt-oss's synthetic is far more sensitive to rounding (sinks, 2 of 8 experts: a rounding moves the next layers'
+# routing weights): measured at positions clear of routing near-ties, |localllm - llama.cpp (f16 KV)| 0.365 with
+# q8_0 KV on F32 matrices, where llama.cpp's own q8_0 KV lies 1.49 from its f16 KV. (With MXFP4 experts, whose
+# activations each side rounds to 8 bits in its own order, routing flips made even llama.cpp lie 1.3 from float64
+# on this model: MXFP4 is checked at the kernels, tests/native/test_kernels.py, not here.)
+BOUND_FOR = {("gpt-oss", "F32", "q8_0"): 0.5}
 # |localllm - float64| (float64 rounds nothing): measured 0.020-0.025 (F32) and 0.064-0.085 (Q8_0) with f16 KV
 FLOAT64_BOUND = 0.2
 
@@ -71,7 +77,8 @@ def _float64(path: Path, seqs: list[list[int]]) -> list[tuple[np.ndarray, set[in
 
         class Routing(ReferenceModel):
             def experts(self, layer, x):
-                z = np.sort(self.linear(x, layer.ffn_gate_inp).astype(np.float64), axis=1)[:, ::-1]
+                z = self.linear(x, layer.ffn_gate_inp, layer.ffn_gate_inp_bias).astype(np.float64)
+                z = np.sort(z, axis=1)[:, ::-1]
                 k = self.spec.n_expert_used
                 flat.update(np.nonzero(z[:, k - 1] - z[:, k] < ROUTING_MARGIN)[0].tolist())
                 return super().experts(layer, x)
@@ -94,6 +101,8 @@ def _routing_ties(path: Path, ref: dict, i: int) -> set[int]:
 
 
 def _compare(got: np.ndarray, seq: dict, bound: float, what: str, skip: set[int] = frozenset()) -> None:
+    # top-1s compared where llama.cpp's margin is MARGIN, or twice a widened bound (logits within it keep such a lead)
+    margin = MARGIN if bound <= max(BOUND.values()) else 2 * bound
     for p, top in enumerate(seq["topk_per_position"]):
         if p in skip:
             continue
@@ -101,7 +110,7 @@ def _compare(got: np.ndarray, seq: dict, bound: float, what: str, skip: set[int]
         vals = np.array([v for _, v in top])
         diff = np.abs(got[p][ids] - vals).max()
         assert diff <= bound, f"{what}, position {p}: |localllm - llama.cpp| {diff:.4f} > {bound}"
-        if vals[0] - vals[1] >= MARGIN:
+        if vals[0] - vals[1] >= margin:
             assert int(np.argmax(got[p])) == ids[0], (
                 f"{what}, position {p}: top-1 differs, llama.cpp margin {vals[0] - vals[1]:.3f}"
             )
@@ -115,13 +124,14 @@ def test_logits_match_llama_cpp(synthetic, kv):
         for i, seq in enumerate(ref["sequences"]):
             ids = seq["prompt_ids"] + seq["greedy_ids"]
             ties = _routing_ties(path, ref, i)
-            _compare(llm.logits(ids), seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, one step", ties)
+            bound = BOUND_FOR.get((ref["arch"], ref["weight_type"], kv), BOUND[kv])
+            _compare(llm.logits(ids), seq, bound, f"{path.stem} kv {kv} sequence {i}, one step", ties)
             steps = llm.exclusive(
                 lambda s, ids=ids: np.concatenate(
                     [s.step(np.array(ids[k : k + 1]), k, np.array([0])) for k in range(len(ids))]
                 )
             )
-            _compare(steps, seq, BOUND[kv], f"{path.stem} kv {kv} sequence {i}, token by token", ties)
+            _compare(steps, seq, bound, f"{path.stem} kv {kv} sequence {i}, token by token", ties)
             start = len(seq["prompt_ids"])
             if not _near_tie(seq, start) and not ties & set(range(start - 1, start + 3)):
                 assert llm.greedy(seq["prompt_ids"], 4) == seq["greedy_ids"][:4], f"{path.stem}: greedy tokens differ"
@@ -137,16 +147,30 @@ def _near_tie(seq: dict, start: int) -> bool:
 def test_logits_match_the_float64_forward(synthetic):
     ref, path = synthetic
     seqs = [s["prompt_ids"] + s["greedy_ids"] for s in ref["sequences"]]
+    ours, theirs = [], []  # per sequence: localllm's and llama.cpp's largest distance from float64
     with LLM(path, n_threads=2, ctx_size=256) as llm:
-        for ids, (w, ties) in zip(seqs, _float64(path, seqs)):
+        for ids, seq, (w, ties) in zip(seqs, ref["sequences"], _float64(path, seqs)):
             keep = np.array([p not in ties for p in range(len(ids))])
+            theirs.append(
+                max(
+                    (
+                        np.abs(np.array([v for _, v in top]) - w[p][[i for i, _ in top]]).max()
+                        for p, top in enumerate(seq["topk_per_position"])
+                        if keep[p]
+                    ),
+                    default=0.0,
+                )
+            )
             got, w = llm.logits(ids).astype(np.float64)[keep], w[keep]
             top = np.argsort(-w, axis=1)[:, :10]
             diff = np.abs(np.take_along_axis(got, top, 1) - np.take_along_axis(w, top, 1))
-            assert diff.max() <= FLOAT64_BOUND, f"{path.stem}: |localllm - float64| {diff.max():.4f}"
+            ours.append(diff.max())
             margin = np.take_along_axis(w, top[:, :1], 1)[:, 0] - np.take_along_axis(w, top[:, 1:2], 1)[:, 0]
             clear = margin >= MARGIN
             assert np.array_equal(got.argmax(1)[clear], top[clear, 0]), f"{path.stem}: top-1 differs from float64's"
+    # FLOAT64_BOUND, or at least as close as llama.cpp over the file's sequences where it lies farther (MXFP4)
+    bound = max(FLOAT64_BOUND, max(theirs))
+    assert max(ours) <= bound, f"{path.stem}: |localllm - float64| {max(ours):.4f} > {bound:.4f}"
 
 
 @pytest.fixture(scope="module")

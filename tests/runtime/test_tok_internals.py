@@ -47,6 +47,8 @@ def tok(name: str) -> Tokenizer:
         ("gpt-2", "it's 42", ["it", "'s", " 42"]),
         ("default", "a+b=1234", ["a", "+", "b", "=", "123", "4"]),
         ("deepseek-coder", "Hi there\n12", ["Hi", " there", "\n", "1", "2"]),
+        # gpt-oss's o200k: case runs split, contractions kept on the word, digits in threes (tiktoken's splits)
+        ("gpt-4o", "HTTPServer World's DON'T 12345", ["HTTPServer", " World's", " DON'T", " ", "123", "45"]),
     ],
 )
 def test_pre_tokenizer_split(pre, text, pieces):

@@ -27,11 +27,13 @@ DEFAULT_SWA_ROPE_BASE = 10000.0
 N_LAYERS_27B = 62
 
 
-def _sliding_layers(m: MetadataView, n_layers: int) -> list[bool]:
+def swa_pattern(m: MetadataView, n_layers: int, default_period: int) -> list[bool]:
+    """Which layers slide (llama.cpp's load_swa_pattern): the file's attention.sliding_window_pattern, an integer
+    period (layer i slides when i % period < period - 1; 0: all) or per-layer flags, else default_period."""
     key = m.key("attention.sliding_window_pattern")
     v = m.raw("attention.sliding_window_pattern")
     if v is None:
-        v = DEFAULT_SWA_PERIOD
+        v = default_period
     if isinstance(v, np.ndarray):
         if v.ndim != 1 or len(v) != n_layers or v.dtype.kind not in "biu":
             raise m.fail(key, f"expected {n_layers} per-layer flags, got an array of {v.dtype} with shape {v.shape}")
@@ -65,4 +67,4 @@ def spec(f) -> ModelSpec:
     local_base = m.number("rope.freq_base_swa", DEFAULT_SWA_ROPE_BASE)
     if local_base <= 0:
         raise m.fail(m.key("rope.freq_base_swa"), f"must be positive, got {local_base}")
-    return gemma_windows(m, s, _sliding_layers(m, s.n_layers), N_LAYERS_27B, local_base)
+    return gemma_windows(m, s, swa_pattern(m, s.n_layers, DEFAULT_SWA_PERIOD), N_LAYERS_27B, local_base)

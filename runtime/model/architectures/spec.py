@@ -13,13 +13,17 @@ ModelSpec; the native side runs this block over it, with T tokens at positions p
         s = (q @ k.T) * attn_scale                                     # head h reads kv head h // (n_head // n_kv_head)
         s = attn_softcap * tanh(s / attn_softcap)                      # when attn_softcap
         s[i, j] = -inf where j > i, or i - j >= sliding_window on a sliding layer
-        o = (softmax(s) @ v) @ attn_output.T (+ attn_output_bias)      # [T, d_model]
+        o = (softmax(s) @ v) @ attn_output.T (+ attn_output_bias)      # [T, d_model]; with attn_sinks, head h's
+                                                                       # softmax counts e^sink[h] too (no value)
         h = h + rms_norm(o, post_attention_norm)                       # the norm only when post_attn_norm
         f = rms_norm(h, ffn_norm)
-        f = (act(f @ ffn_gate.T) * (f @ ffn_up.T)) @ ffn_down.T        # act: silu or gelu_tanh
+        f = (act(f @ ffn_gate.T) * (f @ ffn_up.T)) @ ffn_down.T        # act: silu, gelu_tanh; swiglu_oai: gpt-oss's
+                                                                       # min(g, 7) * sigmoid(1.702 min(g, 7)) *
+                                                                       # (clamp(u, -7, 7) + 1) for act(g) * u
         # mixture of experts (n_expert > 0) instead: p = softmax(f @ ffn_gate_inp.T); the n_expert_used largest
         # (ties: the lower index) in order, their p renormalised to sum 1 when expert_weights_norm;
         # f = sum over them of p_e * ffn_e(f), ffn_e the expression above over expert e's rows of the _exps tensors
+        # (gpt-oss: the router's and experts' biases added, p the softmax of the chosen logits: expert_weights_softmax)
         h = h + rms_norm(f, post_ffw_norm)                             # the norm only when post_ffn_norm
     logits = rms_norm(h, output_norm) @ output.T                       # [T, n_vocab]
     logits = final_softcap * tanh(logits / final_softcap)              # when final_softcap
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ROPE_SCALING_TYPES = ("none", "linear", "yarn")
-FFN_ACTS = ("silu", "gelu_tanh")
+FFN_ACTS = ("silu", "gelu_tanh", "swiglu_oai")
 _REQUIRED = object()
 
 
@@ -119,6 +123,11 @@ class LayerSpec:
     ffn_gate_exps: str | None = None  # [n_expert * n_ff, d_model]
     ffn_up_exps: str | None = None  # [n_expert * n_ff, d_model]
     ffn_down_exps: str | None = None  # [n_expert * d_model, n_ff]
+    attn_sinks: str | None = None  # [n_head]: a logit per head the softmax counts and drops (gpt-oss)
+    ffn_gate_inp_bias: str | None = None  # [n_expert]: added to the router's logits
+    ffn_gate_exps_bias: str | None = None  # [n_expert, n_ff]: expert e's row added to its gate product
+    ffn_up_exps_bias: str | None = None  # [n_expert, n_ff]
+    ffn_down_exps_bias: str | None = None  # [n_expert, d_model]
 
     def tensor_names(self) -> list[str]:
         """The file's tensors the layer reads (a fused tensor once, however many references slice it)."""
@@ -156,6 +165,9 @@ class ModelSpec:
     n_expert: int = 0  # 0: a dense feed-forward; else experts per layer (n_ff is then one expert's width)
     n_expert_used: int = 0  # experts each token goes through
     expert_weights_norm: bool = False  # the chosen experts' probabilities renormalised to sum 1
+    # the chosen experts (the n_expert_used largest logits) weighted by the softmax of their logits alone (gpt-oss;
+    # llama.cpp's SOFTMAX_WEIGHT gating) instead of by their probabilities under the softmax over all experts
+    expert_weights_softmax: bool = False
     # attention temperature (Llama 4, mistral3): after rope, q at position pos is multiplied by
     # 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1); attn_temp_scale 0: none
     attn_temp_scale: float = 0.0
@@ -191,6 +203,9 @@ class ModelSpec:
                     raise ValueError(f"layer {i} disagrees with {flag}={getattr(self, flag)}")
             if layer.sliding and not self.sliding_window:
                 raise ValueError(f"layer {i} is sliding but sliding_window is 0")
+        expert_biases = ("ffn_gate_inp_bias", "ffn_gate_exps_bias", "ffn_up_exps_bias", "ffn_down_exps_bias")
+        if not self.n_expert and any(getattr(layer, k) for layer in self.layers for k in expert_biases):
+            raise ValueError("expert biases without experts")
         if self.attn_temp_scale and self.attn_temp_floor <= 0:
             raise ValueError("attention temperature needs a positive attn_temp_floor")
 
@@ -201,6 +216,10 @@ class ModelSpec:
             return "mixture-of-experts layers"
         if self.attn_temp_scale:
             return "attention temperature"
+        if self.ffn_act == "swiglu_oai":
+            return "the clamped SwiGLU (swiglu_oai)"
+        if any(layer.attn_sinks for layer in self.layers):
+            return "attention sinks"
         return None
 
     @property
@@ -340,6 +359,9 @@ def decoder_spec(
     fused: bool = False,
     moe: bool = False,
     yarn_keys: bool = False,
+    ffn_norm: str = "ffn_norm",
+    attn_sinks: bool = False,
+    expert_bias: bool = False,
 ) -> ModelSpec:
     """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
     embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
@@ -347,7 +369,9 @@ def decoder_spec(
     two halves of one ffn_up.weight (gate first), as phi3 stores them. moe: every layer's feed-forward is a mixture
     of experts (expert_count, expert_used_count, expert_feed_forward_length; ffn_gate_inp and the stacked
     ffn_{gate,up,down}_exps tensors), n_ff the width of one expert. Architectures adjust the result with
-    dataclasses.replace. yarn_keys: read YaRN's beta and log-multiplier keys (yarn_rope)."""
+    dataclasses.replace. yarn_keys: read YaRN's beta and log-multiplier keys (yarn_rope). ffn_norm: the name of the
+    feed-forward's norm tensor (gpt-oss calls it post_attention_norm); attn_sinks: every layer has attn_sinks.weight;
+    expert_bias: the router and the experts have biases (gpt-oss)."""
     n_expert = n_expert_used = 0
     if moe:
         n_expert = m.positive_int("expert_count")
@@ -470,6 +494,13 @@ def decoder_spec(
                 "ffn_up_exps": m.tensor(b + "ffn_up_exps.weight", (d_model, n_ff, n_expert)),
                 "ffn_down_exps": m.tensor(b + "ffn_down_exps.weight", (n_ff, d_model, n_expert)),
             }
+            if expert_bias:
+                products |= {
+                    "ffn_gate_inp_bias": m.tensor(b + "ffn_gate_inp.bias", (n_expert,)),
+                    "ffn_gate_exps_bias": m.tensor(b + "ffn_gate_exps.bias", (n_ff, n_expert)),
+                    "ffn_up_exps_bias": m.tensor(b + "ffn_up_exps.bias", (n_ff, n_expert)),
+                    "ffn_down_exps_bias": m.tensor(b + "ffn_down_exps.bias", (d_model, n_expert)),
+                }
         elif not fused:
             products |= {
                 "ffn_gate": m.tensor(b + "ffn_gate.weight", (d_model, n_ff)),
@@ -485,7 +516,8 @@ def decoder_spec(
                 rope_scale=freq_scale,
                 attn_norm=m.tensor(b + "attn_norm.weight", (d_model,)),
                 attn_output=m.tensor(b + "attn_output.weight", (q_dim, d_model)),
-                ffn_norm=m.tensor(b + "ffn_norm.weight", (d_model,)),
+                ffn_norm=m.tensor(b + ffn_norm + ".weight", (d_model,)),
+                attn_sinks=m.tensor(b + "attn_sinks.weight", (n_head,)) if attn_sinks else None,
                 **products,
                 **biases,
                 **norms,
