@@ -130,11 +130,9 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
                 {**head, "content": blocks, "stop_reason": reason, "stop_sequence": sequence, "usage": _usage(stats)}
             )
         chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative, grammar=grammar))
-        response = lease.stream(
+        response = lease.sse(
             _events(head, len(ids), chunks, ToolCallBuffer(names) if tools else None, split),
-            media_type="text/event-stream",
-            closing=(chunks,),
-            headers={"Cache-Control": "no-cache"},
+            (chunks,),
         )
         lease = None  # the stream holds it now
         return response

@@ -75,6 +75,10 @@ class Lease:
         from (the engine's chunks), closed then too, which cancels the request in the engine at once."""
         return _LeasedStream(self, (body, *closing), body, media_type=media_type, **kw)
 
+    def sse(self, events: AsyncIterator[str], closing: tuple = ()) -> StreamingResponse:
+        """stream() of server-sent events (OpenAI, Anthropic, Responses, llama.cpp): not to be cached on the way."""
+        return self.stream(events, "text/event-stream", closing, headers={"Cache-Control": "no-cache"})
+
 
 class _LeasedStream(StreamingResponse):
     def __init__(self, lease: Lease, gens: tuple, body: AsyncIterator, **kw):

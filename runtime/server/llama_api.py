@@ -76,7 +76,7 @@ async def infill(body: InfillRequest, request: Request):
                 yield f"data: {json.dumps(_result(chunk.text, chunk, lease.name))}\n\n"
 
         streaming = True
-        return lease.stream(events(), media_type="text/event-stream", closing=(chunks,))
+        return lease.sse(events(), closing=(chunks,))
     finally:
         if not streaming:
             lease.release()

@@ -315,11 +315,9 @@ async def _respond(request: Request, body, params, n_top, kinds, prepare, whole,
             raise
         head = {"id": rid, "object": kinds[2], "created": created, "model": lease.name}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        response = lease.stream(
+        response = lease.sse(
             _events(head, streamed, streams, include_usage),
-            media_type="text/event-stream",
-            closing=tuple(streams),
-            headers={"Cache-Control": "no-cache"},
+            tuple(streams),
         )
         lease = None  # the stream holds it now
         return response

@@ -171,11 +171,9 @@ async def create(body: ResponsesRequest, request: Request):
             return JSONResponse(finished("".join(text), last.finish_reason if last else None, stats))
         chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative, grammar=grammar))
         held = ToolCallBuffer(names) if tools else None
-        response = lease.stream(
+        response = lease.sse(
             _events(base, chunks, held, finished, ReasoningSplitter(inside)),
-            media_type="text/event-stream",
-            closing=(chunks,),
-            headers={"Cache-Control": "no-cache"},
+            (chunks,),
         )
         lease = None  # the stream holds it now
         return response
