@@ -24,6 +24,7 @@ from conftest import model_cache
 from localllm.llm import LLM
 from localllm.model.architectures import spec_from_gguf
 from localllm.model.gguf import GGUFFile
+from localllm.model.model import Model
 from reference_forward import ReferenceModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))
@@ -168,7 +169,7 @@ def test_logits_match_the_float64_forward(synthetic):
             margin = np.take_along_axis(w, top[:, :1], 1)[:, 0] - np.take_along_axis(w, top[:, 1:2], 1)[:, 0]
             clear = margin >= MARGIN
             assert np.array_equal(got.argmax(1)[clear], top[clear, 0]), f"{path.stem}: top-1 differs from float64's"
-    # FLOAT64_BOUND, or at least as close as llama.cpp over the file's sequences where it lies farther (MXFP4)
+    # FLOAT64_BOUND, or at least as close as llama.cpp over the file's sequences where it lies farther
     bound = max(FLOAT64_BOUND, max(theirs))
     assert max(ours) <= bound, f"{path.stem}: |localllm - float64| {max(ours):.4f} > {bound:.4f}"
 
@@ -221,6 +222,26 @@ def test_experts_keep_rows_alike_in_one_step_chunked_and_token_by_token(moe_mode
 def test_a_mixture_of_experts_refuses_the_gpu_by_name(moe_model):
     with pytest.raises(ValueError, match="mixture-of-experts layers .* run on the CPU only"):
         LLM(moe_model, n_threads=2, ctx_size=64, device="cuda")
+
+
+@pytest.mark.parametrize(
+    "arch, what",
+    [("mistral3", "attention temperature"), ("gpt-oss", "mixture-of-experts layers")],
+)
+def test_what_only_the_cpu_computes_refuses_the_gpu_by_name(tmp_path, arch, what):
+    """Asked for CUDA, a model whose math only the CPU stage has is refused naming it: by the spec (device="cuda"),
+    and natively for an explicit placement (Model::cpu_only), before any device is touched."""
+    src = model_cache() / f"{ARCHS[arch]['tokenizer']}.gguf"
+    if not src.exists():
+        pytest.skip(f"the tokenizer's test model {src.name} is not fetched (models/fetch_test_models.py)")
+    path = tmp_path / f"{arch}.gguf"
+    write(path, arch, tokenizer_from=src, wtype="F32", seed=0)
+    with pytest.raises(ValueError, match=f"{what} .*run on the CPU only"):
+        LLM(path, n_threads=2, ctx_size=64, device="cuda")
+    with GGUFFile(path) as f:
+        n = spec_from_gguf(f).n_layers
+        with pytest.raises(ValueError, match=f"placement: {what} run on the CPU only"):
+            Model(f, n_blocks=4, threads=1, placement=[("cuda", n)])
 
 
 def test_show_prints_a_mixtures_experts(moe_model):
