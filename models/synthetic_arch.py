@@ -189,6 +189,65 @@ ARCHS["gpt-oss"] = {  # gpt-oss-20b's layer, scaled: biases everywhere, attentio
         *_YARN,
     ],
 }
+ARCHS["gpt-oss-chat"] = {  # gpt-oss's chat side: the harmony format's special tokens added to the borrowed vocabulary
+    # and a harmony chat template (HARMONY_TEMPLATE), for the reply parsing and serve tests (no llama.cpp recording)
+    **ARCHS["gpt-oss"],
+    "arch": "gpt-oss",
+    "harmony": True,
+}
+# gpt-oss's special tokens (o200k_harmony), appended as control tokens; <|return|> is its EOS
+HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
+# The harmony format as gpt-oss's own template writes it (system and developer headers, tools as a TypeScript
+# namespace, reasoning kept before a tool call, the tool's reply from functions.NAME), shortened: no date line, no
+# built-in tools, parameters as their JSON Schema
+HARMONY_TEMPLATE = """\
+{%- set effort = reasoning_effort if reasoning_effort is defined else "medium" -%}
+<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.
+Knowledge cutoff: 2024-06
+
+Reasoning: {{ effort }}
+
+# Valid channels: analysis, commentary, final. Channel must be included for every message.
+{%- if tools %}{{ "\\n" }}Calls to these tools must go to the commentary channel: 'functions'.{% endif %}<|end|>
+{%- if messages[0].role in ("system", "developer") -%}
+{%- set developer = messages[0].content -%}{%- set rest = messages[1:] -%}
+{%- else -%}{%- set developer = "" -%}{%- set rest = messages -%}{%- endif -%}
+{%- if developer or tools -%}
+<|start|>developer<|message|>
+{%- if developer %}# Instructions
+
+{{ developer }}
+
+{% endif -%}
+{%- if tools %}# Tools
+
+## functions
+
+namespace functions {
+
+{% for t in tools %}{% set f = t.function %}// {{ f.description }}
+type {{ f.name }} = (_: {{ f.parameters | tojson }}) => any;
+
+{% endfor %}} // namespace functions
+{%- endif %}<|end|>
+{%- endif -%}
+{%- set last = namespace(name=none) -%}
+{%- for m in rest -%}
+{%- if m.role == "user" -%}
+<|start|>user<|message|>{{ m.content }}<|end|>
+{%- elif m.role == "assistant" and m.tool_calls -%}
+{%- set call = m.tool_calls[0].function -%}
+{%- if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif -%}
+<|start|>assistant to=functions.{{ call.name }}<|channel|>commentary json<|message|>{{ call.arguments | tojson }}<|call|>
+{%- set last.name = call.name -%}
+{%- elif m.role == "assistant" -%}
+<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>
+{%- elif m.role == "tool" -%}
+<|start|>functions.{{ last.name }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|start|>assistant{% endif -%}
+"""
 # MXFP4: the experts' matrices in MXFP4, the others in Q8_0 (as the released gpt-oss files)
 WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
 # the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
@@ -326,12 +385,20 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
     w = gguf.GGUFWriter(str(out), arch)
     with GGUFFile(src) as f:
         kinds = f.metadata_types
-        c["n_vocab"] = len(f.metadata["tokenizer.ggml.tokens"])
+        tok = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
+        if c.get("harmony"):
+            n = len(tok["tokenizer.ggml.tokens"])
+            tok["tokenizer.ggml.tokens"] = [str(t) for t in tok["tokenizer.ggml.tokens"]] + list(HARMONY_TOKENS)
+            tok["tokenizer.ggml.token_type"] = np.asarray(tok["tokenizer.ggml.token_type"]).tolist() + [3] * len(
+                HARMONY_TOKENS
+            )
+            tok["tokenizer.ggml.eos_token_id"] = n + HARMONY_TOKENS.index("<|return|>")
+            tok["tokenizer.chat_template"] = HARMONY_TEMPLATE
+        c["n_vocab"] = len(tok["tokenizer.ggml.tokens"])
         for key, value, kind in _metadata(arch, c):
             _add(w, key, value, kind)
-        for key, value in f.metadata.items():
-            if key.startswith("tokenizer."):
-                _add(w, key, value, kinds[key])
+        for key, value in tok.items():
+            _add(w, key, value, kinds[key])
     rng = np.random.default_rng(seed)
     qt = WEIGHT_TYPES[wtype]
     for name, shape in _tensors(arch, c).items():

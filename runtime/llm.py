@@ -31,6 +31,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -48,6 +49,7 @@ from .model.kv_types import kv_types
 from .model.model import BLOCK_SIZE, Model, kv_block_bytes
 from .model.placement import DEFAULT_DEVICE
 from .sampling import SamplingParams
+from .text.reasoning import MODES, reply_splitter
 from .text.tokenizer import Tokenizer
 
 DEFAULT_CTX_SIZE = 4096
@@ -335,9 +337,13 @@ class LLM:
         tools=None,
         speculative: str | None = None,
         grammar: Grammar | None = None,
+        reasoning: str = "split",
         **kwargs,
     ) -> Iterator[Chunk]:
-        """Like generate, for a conversation rendered with the model's chat template."""
+        """Like generate, for a conversation rendered with the model's chat template. A thinking model's reasoning
+        (<think> tags, gpt-oss's analysis channel) comes in each chunk's `reasoning`, apart from its `text`, and a
+        gpt-oss tool call as a <tool_call> block; reasoning="raw" leaves the text as the model wrote it, "hide" drops
+        the reasoning (text/reasoning.py)."""
         if params is None:
             params = SamplingParams(**kwargs)
         elif kwargs:
@@ -346,8 +352,12 @@ class LLM:
             self.check_text_fits(
                 sum(len(str(m.get("content") or "").encode()) for m in messages if isinstance(m, dict))
             )
+        if reasoning not in MODES:
+            raise ValueError(f"reasoning must be one of {', '.join(MODES)}, got {reasoning!r}")
         ids = self.tokenizer.encode_chat(messages, tools=tools)
-        return _chunks(self.submit(ids, params, speculative=speculative, grammar=grammar))
+        chunks = _chunks(self.submit(ids, params, speculative=speculative, grammar=grammar))
+        split = reply_splitter(self.tokenizer, ids, reasoning)
+        return chunks if split is None else _split(chunks, split)
 
     def close(self) -> None:
         """Cancels live requests, stops the engine, releases the native model and the file map."""
@@ -370,6 +380,19 @@ def _chunks(stream: RequestStream) -> Iterator[Chunk]:
         yield from stream
     finally:
         stream.close()
+
+
+def _split(chunks: Iterator[Chunk], split) -> Iterator[Chunk]:
+    """chunks with their text split into reasoning and content; the splitter's rest goes with the last chunk."""
+    try:
+        for chunk in chunks:
+            reasoning, text = split.push(chunk.text)
+            if chunk.finish_reason is not None:
+                r2, c2 = split.finish()
+                reasoning, text = reasoning + r2, text + c2
+            yield replace(chunk, text=text, reasoning=reasoning)
+    finally:
+        chunks.close()
 
 
 def _thread_count(n: int | None) -> int | None:

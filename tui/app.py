@@ -210,6 +210,7 @@ class ChatApp(App):
         reply, view = self.reply, self.reply_view
         if reply is None or view is None:
             return
+        view.append_reasoning(reply.take_reasoning())
         text, end = reply.take()
         view.append(text)
         if end is not None:

@@ -20,7 +20,7 @@ import asyncio
 
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Markdown, Static
+from textual.widgets import Collapsible, Markdown, Static
 
 
 class UserMessage(Static):
@@ -32,7 +32,8 @@ class UserMessage(Static):
 
 
 class AssistantMessage(Widget):
-    """A reply: its source text (self.text) shown as Markdown, or verbatim when raw.
+    """A reply: its source text (self.text) shown as Markdown, or verbatim when raw; a thinking model's reasoning
+    (self.reasoning) above it, folded under "Thinking" (a click or Enter on the title unfolds it).
 
     append() only records the text; a render loop on the event loop catches the Markdown up with it, so a burst
     of fragments costs one Markdown append, however many arrived.
@@ -48,6 +49,8 @@ class AssistantMessage(Widget):
     def __init__(self, text: str = "", raw: bool = False):
         super().__init__()
         self.text = text
+        self.reasoning = ""
+        self._thinking: Static | None = None  # mounted with the first reasoning
         self._markdown = Markdown()
         self._raw = Static(text, markup=False, classes="raw")
         self._kick = asyncio.Event()
@@ -79,6 +82,16 @@ class AssistantMessage(Widget):
             self._raw.update(self.text)
         else:
             self._kick.set()
+
+    def append_reasoning(self, fragment: str) -> None:
+        if not fragment:
+            return
+        self.reasoning += fragment
+        if self._thinking is None:
+            self._thinking = Static(self.reasoning, markup=False, classes="thinking")
+            self.mount(Collapsible(self._thinking, title="Thinking", collapsed=True), before=self._markdown)
+        else:
+            self._thinking.update(self.reasoning)
 
     def set_raw(self, raw: bool) -> None:
         if raw:
@@ -149,6 +162,16 @@ class Conversation(VerticalScroll):
         """Removes `widget` (one of the messages) and everything after it."""
         for w in list(self.children[self.children.index(widget) :]):
             w.remove()
+
+    def append_reasoning(self, fragment: str) -> None:
+        if not fragment:
+            return
+        self.reasoning += fragment
+        if self._thinking is None:
+            self._thinking = Static(self.reasoning, markup=False, classes="thinking")
+            self.mount(Collapsible(self._thinking, title="Thinking", collapsed=True), before=self._markdown)
+        else:
+            self._thinking.update(self.reasoning)
 
     def set_raw(self, raw: bool) -> None:
         for m in self.query(AssistantMessage):

@@ -37,6 +37,7 @@ class Reply:
         self._notify = notify
         self._lock = threading.Lock()
         self._pending: list[str] = []
+        self._reasoning: list[str] = []  # a thinking model's reasoning since the last take_reasoning()
         self._end: End | None = None
         self._taken_end = False
         self._stop = threading.Event()
@@ -63,20 +64,30 @@ class Reply:
                 end, self._taken_end = self._end, True
             return text, end
 
+    def take_reasoning(self) -> str:
+        """The reply's reasoning since the last call (text/reasoning.py keeps it out of the text)."""
+        with self._lock:
+            text = "".join(self._reasoning)
+            self._reasoning.clear()
+            return text
+
     # -- worker side ---------------------------------------------------------------------------------
-    def _push(self, text: str = "", n_tokens: int = 0, end: End | None = None) -> bool:
-        """Adds text (and the end); False once the reply is stopped. Wakes the UI when it had nothing pending."""
+    def _push(self, text: str = "", n_tokens: int = 0, end: End | None = None, reasoning: str = "") -> bool:
+        """Adds text, reasoning (and the end); False once the reply is stopped. Wakes the UI when it had nothing
+        pending."""
         with self._lock:
             if self._stop.is_set() or self._end is not None:
                 return False
-            wake = not self._pending
+            wake = not self._pending and not self._reasoning
             if text:
                 self._pending.append(text)
+            if reasoning:
+                self._reasoning.append(reasoning)
             self.completion_tokens += n_tokens
             if end is not None:
                 self._end = end
                 wake = True
-            elif not text:
+            elif not text and not reasoning:
                 wake = False
         if wake:
             self._notify(self)
@@ -140,7 +151,10 @@ class ReplyWorker:
                         break
                     reason = getattr(chunk, "finish_reason", None)
                     ok = reply._push(
-                        chunk.text, len(chunk.token_ids), End(reason, getattr(chunk, "stats", None)) if reason else None
+                        chunk.text,
+                        len(chunk.token_ids),
+                        End(reason, getattr(chunk, "stats", None)) if reason else None,
+                        getattr(chunk, "reasoning", ""),
                     )
                     if not ok:
                         break

@@ -1,8 +1,9 @@
 """`localllm run MODEL [PROMPT]`: generate from a prompt (argument or stdin), streamed to stdout.
 
 Instruction models get their chat template (the prompt is the user's message; `--system` adds a system
-message); `--raw` sends the text as is. Only generated text goes to stdout; `--verbose` prints speeds to
-stderr. Ctrl-C stops at once and exits 130.
+message); `--raw` sends the text as is. Only generated text goes to stdout: a thinking model's reasoning
+(<think>, gpt-oss's analysis channel) goes to stderr, dimmed on a terminal, or nowhere with `--hide-thinking`;
+`--verbose` prints speeds to stderr. Ctrl-C stops at once and exits 130.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt (default: read stdin)")
     p.add_argument("--raw", action="store_true", help="no chat template: plain completion of the prompt")
     p.add_argument("--system", help="a system message (chat models)")
+    p.add_argument("--hide-thinking", action="store_true", help="drop a thinking model's reasoning (default: stderr)")
     add_sampling_arguments(p, max_tokens=512)
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     p.add_argument("-t", "--threads", type=int, default=None, help="default: physical cores")
@@ -52,10 +54,19 @@ def run(args: argparse.Namespace) -> int:
             messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
                 {"role": "user", "content": prompt}
             ]
-            stream = llm.chat(messages, params=params)
+            stream = llm.chat(messages, params=params, reasoning="hide" if args.hide_thinking else "split")
         last = None
+        dim, undim = ("\x1b[2m", "\x1b[0m") if sys.stderr.isatty() else ("", "")
+        thought = False  # reasoning was written: a line break on stderr before the answer
         try:
             for chunk in stream:
+                if chunk.reasoning:
+                    sys.stderr.write(dim + chunk.reasoning + undim)
+                    sys.stderr.flush()
+                    thought = True
+                if chunk.text and thought:
+                    sys.stderr.write("\n")
+                    thought = False
                 if chunk.text:
                     sys.stdout.write(chunk.text)
                     sys.stdout.flush()

@@ -60,3 +60,4 @@ class Chunk:
     finish_reason: str | None = None
     stats: Stats | None = None
     logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them
+    reasoning: str = ""  # LLM.chat's: the reply's reasoning this chunk completed, kept out of text (text/reasoning.py)

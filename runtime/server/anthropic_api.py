@@ -18,10 +18,10 @@ from fastapi.responses import JSONResponse
 
 from ..engine import Chunk, Stats
 from ..text.chat_template import ChatTemplateError
+from ..text.reasoning import reply_splitter
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .messages import anthropic_messages, anthropic_tools
-from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import AnthropicCountTokensRequest, AnthropicMessagesRequest
 from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -108,7 +108,7 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
         ids, tools = _prompt(lease.llm, body)
         names = frozenset(t["function"]["name"] for t in tools or ())
         # a thinking model's reasoning as thinking blocks (reasoning.py), unless the request disabled thinking
-        split = None if _thinking_off(body) else ReasoningSplitter(prompt_opens_thinking(lease.llm.tokenizer, ids))
+        split = reply_splitter(lease.llm.tokenizer, ids, "hide" if _thinking_off(body) else "split")
         head = {"id": mid, "type": "message", "role": "assistant", "model": lease.name}
         if not body.stream:
             text, last = [], None

@@ -84,6 +84,15 @@ def _text(content: Any, where: str) -> str:
     return "".join(out)
 
 
+def _reasoning(d: dict, m) -> dict:
+    """An assistant turn's reasoning for the template, under both names templates read: `reasoning_content` (Qwen3,
+    DeepSeek) and `thinking` (gpt-oss). Most templates drop it from earlier turns; gpt-oss keeps it before a call."""
+    text = m.reasoning_content or m.thinking
+    if text and d["role"] == "assistant":
+        d["reasoning_content"] = d["thinking"] = text
+    return d
+
+
 def openai_messages(messages: list) -> list[dict]:
     """body.messages (schemas.ChatMessage) of /v1/chat/completions -> the template's messages."""
     out = []
@@ -96,7 +105,7 @@ def openai_messages(messages: list) -> list[dict]:
             d["name"] = m.name
         if m.tool_call_id:
             d["tool_call_id"] = m.tool_call_id
-        out.append(d)
+        out.append(_reasoning(d, m))
     return out
 
 
@@ -115,7 +124,7 @@ def ollama_messages(messages: list) -> list[dict]:
         name = m.tool_name or m.name
         if name:
             d["name"] = name
-        out.append(d)
+        out.append(_reasoning(d, m))
     return out
 
 

@@ -18,13 +18,13 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..model.gguf import GGUFFile
 from ..text.chat_template import ChatTemplateError
+from ..text.reasoning import reply_splitter
 from .completion import begin, run, sampling_params
 from .embeddings import embed
 from .errors import APIError
 from .fim import fim_prompt
 from .host import DEFAULT_KEEP_ALIVE
 from .messages import ollama_messages
-from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import OllamaChatRequest, OllamaEmbedRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest
 from .structured import ollama_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -203,14 +203,21 @@ async def chat(body: OllamaChatRequest, request: Request):
                 "done_reason": "load",
             }
         tok = lease.llm.tokenizer
-        try:  # think: the template's own switch (Qwen3's enable_thinking), where the client set it
-            ids = tok.encode_chat(
-                messages, tools=tools, **({} if body.think is None else {"enable_thinking": body.think})
-            )
+        # think: the template's own switch (Qwen3's enable_thinking), or gpt-oss's reasoning effort, where given
+        think = body.think
+        kwargs = (
+            {}
+            if think is None
+            else {"reasoning_effort": think}
+            if isinstance(think, str)
+            else {"enable_thinking": think}
+        )
+        try:
+            ids = tok.encode_chat(messages, tools=tools, **kwargs)
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}") from None
-        # a thinking model's reasoning as message.thinking (reasoning.py), unless the client said think: false
-        split = ReasoningSplitter(prompt_opens_thinking(tok, ids)) if body.think is not False else None
+        # a thinking model's reasoning as message.thinking (text/reasoning.py), hidden if the client said think: false
+        split = reply_splitter(tok, ids, "hide" if think is False else "split")
 
         def shape(text: str, final: bool = False, flush: bool = False) -> dict:
             thinking = ""

@@ -17,12 +17,12 @@ from fastapi.responses import JSONResponse
 
 from ..engine import Chunk, Stats
 from ..text.chat_template import ChatTemplateError
+from ..text.reasoning import reply_splitter
 from .completion import begin, run, sampling_params
 from .embeddings import embed
 from .errors import APIError
 from .fim import fim_prompt
 from .messages import openai_messages
-from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from .structured import openai_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -113,18 +113,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     names = frozenset(t.get("function", {}).get("name") for t in tools or () if isinstance(t.get("function"), dict))
     if body.reasoning_format not in (None, "none", "auto", "deepseek"):
         raise APIError(400, "reasoning_format must be none, auto or deepseek", param="reasoning_format")
-    split_reasoning = body.reasoning_format != "none"
+    mode = "raw" if body.reasoning_format == "none" else "split"
     template_kwargs = body.chat_template_kwargs or {}
+    if body.reasoning_effort is not None:  # gpt-oss's template reads it
+        template_kwargs = {"reasoning_effort": body.reasoning_effort, **template_kwargs}
     tok = None
-    inside = False  # the prompt ends inside an open <think> (reasoning.py)
+    prompt: list[int] = []
 
     def prepare(llm) -> list[int]:
-        nonlocal tok, inside
+        nonlocal tok, prompt
         tok = llm.tokenizer
         try:
-            ids = tok.encode_chat(messages, tools=tools, **template_kwargs)
-            inside = prompt_opens_thinking(tok, ids)
-            return ids
+            prompt = tok.encode_chat(messages, tools=tools, **template_kwargs)
+            return prompt
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}", param="messages") from None
         except (TypeError, ValueError) as e:
@@ -138,8 +139,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                 lps += _chat_logprobs(tok, chunk)
             finish, stats = chunk.finish_reason or finish, chunk.stats or stats
         content, reasoning = "".join(text), ""
-        if split_reasoning:
-            split = ReasoningSplitter(inside)
+        split = reply_splitter(tok, prompt, mode)
+        if split is not None:
             (r1, c1), (r2, c2) = split.push(content), split.finish()
             content, reasoning = c1 + c2, r1 + r2
         message: dict = {"role": "assistant", "content": content}
@@ -162,7 +163,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
         yield choice({"role": "assistant", "content": ""})
         held = ToolCallBuffer(names) if tools else None
-        split = ReasoningSplitter(inside) if split_reasoning else None
+        split = reply_splitter(tok, prompt, mode)
         reason = None
         async for chunk in chunks:
             thought, text = split.push(chunk.text) if split else ("", chunk.text)

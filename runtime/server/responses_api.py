@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse
 
 from ..engine import Chunk, Stats
 from ..text.chat_template import ChatTemplateError
+from ..text.reasoning import reply_splitter
 from .completion import begin, run, sampling_params
 from .errors import APIError
 from .messages import responses_input, responses_tools
-from .reasoning import ReasoningSplitter, prompt_opens_thinking
 from .schemas import ResponsesRequest
 from .structured import openai_grammar, responses_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
@@ -105,7 +105,9 @@ async def create(body: ResponsesRequest, request: Request):
     lease = await app.host.acquire(body.model)
     try:
         try:
-            ids = lease.llm.tokenizer.encode_chat(messages, tools=tools)
+            effort = (body.reasoning or {}).get("effort")  # gpt-oss's template reads it
+            kwargs = {"reasoning_effort": effort} if effort in ("low", "medium", "high") else {}
+            ids = lease.llm.tokenizer.encode_chat(messages, tools=tools, **kwargs)
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}", param="input") from None
         except (TypeError, ValueError) as e:
@@ -129,10 +131,13 @@ async def create(body: ResponsesRequest, request: Request):
             "error": None,
         }
 
-        inside = prompt_opens_thinking(lease.llm.tokenizer, ids)
+        tok = lease.llm.tokenizer
+
+        def splitter():  # reasoning apart, as a reasoning item (mode "split" always gives a splitter)
+            return reply_splitter(tok, ids)
 
         def finished(text: str, finish: str | None, stats: Stats | None, mid: str | None = None, rsid=None) -> dict:
-            (r1, c1), (r2, c2) = (split := ReasoningSplitter(inside)).push(text), split.finish()
+            (r1, c1), (r2, c2) = (split := splitter()).push(text), split.finish()
             thought, text = r1 + r2, c1 + c2
             calls = []
             if tools:
@@ -149,6 +154,8 @@ async def create(body: ResponsesRequest, request: Request):
             }
             if body.store:
                 reply: dict = {"role": "assistant", "content": text}
+                if thought:  # templates that keep reasoning before a call (gpt-oss) read it back
+                    reply["reasoning_content"] = reply["thinking"] = thought
                 if calls:
                     reply["tool_calls"] = [
                         {
@@ -172,7 +179,7 @@ async def create(body: ResponsesRequest, request: Request):
         chunks = await begin(run(lease.llm, ids, params, app.metrics, speculative=body.speculative, grammar=grammar))
         held = ToolCallBuffer(names) if tools else None
         response = lease.sse(
-            _events(base, chunks, held, finished, ReasoningSplitter(inside)),
+            _events(base, chunks, held, finished, splitter()),
             (chunks,),
         )
         lease = None  # the stream holds it now

@@ -49,6 +49,8 @@ class ChatMessage(_Body):
     tool_call_id: str | None = None
     images: list[Any] | None = None  # Ollama's: refused (messages.py) until a model that reads them runs
     tool_name: str | None = None  # Ollama's name of the tool a "tool" message answers
+    reasoning_content: str | None = None  # an assistant turn's reasoning (llama.cpp's and DeepSeek's name)
+    thinking: str | None = None  # the same, Ollama's name (and the name gpt-oss's template reads)
 
 
 class ChatCompletionRequest(_Sampling):
@@ -60,6 +62,7 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: str | dict[str, Any] | None = None
     # llama.cpp's: "none" leaves a thinking model's <think> in content (reasoning.py); the template's own switches
     reasoning_format: str | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None  # OpenAI's; gpt-oss's template reads it
     chat_template_kwargs: dict[str, Any] | None = None
 
 
@@ -114,7 +117,9 @@ class OllamaChatRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     keep_alive: str | int | float | None = None
     format: Literal["json", ""] | dict[str, Any] | None = None
-    think: bool | None = None  # a thinking model's switch; its reasoning comes back as message.thinking
+    # a thinking model's switch; its reasoning comes back as message.thinking. "low" | "medium" | "high": gpt-oss's
+    # reasoning effort (it always thinks), as Ollama takes it
+    think: bool | Literal["low", "medium", "high"] | None = None
 
 
 class OllamaGenerateRequest(_Body):
@@ -182,6 +187,7 @@ class ResponsesRequest(_Body):
     previous_response_id: str | None = None
     store: bool = True
     text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
+    reasoning: dict[str, Any] | None = None  # {"effort": "low" | "medium" | "high"}: gpt-oss's template reads it
     metadata: dict[str, Any] | None = None
     speculative: str | None = None  # localllm's, as on the other routes
     grammar: str | None = None  # llama.cpp's GBNF field, as on /v1/chat/completions

@@ -52,7 +52,20 @@ _FIM_TEXTS = {
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"),
     "fim_sep": ("<|file_sep|>",),
 }
-_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
+_EOG_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",  # o200k_harmony (gpt-oss)
+    "<|call|>",  # o200k_harmony
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+)
+# gpt-oss's harmony format: the markers of a message's header are rendered (a reply's channels are parsed from its
+# text, server/harmony.py), and <|end|> ends a message, not the reply, when <|return|> and <|call|> end the reply
+_HARMONY_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
 class TokenizerError(ValueError):
@@ -188,6 +201,13 @@ class Tokenizer:
             for t in (self.eos_id, self.eot_id, self.eom_id, fim["fim_pad"], fim["fim_rep"], fim["fim_sep"])
             if t is not None
         )
+        for t in _HARMONY_RENDERED:
+            if t in self._vocab:
+                self._types[self._vocab[t]] = USER_DEFINED
+        ends = {self.tokens[t]: t for t in eog}
+        if {"<|return|>", "<|call|>", "<|end|>"} <= ends.keys():  # as llama.cpp's vocab loader does
+            eog.discard(ends["<|end|>"])
+            self._types[ends["<|end|>"]] = USER_DEFINED
         return eog
 
     # -- properties ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ FakeLLM(error="context full")                   # chat() raises ValueError, as a
 FakeLLM(["a"], fail_after="context full")       # raises ValueError in the middle of the stream
 FakeLLM(endless=True, gate_after=3)             # after 3 chunks, blocks (a slow engine step) until llm.gate.set()
 FakeLLM(["a"], stats={"context_full": True})  # more fields of the final chunk's Stats
+FakeLLM(["yes"], thoughts=["Let me ", "see."])   # a thinking model: chunks of reasoning (Chunk.reasoning) first
 llm.calls: [(messages, sampling kwargs)]; llm.closed: set once a stream was closed or ran out
 """
 
@@ -33,7 +34,9 @@ class FakeLLM:
         prompt_tokens=20,
         gate_after=None,
         stats=None,
+        thoughts=(),
     ):
+        self.thoughts = list(thoughts)
         self.pieces = list(pieces)
         self.delay = delay
         self.endless = endless
@@ -57,6 +60,8 @@ class FakeLLM:
     def _stream(self):
         n = 0
         try:
+            for k, t in enumerate(self.thoughts):
+                yield Chunk("", [1000 + k], reasoning=t)
             while self.endless or n < len(self.pieces):
                 if n == self.gate_after:
                     self.waiting.set()

@@ -79,6 +79,28 @@ def test_type_send_stream():
     asyncio.run(go())
 
 
+def test_reasoning_is_shown_folded_and_kept_out_of_the_history():
+    async def go():
+        from textual.widgets import Collapsible, Static
+
+        llm = FakeLLM(["Paris."], thoughts=["The capital ", "of France."], delay=0.005)
+        app = make_app(llm)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, "capital?")
+            msg = await reply_done(pilot)
+            assert (msg.reasoning, msg.text) == ("The capital of France.", "Paris.")
+            fold = msg.query_one(Collapsible)
+            assert fold.title == "Thinking" and fold.collapsed
+            assert str(fold.query_one(".thinking", Static).content) == "The capital of France."
+            assert app.history[-1] == {"role": "assistant", "content": "Paris."}
+            llm.thoughts = []
+            await send(pilot, "thanks")  # a reply without reasoning has no fold
+            plain = await reply_done(pilot)
+            assert not plain.query(Collapsible)
+
+    asyncio.run(go())
+
+
 def test_newline_keys_do_not_send():
     async def go():
         llm = FakeLLM()

@@ -10,7 +10,7 @@ from conftest import model_file
 from hypothesis import given
 from hypothesis import strategies as st
 from live_server import live_server
-from localllm.server.reasoning import ReasoningSplitter
+from localllm.text.reasoning import ReasoningSplitter
 
 CASES = [
     ("<think>\nLet me see.\n</think>\n\nParis.", False, "Let me see.\n", "Paris."),

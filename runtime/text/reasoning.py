@@ -1,8 +1,10 @@
 """A reply's reasoning kept out of its content: models that think (Qwen3, DeepSeek-R1 distills, QwQ) write it
-between <think> and </think> before the answer, or start inside it when the template opened the tag in the prompt.
-The protocols return it apart: OpenAI chat's `reasoning_content`, Ollama's `thinking` (llama.cpp's server and
-Ollama do the same).
+between <think> and </think> before the answer, or start inside it when the template opened the tag in the prompt;
+gpt-oss writes it in its harmony format's analysis channel (text/harmony.py). The protocols return it apart: OpenAI
+chat's `reasoning_content`, Ollama's `thinking`, Anthropic's thinking blocks, Responses' reasoning items (llama.cpp's
+server and Ollama do the same), and `chat` shows it folded.
 
+    split = reply_splitter(tok, prompt_ids, mode)   # the model's kind of splitter, or None: nothing to split
     split = ReasoningSplitter(inside=prompt_opens_thinking(tok, ids))
     reasoning, content = split.push(delta)      # streamed: a tag cut across deltas is held back until it is whole
     reasoning, content = split.finish()         # the rest (an unclosed think is all reasoning)
@@ -13,7 +15,21 @@ reply that mentions the tag later is content. The whitespace between </think> an
 
 from __future__ import annotations
 
+from .harmony import MODES, HarmonySplitter, is_harmony
+
 OPEN, CLOSE = "<think>", "</think>"
+
+
+def reply_splitter(tok, ids: list[int], mode: str = "split") -> ReasoningSplitter | HarmonySplitter | None:
+    """The splitter for a reply to the prompt ids. mode "split": reasoning apart from content; "raw": reasoning left
+    in content as the model wrote it (OpenAI's reasoning_format none); "hide": reasoning dropped (thinking turned off).
+    For a <think> model only "split" splits (None otherwise: the reply is content as it comes); a harmony model's
+    reply is always parsed, its tool calls and channels being part of the format."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if is_harmony(tok):
+        return HarmonySplitter(mode)
+    return ReasoningSplitter(prompt_opens_thinking(tok, ids)) if mode == "split" else None
 
 
 def prompt_opens_thinking(tok, ids: list[int]) -> bool:
