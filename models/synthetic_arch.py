@@ -98,6 +98,25 @@ ARCHS["phi3-partial"] = {  # Phi-4 mini's shape of phi3: rope on the first 3/4 o
     "arch": "phi3",
     "extra": [("rope.dimension_count", 24, "uint32")],
 }
+ARCHS["phi3-longrope"] = {  # Phi-3.5 mini's LongRoPE, scaled: factors short and long, attn_factor from the context
+    # ratio as convert_hf_to_gguf computes it; original context 1024 of 4096, so llama.cpp's 512 uses the short ones
+    **ARCHS["phi3"],
+    "arch": "phi3",
+    "longrope": True,
+    "extra": [
+        ("rope.dimension_count", 32, "uint32"),
+        ("rope.scaling.original_context_length", 1024, "uint32"),
+        ("rope.scaling.attn_factor", math.sqrt(1 + math.log(4) / math.log(1024)), "float32"),
+    ],
+}
+ARCHS["phi3-longrope-long"] = {  # the same with an original context of 128: 512 (and the tests' 256) use the long ones
+    **ARCHS["phi3-longrope"],
+    "extra": [
+        ("rope.dimension_count", 32, "uint32"),
+        ("rope.scaling.original_context_length", 128, "uint32"),
+        ("rope.scaling.attn_factor", math.sqrt(1 + math.log(32) / math.log(128)), "float32"),
+    ],
+}
 ARCHS["qwen3moe"] = {  # Qwen3-MoE (30B-A3B's shape of layer, scaled): qwen3's attention, 8 experts, 3 per token
     **ARCHS["qwen3"],
     "n_ff": 256,  # feed_forward_length, which the real files carry beside the experts' width
@@ -311,7 +330,16 @@ def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
             out.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
     if c.get("rope_freqs"):
         out["rope_freqs.weight"] = (hd // 2,)
+    if c.get("longrope"):
+        out["rope_factors_long.weight"] = out["rope_factors_short.weight"] = (hd // 2,)
     return out
+
+
+def _longrope_factors(n: int, long: bool) -> np.ndarray:
+    """[n] LongRoPE factors shaped as Phi-3.5's: 1 for the fast frequencies rising to ~2 (short) or ~40 (long)."""
+    x = np.linspace(0.0, 1.0, n)
+    top = 40.0 if long else 2.0
+    return (1.0 + (top - 1.0) * x**3).astype(np.float32)
 
 
 def _llama3_rope_factors(head_dim: int, base: float) -> np.ndarray:
@@ -404,6 +432,9 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
     for name, shape in _tensors(arch, c).items():
         if name == "rope_freqs.weight":
             w.add_tensor(name, _llama3_rope_factors(c["head_dim"], c["rope_base"]))
+            continue
+        if name.startswith("rope_factors_"):
+            w.add_tensor(name, _longrope_factors(shape[0], long=name == "rope_factors_long.weight"))
             continue
         if name.endswith(".bias") or name.endswith("attn_sinks.weight"):  # F32 around 0: biases 0.1, sinks 1 spread
             spread = 1.0 if name.endswith("attn_sinks.weight") else 0.1

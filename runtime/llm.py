@@ -104,7 +104,7 @@ class LLM:
         self._file = GGUFFile(self.path)
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
-            spec = spec_from_gguf(self._file)
+            spec = spec_from_gguf(self._file).for_context(ctx_size)  # LongRoPE's factors follow the context
             capped = False
             n_blocks = -(-ctx_size // BLOCK_SIZE)
             if kv_budget_mib is not None:

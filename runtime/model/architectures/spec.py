@@ -83,6 +83,10 @@ class RopeSpec:
     freq_scale: float  # 1 / rope.scaling.factor for "linear", else 1.0; the global layers' LayerSpec.rope_scale
     orig_context_length: int  # rope.scaling.original_context_length, 0 when absent
     freq_factors: str | None = None  # tensor [n_rot/2] dividing each frequency (llama 3 rope_freqs), or None
+    # LongRoPE (Phi-3's 128k variants): the factors for a sequence context over long_context, in place of
+    # freq_factors (the short ones), as llama.cpp chooses them by its context per sequence (ModelSpec.for_context)
+    freq_factors_long: str | None = None
+    long_context: int = 0
     # YaRN (scaling "yarn"; ggml's rope_yarn): frequency i's angle mixes the interpolated theta * freq_scale and the
     # original theta by ramp(i) * yarn_ext_factor, ramp 1 below the correction dims [lo, hi] of (yarn_beta_fast,
     # yarn_beta_slow) over yarn_orig_ctx and 0 above them; 0 for every other scaling (the angle theta * freq_scale)
@@ -226,6 +230,13 @@ class ModelSpec:
     def tied_output(self) -> bool:
         return self.output == self.token_embd
 
+    def for_context(self, ctx_size: int) -> ModelSpec:
+        """This spec for sequences of up to ctx_size tokens: LongRoPE's long factors past rope.long_context."""
+        r = self.rope
+        if r.freq_factors_long is None or ctx_size <= r.long_context:
+            return self
+        return dataclasses.replace(self, rope=dataclasses.replace(r, freq_factors=r.freq_factors_long))
+
     @property
     def q_dim(self) -> int:
         return self.n_head * self.head_dim
@@ -242,8 +253,7 @@ class ModelSpec:
         names = [self.token_embd, self.output_norm]
         if not self.tied_output:
             names.append(self.output)
-        if self.rope.freq_factors:
-            names.append(self.rope.freq_factors)
+        names += [t for t in (self.rope.freq_factors, self.rope.freq_factors_long) if t and t not in names]
         for layer in self.layers:
             names += layer.tensor_names()
         return names
@@ -362,6 +372,7 @@ def decoder_spec(
     ffn_norm: str = "ffn_norm",
     attn_sinks: bool = False,
     expert_bias: bool = False,
+    own_tensors: tuple[str, ...] = (),
 ) -> ModelSpec:
     """The spec every supported architecture shares: all layers global, attn_scale 1/sqrt(head_dim),
     embed_scale 1. attn_bias: "required" (q, k, v biases), "optional" (q, k, v, output biases when
@@ -371,7 +382,8 @@ def decoder_spec(
     ffn_{gate,up,down}_exps tensors), n_ff the width of one expert. Architectures adjust the result with
     dataclasses.replace. yarn_keys: read YaRN's beta and log-multiplier keys (yarn_rope). ffn_norm: the name of the
     feed-forward's norm tensor (gpt-oss calls it post_attention_norm); attn_sinks: every layer has attn_sinks.weight;
-    expert_bias: the router and the experts have biases (gpt-oss)."""
+    expert_bias: the router and the experts have biases (gpt-oss). own_tensors: tensors the architecture's file reads
+    itself (phi3's LongRoPE factors), not refused as unused."""
     n_expert = n_expert_used = 0
     if moe:
         n_expert = m.positive_int("expert_count")
@@ -585,7 +597,7 @@ def decoder_spec(
         n_expert=n_expert,
         n_expert_used=n_expert_used,
     )
-    unused = sorted(set(m.f.tensors) - set(spec.tensor_names()))
+    unused = sorted(set(m.f.tensors) - set(spec.tensor_names()) - set(own_tensors))
     if unused:
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
         raise m.fail(
