@@ -23,7 +23,7 @@ from .completion import begin, run, sampling_params
 from .errors import APIError
 from .messages import anthropic_messages, anthropic_tools
 from .schemas import AnthropicCountTokensRequest, AnthropicMessagesRequest
-from .structured import openai_grammar
+from .structured import anthropic_grammar
 from .tool_calls import ToolCallBuffer, parse_tool_calls
 
 router = APIRouter()  # mounted at /v1 (app.py)
@@ -67,6 +67,9 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": call["name"], "input": args}
 
 
+_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
 def _thinking_off(body) -> bool:
     return ((getattr(body, "thinking", None) or {}).get("type")) == "disabled"
 
@@ -87,6 +90,9 @@ def _prompt(llm, body) -> tuple[list[int], list[dict] | None]:
         )
     try:
         extra = {"enable_thinking": False} if _thinking_off(body) else {}
+        effort = (getattr(body, "output_config", None) or {}).get("effort")
+        if effort in _EFFORT:  # gpt-oss's template reads it; Anthropic's two levels above high are its high
+            extra["reasoning_effort"] = _EFFORT[effort]
         return llm.tokenizer.encode_chat(messages, tools=tools, **extra), tools
     except ChatTemplateError as e:
         raise APIError(400, f"the chat template failed: {e}", param="messages") from None
@@ -101,7 +107,7 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
     fields = {"temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k, "stop": body.stop_sequences}
     params = sampling_params(fields, body.max_tokens)
     app = request.app.state
-    grammar = openai_grammar(body)  # llama.cpp's json_schema and grammar fields
+    grammar = anthropic_grammar(body)  # output_config.format, or llama.cpp's json_schema and grammar fields
     mid = f"msg_{uuid.uuid4().hex[:24]}"
     lease = await app.host.acquire(body.model)
     try:

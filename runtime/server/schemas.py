@@ -159,6 +159,9 @@ class AnthropicMessagesRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None  # {"type": "enabled" | "disabled", ...}: a thinking model's switch
+    # {"format": {"type": "json_schema", "schema": {...}}, "effort": ...}: structured output (structured.py) and the
+    # reasoning effort gpt-oss's template reads
+    output_config: dict[str, Any] | None = None
     speculative: str | None = None  # localllm's, as on the other routes
     json_schema: dict[str, Any] | None = None  # llama.cpp's structured output fields, as on /v1/chat/completions
     grammar: str | None = None
@@ -169,6 +172,7 @@ class AnthropicCountTokensRequest(_Body):
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+    output_config: dict[str, Any] | None = None
 
 
 class ResponsesRequest(_Body):

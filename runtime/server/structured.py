@@ -4,6 +4,8 @@ OpenAI:    response_format {"type": "json_schema", "json_schema": {"name", "sche
            {"type": "json_object"} or {"type": "text"}
 llama.cpp: json_schema (a schema object), grammar (GBNF text)
 Ollama:    format "json" or a schema object
+Anthropic: output_config {"format": {"type": "json_schema", "schema": {...}}} (and llama.cpp's two fields)
+Responses: text {"format": {"type": "json_schema", "schema": {...}, ...}}
 
 grammar = openai_grammar(body)        # None: unconstrained
 grammar = ollama_grammar(body.format)
@@ -61,6 +63,24 @@ def openai_grammar(body: Any) -> Grammar | None:
         f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
         param="response_format.type",
     )
+
+
+def anthropic_grammar(body: Any) -> Grammar | None:
+    """An Anthropic Messages body's grammar: output_config.format, or llama.cpp's json_schema / grammar (one only)."""
+    config = body.output_config if isinstance(body.output_config, dict) else {}
+    fmt = config.get("format")
+    if fmt is None:
+        return openai_grammar(body)
+    if openai_grammar(body) is not None:
+        raise APIError(400, "output_config.format and a grammar both constrain the reply: send one", param="grammar")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise APIError(
+            400,
+            'output_config.format must be {"type": "json_schema", "schema": {...}}',
+            param="output_config.format",
+        )
+    param = "output_config.format.schema"
+    return _compiled(lambda: Grammar.json_schema(fmt["schema"], param), param)
 
 
 def ollama_grammar(fmt: Any) -> Grammar | None:
