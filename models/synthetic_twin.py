@@ -21,7 +21,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
-from quant_blocks import F16_FIELDS, random_rows
+from quant_blocks import E8M0_FIELDS, F16_FIELDS, random_rows
 
 ROWS_PER_CHUNK = 4096  # rows generated and written at a time (bounds the memory of a large matrix)
 
@@ -70,9 +70,12 @@ def _rows(name: str, qt: T, rows: int, k: int, rng: np.random.Generator, scale: 
         scale.append(1 / (np.sqrt(k) * float(sample.std())))
     bs, ts = GGML_QUANT_SIZES[qt]
     blocks = raw.reshape(rows, k // bs, ts)
-    for off in F16_FIELDS[qt]:
+    for off in F16_FIELDS.get(qt, []):
         d = blocks[:, :, off : off + 2].copy().view(np.float16).astype(np.float32) * scale[0]
         blocks[:, :, off : off + 2] = d.astype(np.float16).view(np.uint8)
+    for off in E8M0_FIELDS.get(qt, []):  # a power-of-two scale (MXFP4): the factor to the nearest power of two
+        e = blocks[:, :, off].astype(np.int32) + round(float(np.log2(scale[0])))
+        blocks[:, :, off] = np.clip(e, 1, 254).astype(np.uint8)
     return raw
 
 

@@ -101,3 +101,15 @@ def test_a_corrupt_source_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
     assert synthetic_twin.main(["header", str(src), str(tmp_path / "out")]) == 1
     assert "bad.gguf" in capsys.readouterr().err
     assert not (tmp_path / "out" / "bad.header").exists()
+
+
+@pytest.mark.parametrize("qt", ["Q4_0", "Q6_K", "MXFP4"])
+def test_twin_matrices_have_xaviers_spread_in_every_scale_format(qt):
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import dequantize
+
+    k = 4096
+    rows = synthetic_twin._rows("blk.0.ffn_up_exps.weight", T[qt], 64, k, np.random.default_rng(0), [])
+    std = float(dequantize(rows, T[qt]).std()) * np.sqrt(k)
+    # f16 scales take the factor exactly; MXFP4's E8M0 exponents take it to the nearest power of two
+    assert (0.95 < std < 1.05) if qt != "MXFP4" else (0.7 < std < 1.42), std
