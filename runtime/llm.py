@@ -39,7 +39,7 @@ import numpy as np
 from .engine import Chunk, Engine, RequestStream
 from .engine.constraint import Grammar
 from .engine.drafting.draft_model import DraftMismatchError, DraftModel, check_draft_vocab
-from .engine.embedding import pool, pooling_of
+from .engine.embedding import pooling_of
 from .engine.engine import SPECULATIVE
 from .engine.one_sequence import OneSequence
 from .engine.scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL
@@ -233,20 +233,8 @@ class LLM:
                 self.check_text_fits(len(item.encode("utf-8", "surrogatepass")))
                 item = self.tokenize(item)
             ids.append(item)
-
-        def run(seq: OneSequence) -> np.ndarray:
-            out = []
-            for a in ids:
-                a = seq.check(a)
-                rows = (
-                    np.arange(len(a), dtype=np.int32)
-                    if how == "mean"
-                    else np.array([0 if how == "cls" else len(a) - 1], dtype=np.int32)
-                )
-                out.append(pool(seq.step(a, 0, rows, hidden=True), how, normalize))
-            return np.stack(out)
-
-        return self.exclusive(run)
+        # through the engine: batched with other embed calls' inputs, beside the requests' steps (engine.py)
+        return self._engine_open().embed(ids, how, normalize).result()
 
     def greedy(self, ids, n: int) -> list[int]:
         """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""

@@ -87,9 +87,10 @@ class BlockManager:
         """Blocks that num_tokens slots take (a scheduler's admission check against n_blocks)."""
         return -(-num_tokens // self.block_size)
 
-    def allocate(self, seq_id: Hashable, token_ids: Sequence[int]) -> BlockTable | None:
+    def allocate(self, seq_id: Hashable, token_ids: Sequence[int], reuse: bool = True) -> BlockTable | None:
         """Slots for token_ids, reusing the longest cached prefix of full blocks (never the block holding the
-        last token: its logits must be computed). None, with nothing changed, when the pool is too full."""
+        last token: its logits must be computed; with reuse False none: every row is computed). None, with nothing
+        changed, when the pool is too full."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id!r} is already allocated")
         n = len(token_ids)
@@ -98,7 +99,7 @@ class BlockManager:
         bs = self.block_size
         keys = self._extend_keys([], token_ids, n // bs)
         hits = []
-        for i, key in enumerate(keys):
+        for i, key in enumerate(keys if reuse else ()):
             b = self._cached.get(key)
             if b is None or (i + 1) * bs > n - 1:
                 break

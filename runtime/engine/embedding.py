@@ -2,6 +2,8 @@
 
     how = pooling_of(metadata)               # the GGUF's {arch}.pooling_type, or "mean" for a model without one
     v = pool(rows, how, normalize=True)      # rows: float32 [n_tokens, d_model] -> [d_model]
+    job = EmbedJob(inputs, how, normalize)   # the engine's (engine.py: Engine.embed): inputs from any number of
+                                             # jobs share its embedding steps, each input whole in one step
 
 Pooling as llama.cpp defines its types: mean over the tokens, cls (the first token's row), last (the last token's).
 A decoder model without the key (a chat model asked for embeddings) is pooled by mean, the choice llama.cpp's
@@ -11,6 +13,8 @@ A decoder model without the key (a chat model asked for embeddings) is pooled by
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,3 +43,30 @@ def pool(rows: np.ndarray, how: str, normalize: bool = True) -> np.ndarray:
         norm = np.linalg.norm(v)
         v = v / norm if norm > 0 else v
     return v.astype(np.float32)
+
+
+def pooled_rows(how: str, n: int) -> np.ndarray:
+    """int32: the rows of an n-token input whose hidden states the pooling reads."""
+    return np.arange(n, dtype=np.int32) if how == "mean" else np.array([0 if how == "cls" else n - 1], dtype=np.int32)
+
+
+@dataclass
+class EmbedJob:
+    """One embed call's inputs (token id lists, checked), computed by the engine thread over one or more steps;
+    future: float32 [len(inputs), d_model] when all are done, or the step's exception."""
+
+    inputs: list[list[int]]
+    how: str
+    normalize: bool = True
+    future: Future = field(default_factory=Future)
+    vectors: list = field(default_factory=list)  # the inputs' vectors so far, in order
+    taken: int = 0  # inputs given to a step so far
+
+    def done(self, vector: np.ndarray) -> None:
+        self.vectors.append(vector)
+        if len(self.vectors) == len(self.inputs) and self.future.set_running_or_notify_cancel():
+            self.future.set_result(np.stack(self.vectors))
+
+    def fail(self, e: BaseException) -> None:
+        if not self.future.done() and self.future.set_running_or_notify_cancel():
+            self.future.set_exception(e)

@@ -4,6 +4,7 @@ queues.
     engine = Engine(model, tokenizer, parallel=4)
     stream = engine.submit(prompt_ids, SamplingParams(temperature=0, max_tokens=64))   # any thread
     for chunk in stream: ...                         # or `async for`; stream.close() cancels (output.py, stream.py)
+    vectors = engine.embed([ids, ids2], "mean").result()   # float32 [2, d_model], batched with others' inputs
     result = engine.call(lambda model: ...)          # runs on the engine thread once no request is live
     engine.close()                                   # cancels what is left, stops the thread
 
@@ -12,6 +13,9 @@ decoding sequences (speculation: drafting/), the scheduler picks the step (runni
 waiting ones under the token budget, prompts in chunks: scheduler.py), the model runs it (logits only for the
 rows that are sampled), each request samples its rows with its own sampler and keeps the verified run of its
 drafts (request.py), and the tokens go back to the scheduler (which rolls back the rest) and out to the streams. A cancelled request's blocks are freed before the next step.
+Embedding inputs (LLM.embed, the embedding routes) are gathered from every waiting embed call into steps of their
+own under the token budget, each input whole in one step (so an encoder's bidirectional attention sees it all),
+alternating with the requests' steps; their blocks are borrowed for the step and given back after it.
 A call (LLM.logits, perplexity, benchmarks: the one-sequence path over the whole pool) waits until no request
 is live, holds new ones back meanwhile, and drops the prefix cache after (it overwrote the pool).
 
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..model.model import TOP_K_MAX, Model
+from ..model.step_batch import StepBatchBuilder
 from ..sampling import SamplingParams
 from ..text.token_ids import token_ids
 from ..text.tokenizer import Tokenizer
@@ -40,6 +45,7 @@ from .block_manager import BlockManager
 from .constraint import Grammar
 from .context_window import ContextLengthError, ContextWindow  # noqa: F401 (ContextLengthError re-exported)
 from .drafting import MODES, Drafter, DraftModel, accepted_prefix
+from .embedding import POOLINGS, EmbedJob, pool, pooled_rows
 from .output import Chunk, Stats
 from .request import Request
 from .scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL, Scheduler
@@ -150,6 +156,18 @@ class Engine:
         self.window.check(len(a), extra)
         return a
 
+    def embed(self, inputs: list, how: str, normalize: bool = True) -> Future:
+        """Queues token id lists to embed: a Future of float32 [len(inputs), d_model], each input's final hidden
+        states pooled (embedding.py: how is mean, cls or last) and L2-normalised unless told not to. ValueError
+        (ContextLengthError) here for an input that is empty, outside the vocabulary or past the context."""
+        if how not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {how!r}")
+        job = EmbedJob([self.check(a) for a in inputs], how, normalize)
+        if not job.inputs:
+            raise ValueError("inputs must hold at least one token id list")
+        self._post(("embed", job))
+        return job.future
+
     def call(self, fn: Callable[[Model], Any]) -> Any:
         """fn(model) on the engine thread, alone: after the live requests end, before queued ones start. Its
         result, or its exception raised here."""
@@ -199,8 +217,9 @@ class Engine:
         active: dict[Any, Request] = {}  # admitted to the scheduler, not over
         held: deque[Request] = deque()  # submitted while a call waits
         calls: deque[tuple[Callable, Future]] = deque()
+        embeds: deque[EmbedJob] = deque()
         while True:
-            idle = not active and not calls
+            idle = not active and not calls and not embeds
             msgs = [self._inbox.get()] if idle else []
             while True:
                 try:
@@ -215,6 +234,8 @@ class Engine:
                     for _, fut in calls:
                         if fut.set_running_or_notify_cancel():
                             fut.set_exception(EngineClosedError("the engine closed before the call ran"))
+                    for job in embeds:
+                        job.fail(EngineClosedError("the engine closed before the embedding ran"))
                     return
                 if kind == "add":
                     if calls:
@@ -225,6 +246,8 @@ class Engine:
                     self._abort(msg[1], active, held)
                 elif kind == "call":
                     calls.append((msg[1], msg[2]))
+                elif kind == "embed":
+                    embeds.append(msg[1])
                 elif kind == "inspect":
                     _resolve(msg[2], msg[1], self._scheduler)
             if calls and not active:
@@ -235,6 +258,8 @@ class Engine:
                 while held:
                     self._admit(held.popleft(), active)
                 continue
+            if embeds:
+                self._embed_step(embeds, active)
             if active:
                 try:
                     self._step(active)
@@ -244,6 +269,54 @@ class Engine:
                     active.clear()
                     self._scheduler = self._new_scheduler()
                     self.drafter.reset()
+
+    def _embed_step(self, embeds: deque[EmbedJob], active: dict) -> None:
+        """One step of waiting embedding inputs, whole, in arrival order, under the token budget (one input past it
+        goes alone); inputs the pool cannot hold now wait for the requests' steps to free blocks."""
+        sched, budget = self._scheduler, self.max_batch_tokens
+        b = StepBatchBuilder(self._model.block_size)
+        taken: list[tuple[EmbedJob, Any, int]] = []  # (job, borrowed key, its rows in the output)
+        while embeds and budget > 0:
+            job = embeds[0]
+            if job.future.cancelled():
+                embeds.popleft()
+                continue
+            ids = job.inputs[job.taken]
+            if taken and len(ids) > budget:
+                break
+            key = ("embed", next(self._ids))
+            table = sched.borrow(key, ids)
+            if table is None:
+                if not taken and not active:  # nothing will free blocks: the pool cannot hold it (not expected)
+                    embeds.popleft()
+                    job.fail(ValueError(f"an input of {len(ids)} tokens does not fit the KV pool"))
+                    continue
+                break
+            rows = pooled_rows(job.how, len(ids))
+            b.add(ids, 0, table.block_ids, logits=rows)
+            taken.append((job, key, len(rows)))
+            budget -= len(ids)
+            job.taken += 1
+            if job.taken == len(job.inputs):
+                embeds.popleft()
+        if not taken:
+            return
+        try:
+            hidden = self._model.forward(b.build(), hidden=True)
+        except Exception as e:
+            for job in {id(j): j for j, _, _ in taken}.values():
+                job.fail(RuntimeError(f"the embedding step failed: {type(e).__name__}: {e}"))
+                if job in embeds:
+                    embeds.remove(job)
+            return
+        finally:
+            for _, key, _ in taken:
+                sched.give_back(key)
+        at = 0
+        for job, _, n in taken:
+            if not job.future.done():
+                job.done(pool(hidden[at : at + n], job.how, job.normalize))
+            at += n
 
     def _admit(self, req: Request, active: dict) -> None:
         try:

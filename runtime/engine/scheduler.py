@@ -151,6 +151,15 @@ class Scheduler:
         self._live[seq.seq_id] = seq
         self._waiting.append(seq)
 
+    def borrow(self, key: Hashable, token_ids: Seq[int]) -> BlockTable | None:
+        """Blocks for one step of token_ids computed whole (an embedding: every row's hidden state), none from the
+        prefix cache, or None when the pool cannot spare them now; give_back(key) after the step. Nothing computed
+        in them is offered to the cache."""
+        return self._bm.allocate(key, token_ids, reuse=False)
+
+    def give_back(self, key: Hashable) -> None:
+        self._bm.free(key)
+
     def abort(self, seq_id: Hashable) -> bool:
         """Finishes a live sequence with FinishReason.ABORT and frees its blocks now. False when it is not live
         (unknown, finished, or aborted already)."""

@@ -238,3 +238,67 @@ def test_penalties_and_logprobs_take_whole_rows(smol, monkeypatch):
     asked.clear()
     list(smol.submit(smol.tokenize(PROMPTS[0]), SamplingParams(temperature=0, max_tokens=4), logprobs=3))
     assert set(asked) == {0}
+
+
+def embed_alone(llm: LLM, text: str, how: str = "mean") -> np.ndarray:
+    """The one-sequence path's embedding of text: its whole prompt alone in one step (the reference)."""
+    ids = llm.tokenize(text)
+    rows = np.arange(len(ids)) if how == "mean" else np.array([0 if how == "cls" else len(ids) - 1])
+    from localllm.engine.embedding import pool
+
+    return pool(llm.exclusive(lambda s: s.step(np.array(ids), 0, rows, hidden=True)), how)
+
+
+def test_embeddings_batch_across_calls_and_beside_streams_without_changing_a_bit(smol, monkeypatch):
+    want = {(t, how): embed_alone(smol, t, how) for t in PROMPTS for how in ("mean", "last")}
+    streams_alone = run_alone(smol, PROMPTS[:2], [SamplingParams(temperature=0, max_tokens=12)] * 2)
+    got: dict = {}
+    steps: list[int] = []  # sequences in each embedding step
+    forward = smol.model.forward
+
+    def counted(batch, *args, **kwargs):
+        if kwargs.get("hidden"):
+            steps.append(len(batch.context_lens))
+        return forward(batch, *args, **kwargs)
+
+    monkeypatch.setattr(smol.model, "forward", counted)
+    go = threading.Barrier(4)
+
+    def embedder(how: str) -> None:
+        go.wait()
+        got[how] = smol.embed(PROMPTS, pooling=how)  # five inputs in one call: several steps of the 16-token budget
+
+    def streamer(i: int) -> None:
+        go.wait()
+        got[i] = tokens(smol.generate(PROMPTS[i], temperature=0, max_tokens=12))
+
+    threads = [threading.Thread(target=embedder, args=(h,)) for h in ("mean", "last")]
+    threads += [threading.Thread(target=streamer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for how in ("mean", "last"):
+        for i, t in enumerate(PROMPTS):
+            assert np.array_equal(got[how][i], want[(t, how)]), (how, t)
+    assert [got[0], got[1]] == streams_alone  # the streams did not notice the embedding steps
+    assert sum(steps) == 2 * len(PROMPTS) and max(steps) >= 2, steps  # inputs shared steps
+    assert pool_is_free(smol)  # borrowed blocks went back, and none joined the prefix cache
+
+
+def test_a_cancelled_or_failed_embedding_leaves_the_engine_going(smol, monkeypatch):
+    engine = smol._engine
+    with pytest.raises(ValueError, match="non-empty"):
+        engine.embed([[]], "mean")
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        engine.embed([[1, 2]], "max")
+
+    def broken(*args, **kwargs):
+        raise MemoryError("out of memory in the step")
+
+    monkeypatch.setattr(smol.model, "forward", broken)
+    with pytest.raises(RuntimeError, match="embedding step failed: MemoryError"):
+        smol.embed(PROMPTS[:2])
+    monkeypatch.undo()
+    assert np.array_equal(smol.embed(PROMPTS[0])[0], embed_alone(smol, PROMPTS[0]))
+    assert pool_is_free(smol)
