@@ -31,7 +31,9 @@ class CpuStage final : public Stage {
     const KernelTable& kt = *m.kt;
     for (int l = first; l < last; ++l) {
       LayerWeights L = m.w.layers[l];
-      for (WeightView* w : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+      // the experts' stacks too: an expert's rows stay a contiguous slice, since a layout never crosses rows
+      for (WeightView* w : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.ffn_gate, &L.ffn_up, &L.ffn_down,
+                            &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps})
         *w = repacked_.view(kt, *w, &pool);
       layers_.push_back(L);
     }
