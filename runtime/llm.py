@@ -103,6 +103,8 @@ class LLM:
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
             spec = spec_from_gguf(self._file)
+            if spec.position_embd is not None:  # learned positions (BERT): a sequence holds at most that many
+                ctx_size = min(ctx_size, spec.context_length)
             capped = False
             n_blocks = -(-ctx_size // BLOCK_SIZE)
             if kv_budget_mib is not None:
@@ -155,10 +157,24 @@ class LLM:
             if self._draft_file is not None:
                 self._draft_file.close()
             raise
+        self._max_batch_tokens = max(max_batch_tokens, parallel)
         self.speculative = self._engine.speculative
         self.ctx_size = self._engine.ctx_size
         self.parallel = self._engine.parallel
         self._n_vocab = self.model.n_vocab
+
+    @property
+    def encoder(self) -> bool:
+        """An encoder (bert, nomic-bert): it embeds (embed) but has no LM head, so it does not generate."""
+        return self.model.spec.encoder
+
+    def _check_generates(self) -> None:
+        """ValueError when the model cannot produce logits (an encoder)."""
+        if self.encoder:
+            raise ValueError(
+                f"{self.path}: {self.model.spec.arch} is an encoder-only embedding model: it has no language-model "
+                "head, so it cannot generate or score text; use it for embeddings (LLM.embed, /v1/embeddings)"
+            )
 
     def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int, device: str) -> DraftModel:
         """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's, all
@@ -208,6 +224,7 @@ class LLM:
 
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
+        self._check_generates()
 
         def run(seq: OneSequence) -> np.ndarray:
             a = seq.check(ids)
@@ -232,16 +249,18 @@ class LLM:
                 item = self.tokenize(item)
             ids.append(item)
 
+        def rows_of(a: np.ndarray) -> np.ndarray:
+            if how == "mean":
+                return np.arange(len(a), dtype=np.int32)
+            return np.array([0 if how == "cls" else len(a) - 1], dtype=np.int32)
+
         def run(seq: OneSequence) -> np.ndarray:
+            arrays = [seq.check(a) for a in ids]
             out = []
-            for a in ids:
-                a = seq.check(a)
-                rows = (
-                    np.arange(len(a), dtype=np.int32)
-                    if how == "mean"
-                    else np.array([0 if how == "cls" else len(a) - 1], dtype=np.int32)
-                )
-                out.append(pool(seq.step(a, 0, rows, hidden=True), how, normalize))
+            # several inputs in one step, each whole in its own blocks (the same bits as alone: batch invariance)
+            for group in seq.packs([len(a) for a in arrays], self._max_batch_tokens):
+                hidden = seq.step_many([arrays[i] for i in group], [rows_of(arrays[i]) for i in group], hidden=True)
+                out += [pool(h, how, normalize) for h in hidden]
             return np.stack(out)
 
         return self.exclusive(run)
@@ -250,6 +269,7 @@ class LLM:
         """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
+        self._check_generates()
 
         def run(seq: OneSequence) -> list[int]:
             a = seq.check(ids, extra=n)
@@ -302,6 +322,7 @@ class LLM:
         "off" or "draft" (the LLM's draft model) for this request (None: the LLM's). grammar: structured output,
         e.g. Grammar.json_schema(schema) (localllm.engine.constraint): every token follows it; a reply that
         completes it ends with finish_reason "stop"."""
+        self._check_generates()
         params = params if params is not None else SamplingParams()
         return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative, grammar=grammar)
 
