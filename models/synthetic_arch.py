@@ -225,7 +225,7 @@ ARCHS["bert-bench"] = {  # all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads, 
     "n_ff": 1536,
 }
 # MXFP4: the experts' matrices in MXFP4, the others in Q8_0 (as the released gpt-oss files)
-WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
+WEIGHT_TYPES = {"F32": T.F32, "F16": T.F16, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
 # the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
 # often within rounding of each other (a choice two implementations may make differently)
 ROUTER_SCALE = 4.0
