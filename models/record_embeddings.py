@@ -5,6 +5,12 @@ $LOCALLLM_LLAMA_PYTHON or ~/.cache/localllm/llama-venv), with mean pooling and L
 tokenized by llama.cpp (the record keeps localllm's ids of it too, which the test checks are the same).
 
     python models/record_embeddings.py qwen2.5-coder-0.5b-instruct-q4_k_m [--llama-python PYTHON]
+    python models/record_embeddings.py --synthetic bert [--type F32|Q8_0]   # an encoder of models/synthetic_arch.py
+
+A synthetic encoder (bert, bert-cls, nomic-bert) is written from models/synthetic_arch.py (its sha256 recorded, as
+record_synthetic.py does) into tests/reference/embeddings/synthetic-<name>-<type>.json, with the file's own pooling,
+and llama.cpp's token ids of TOKENIZER_TEXTS besides (its WordPiece tokenization: accents, punctuation, CJK, digits,
+long and unknown words), which tests/runtime/test_encoders.py holds localllm's tokenizer to.
 """
 
 from __future__ import annotations
@@ -22,16 +28,46 @@ TEXTS = [
     "The weather in Paris is sunny today.",
     "import numpy as np\nx = np.zeros((3, 3))\n",
 ]
+ENCODER_TEXTS = [
+    *TEXTS,
+    "Hello, World! The résumé of a naïve café owner in São Paulo.",
+    "class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n"
+    "        return self.items.pop()\n" * 6,
+    "中国的人说日本语? Ελληνικά and русский text, 42 apples & 3.14159 pies.",
+]
+TOKENIZER_TEXTS = [
+    "Hello world",
+    "HELLO, World!!! (parenthesised) [bracketed] {braced} <angled>",
+    "résumé naïve café São Paulo Ångström Øresund straße ŒUVRE",
+    "中国人大 日本语的是 不了在有我他这个们",
+    "\u00c9t\u00e9 \u0301accent combining e\u0301 n\u0303",
+    "digits 0123456789 3.14159 1,000,000 2024-11-27 12:30",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism unbelievably",
+    "xyzzy qwfp zxcv unknownword ŋ ɐ ʃ",
+    "tabs\tand\nnewlines\r\n  and   runs   of spaces  ",
+    "emoji 😀 🎉 symbols $ % ^ ~ ` | \\ / @ # = + - _ * ©®™ € £",
+    "control \x00\x01\x07 chars \u200b zero width \ufeff bom",
+    "한국어 텍스트 and Ελληνικά and русский язык",
+    "[CLS] [SEP] [MASK] [UNK] literal specials",
+    "İstanbul DŽungla ǅ Σίσυφος ΣΑΣ",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "",
+    "   ",
+    "a",
+]
 
 LLAMA_SIDE = r"""
 import json, sys
 import llama_cpp
 from llama_cpp import Llama
-path, prompts = sys.argv[1], json.loads(sys.argv[2])
-llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=2, embedding=True,
-            pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
+path, prompts, tok_texts = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+# an encoder (tok_texts given) is pooled as its file says; a decoder by mean
+pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if tok_texts else llama_cpp.LLAMA_POOLING_TYPE_MEAN
+llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, embedding=True,
+            pooling_type=pooling, verbose=False)
 out = [llm.embed(text, normalize=True) for text in prompts]
-print(json.dumps({"version": llama_cpp.__version__, "embeddings": out}))
+ids = [llm.tokenize(t.encode(), add_bos=True, special=False) for t in tok_texts]
+print(json.dumps({"version": llama_cpp.__version__, "embeddings": out, "token_ids": ids}))
 """
 
 
@@ -42,25 +78,70 @@ def main(argv: list[str]) -> int:
     from localllm.llm import LLM
 
     ap = argparse.ArgumentParser(prog="record_embeddings.py", description=__doc__.splitlines()[0])
-    ap.add_argument("model", help="a test model's name (models/fetch_test_models.py)")
+    ap.add_argument("model", nargs="?", help="a test model's name (models/fetch_test_models.py)")
+    ap.add_argument("--synthetic", default=None, help="an encoder of models/synthetic_arch.py (bert, nomic-bert)")
+    ap.add_argument("--type", default="F32", choices=["F32", "Q8_0"])
     ap.add_argument("--llama-python", default=None)
     a = ap.parse_args(argv)
+    if (a.model is None) == (a.synthetic is None):
+        ap.error("name a test model or --synthetic ARCH")
+    if a.synthetic:
+        return record_synthetic(a.synthetic, a.type, llama_python(a.llama_python))
     path = cache_dir() / f"{a.model}.gguf"
     with LLM(path, n_threads=1, ctx_size=64) as llm:
         prompts = [llm.tokenize(t) for t in TEXTS]
+    got = _llama(llama_python(a.llama_python), path, TEXTS, [])
+    record = {"model": a.model, "llama_cpp": got["version"], "pooling": "mean", "texts": TEXTS, "token_ids": prompts}
+    record["embeddings"] = [[round(v, 7) for v in e] for e in got["embeddings"]]
+    _write(OUT / f"{a.model}.json", record, got["version"])
+    return 0
+
+
+def _llama(python: str, path: Path, texts: list[str], tok_texts: list[str]) -> dict:
     r = subprocess.run(
-        [llama_python(a.llama_python), "-c", LLAMA_SIDE, str(path), json.dumps(TEXTS)],
+        [python, "-c", LLAMA_SIDE, str(path), json.dumps(texts), json.dumps(tok_texts)],
         capture_output=True,
         text=True,
         check=True,
     )
-    got = json.loads(r.stdout)
-    record = {"model": a.model, "llama_cpp": got["version"], "pooling": "mean", "texts": TEXTS, "token_ids": prompts}
-    record["embeddings"] = [[round(v, 7) for v in e] for e in got["embeddings"]]
+    return json.loads(r.stdout)
+
+
+def _write(out: Path, record: dict, version: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{a.model}.json"
-    out.write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    print(f"{out}: {len(TEXTS)} embeddings of {len(record['embeddings'][0])}, llama.cpp {got['version']}")
+    out.write_text(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+    n = len(record["embeddings"])
+    print(f"{out}: {n} embeddings of {len(record['embeddings'][0])}, llama.cpp {version}")
+
+
+def record_synthetic(name: str, wtype: str, python: str, seed: int = 0) -> int:
+    import tempfile
+
+    from localllm.engine.embedding import pooling_of
+    from localllm.model.gguf import GGUFFile
+    from synthetic_arch import ARCHS, write
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.gguf"
+        sha = write(path, name, wtype=wtype, seed=seed)
+        with GGUFFile(path) as f:
+            pooling = pooling_of(f.metadata)
+        got = _llama(python, path, ENCODER_TEXTS, TOKENIZER_TEXTS)
+    record = {
+        "model": f"synthetic {name}",
+        "arch": name,
+        "weight_type": wtype,
+        "seed": seed,
+        "tokenizer_from": ARCHS[name]["tokenizer"],
+        "sha256": sha,
+        "llama_cpp": got["version"],
+        "pooling": pooling,
+        "texts": ENCODER_TEXTS,
+        "embeddings": [[round(v, 7) for v in e] for e in got["embeddings"]],
+        "tokenizer_texts": TOKENIZER_TEXTS,
+        "tokenizer_ids": got["token_ids"],
+    }
+    _write(OUT / f"synthetic-{name}-{wtype.lower()}.json", record, got["version"])
     return 0
 
 

@@ -267,15 +267,77 @@ type {{ f.name }} = (_: {{ f.parameters | tojson }}) => any;
 {%- endfor -%}
 {%- if add_generation_prompt %}<|start|>assistant{% endif -%}
 """
+# Encoders (embedding models): no LM head, a WordPiece vocabulary built from a test model's (wordpiece_vocab), the
+# keys and tensor names convert_hf_to_gguf writes for BERT (learned positions, q/k/v/o and feed-forward biases,
+# post-norm LayerNorms with biases, GELU) and nomic-bert (fused QKV, NeoX rope, SwiGLU, no biases)
+ARCHS["bert"] = {
+    "tokenizer": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "encoder": True,
+    "d_model": 128,
+    "n_layers": 2,
+    "n_head": 4,
+    "n_kv": 4,
+    "head_dim": 32,
+    "n_ff": 512,
+    "context": 512,
+    "eps": 1e-12,
+    "pooling": 1,  # mean (all-MiniLM, bge use mean / cls)
+}
+ARCHS["bert-cls"] = {**ARCHS["bert"], "arch": "bert", "pooling": 2}  # bge's CLS pooling
+ARCHS["nomic-bert"] = {
+    **ARCHS["bert"],
+    "n_ff": 320,
+    "context": 2048,
+    "rope_base": 1000.0,
+    "eps": 1e-12,
+}
+ARCHS["bert-bench"] = {  # all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads, ffn 1536, 512 positions) for
+    # `bench embed`; its 30,522-row vocabulary is the synthetic ~3k one (only looked up: an encoder has no head)
+    **ARCHS["bert"],
+    "arch": "bert",
+    "d_model": 384,
+    "n_layers": 6,
+    "n_head": 12,
+    "n_kv": 12,
+    "head_dim": 32,
+    "n_ff": 1536,
+}
 # MXFP4: the experts' matrices in MXFP4, the others in Q8_0 (as the released gpt-oss files)
-WEIGHT_TYPES = {"F32": T.F32, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
+WEIGHT_TYPES = {"F32": T.F32, "F16": T.F16, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "MXFP4": T.MXFP4}
 # the router's spread: real routers are peaked, and Xavier's would leave the 3rd and 4th experts' probabilities
 # often within rounding of each other (a choice two implementations may make differently)
 ROUTER_SCALE = 4.0
 
 
+def _encoder_tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
+    """bert / nomic-bert: name -> numpy shape, in the order convert_hf_to_gguf writes them."""
+    d, ff, qd = c["d_model"], c["n_ff"], c["n_head"] * c["head_dim"]
+    out = {"token_embd.weight": (c["n_vocab"], d), "token_types.weight": (2, d)}
+    if arch == "bert":
+        out["position_embd.weight"] = (c["context"], d)
+    out |= {"token_embd_norm.weight": (d,), "token_embd_norm.bias": (d,)}
+    for i in range(c["n_layers"]):
+        b = f"blk.{i}."
+        if arch == "bert":
+            for x in "qkv":
+                out |= {b + f"attn_{x}.weight": (qd, d), b + f"attn_{x}.bias": (qd,)}
+            out |= {b + "attn_output.weight": (d, qd), b + "attn_output.bias": (d,)}
+        else:
+            out |= {b + "attn_qkv.weight": (3 * qd, d), b + "attn_output.weight": (d, qd)}
+        out |= {b + "attn_output_norm.weight": (d,), b + "attn_output_norm.bias": (d,)}
+        if arch == "bert":
+            out |= {b + "ffn_up.weight": (ff, d), b + "ffn_up.bias": (ff,)}
+            out |= {b + "ffn_down.weight": (d, ff), b + "ffn_down.bias": (d,)}
+        else:
+            out |= {b + "ffn_gate.weight": (ff, d), b + "ffn_up.weight": (ff, d), b + "ffn_down.weight": (d, ff)}
+        out |= {b + "layer_output_norm.weight": (d,), b + "layer_output_norm.bias": (d,)}
+    return out
+
+
 def _tensors(arch: str, c: dict) -> dict[str, tuple[int, ...]]:
     """name -> shape as numpy holds it ([rows, row length]); the writer reverses it into GGUF's dims."""
+    if c.get("encoder"):
+        return _encoder_tensors(arch, c)
     d, hd = c["d_model"], c["head_dim"]
     out = {"token_embd.weight": (c["n_vocab"], d), "output_norm.weight": (d,)}
     if c.get("output"):
@@ -363,6 +425,21 @@ def _llama3_rope_factors(head_dim: int, base: float) -> np.ndarray:
 
 def _metadata(arch: str, c: dict) -> list[tuple[str, object, str]]:
     """(key, value, type) of the architecture's own keys."""
+    if c.get("encoder"):  # as convert_hf_to_gguf's BertModel / NomicBertModel write them
+        keys = [
+            ("general.name", f"synthetic {arch}", "string"),
+            (f"{arch}.context_length", c["context"], "uint32"),
+            (f"{arch}.embedding_length", c["d_model"], "uint32"),
+            (f"{arch}.feed_forward_length", c["n_ff"], "uint32"),
+            (f"{arch}.block_count", c["n_layers"], "uint32"),
+            (f"{arch}.attention.head_count", c["n_head"], "uint32"),
+            (f"{arch}.attention.layer_norm_epsilon", c["eps"], "float32"),
+            (f"{arch}.attention.causal", False, "bool"),
+            (f"{arch}.pooling_type", c["pooling"], "uint32"),
+        ]
+        if arch == "nomic-bert":
+            keys.append((f"{arch}.rope.freq_base", c["rope_base"], "float32"))
+        return keys
     return [
         ("general.name", f"synthetic {arch}", "string"),
         (f"{arch}.block_count", c["n_layers"], "uint32"),
@@ -403,6 +480,62 @@ def test_model_path(name: str) -> Path:
     return cache_dir() / f"{name}.gguf"
 
 
+# BERT's layout of the first ids: [PAD], 99 unused, [UNK], [CLS], [SEP], [MASK] (llama.cpp's defaults for a "bert"
+# vocabulary are these ids)
+BERT_SPECIALS = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_CONTROL = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+# single characters past ASCII: accented Latin, Greek, Cyrillic, CJK (BERT's vocabulary has thousands)
+_EXTRA_CHARS = "àáâäçèéêëíîïñóôöøùúûüßåæœαβγδλπσωабвгдежиклмнопрстуя中国人大日本语的是不了在有我他这个们"
+
+
+def wordpiece_vocab(src: Path, n_words: int = 1800, n_suffixes: int = 700) -> list[str]:
+    """A WordPiece vocabulary in Hugging Face's spelling (continuations "##ing"), built from a byte-level BPE test
+    model's tokens: BERT's specials, single characters (ASCII, some accented, Greek, Cyrillic, CJK) and their
+    "##" forms, the numbers 0-99, the first n_words lowercase word tokens ("Ġword") and the first n_suffixes
+    lowercase word-internal ones as "##" pieces (BPE ids run roughly by frequency). Deterministic."""
+    import re
+
+    from localllm.model.gguf import GGUFFile
+
+    with GGUFFile(src) as f:
+        bpe = f.metadata["tokenizer.ggml.tokens"].tolist()
+    ascii_chars = [chr(c) for c in range(33, 127) if not chr(c).isupper()]
+    chars = ascii_chars + list(_EXTRA_CHARS)
+    vocab = BERT_SPECIALS + chars + ["##" + c for c in chars if c.isalnum()] + [str(i) for i in range(10, 100)]
+    words = [t[1:] for t in bpe if t.startswith("Ġ") and re.fullmatch("[a-z]{2,}", t[1:])]
+    pieces = ["##" + t for t in bpe if re.fullmatch("[a-z]{2,}", t)]
+    seen = set(vocab)
+    for t in words[:n_words] + pieces[:n_suffixes]:
+        if t not in seen:
+            seen.add(t)
+            vocab.append(t)
+    return vocab
+
+
+def _wordpiece_metadata(src: Path) -> list[tuple[str, object, str]]:
+    """tokenizer.* keys as convert_hf_to_gguf writes a BERT tokenizer: the phantom-space vocabulary (a word-initial
+    piece "▁word", a continuation "##ing" as "ing", control tokens as they are), token types, BERT's special ids
+    and the flags gguf's SpecialVocab reads off the "[CLS] $A [SEP]" template."""
+    hf = wordpiece_vocab(src)
+    tokens = [t if t in _CONTROL else t[2:] if t.startswith("##") else "▁" + t for t in hf]
+    types = [3 if t in _CONTROL else 1 for t in hf]
+    return [
+        ("tokenizer.ggml.model", "bert", "string"),
+        ("tokenizer.ggml.pre", "default", "string"),
+        ("tokenizer.ggml.tokens", tokens, "array"),
+        ("tokenizer.ggml.token_type", types, "array"),
+        ("tokenizer.ggml.token_type_count", 2, "uint32"),
+        ("tokenizer.ggml.eos_token_id", hf.index("[SEP]"), "uint32"),
+        ("tokenizer.ggml.unknown_token_id", hf.index("[UNK]"), "uint32"),
+        ("tokenizer.ggml.seperator_token_id", hf.index("[SEP]"), "uint32"),
+        ("tokenizer.ggml.padding_token_id", hf.index("[PAD]"), "uint32"),
+        ("tokenizer.ggml.cls_token_id", hf.index("[CLS]"), "uint32"),
+        ("tokenizer.ggml.mask_token_id", hf.index("[MASK]"), "uint32"),
+        ("tokenizer.ggml.add_bos_token", True, "bool"),
+        ("tokenizer.ggml.add_eos_token", True, "bool"),
+    ]
+
+
 def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str = "F32", seed: int = 0) -> str:
     """Writes the model `name` (a key of ARCHS); returns the file's sha256."""
     from localllm.model.gguf import GGUFFile
@@ -411,22 +544,28 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
     arch = c.get("arch", name)
     src = tokenizer_from or test_model_path(c["tokenizer"])
     w = gguf.GGUFWriter(str(out), arch)
-    with GGUFFile(src) as f:
-        kinds = f.metadata_types
-        tok = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
-        if c.get("harmony"):
-            n = len(tok["tokenizer.ggml.tokens"])
-            tok["tokenizer.ggml.tokens"] = [str(t) for t in tok["tokenizer.ggml.tokens"]] + list(HARMONY_TOKENS)
-            tok["tokenizer.ggml.token_type"] = np.asarray(tok["tokenizer.ggml.token_type"]).tolist() + [3] * len(
-                HARMONY_TOKENS
-            )
-            tok["tokenizer.ggml.eos_token_id"] = n + HARMONY_TOKENS.index("<|return|>")
-            tok["tokenizer.chat_template"] = HARMONY_TEMPLATE
-        c["n_vocab"] = len(tok["tokenizer.ggml.tokens"])
-        for key, value, kind in _metadata(arch, c):
+    if c.get("encoder"):
+        tok = _wordpiece_metadata(src)
+        c["n_vocab"] = len(tok[2][1])
+        for key, value, kind in _metadata(arch, c) + tok:
             _add(w, key, value, kind)
-        for key, value in tok.items():
-            _add(w, key, value, kinds[key])
+    else:
+        with GGUFFile(src) as f:
+            kinds = f.metadata_types
+            tok = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
+            if c.get("harmony"):
+                n = len(tok["tokenizer.ggml.tokens"])
+                tok["tokenizer.ggml.tokens"] = [str(t) for t in tok["tokenizer.ggml.tokens"]] + list(HARMONY_TOKENS)
+                tok["tokenizer.ggml.token_type"] = np.asarray(tok["tokenizer.ggml.token_type"]).tolist() + [3] * len(
+                    HARMONY_TOKENS
+                )
+                tok["tokenizer.ggml.eos_token_id"] = n + HARMONY_TOKENS.index("<|return|>")
+                tok["tokenizer.chat_template"] = HARMONY_TEMPLATE
+            c["n_vocab"] = len(tok["tokenizer.ggml.tokens"])
+            for key, value, kind in _metadata(arch, c):
+                _add(w, key, value, kind)
+            for key, value in tok.items():
+                _add(w, key, value, kinds[key])
     rng = np.random.default_rng(seed)
     qt = WEIGHT_TYPES[wtype]
     for name, shape in _tensors(arch, c).items():
@@ -446,6 +585,8 @@ def write(out: Path, name: str, tokenizer_from: Path | None = None, wtype: str =
             continue
         t = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
         kind = T.Q8_0 if name == "token_embd.weight" and qt == T.F32 else qt  # a real file's embedding is quantized
+        if name in ("position_embd.weight", "token_types.weight"):  # small tables, kept F32
+            kind = T.F32
         if qt == T.MXFP4 and "_exps." not in name:
             kind = T.Q8_0
         if name.endswith("ffn_gate_inp.weight"):  # routers stay F32 in real files (llama.cpp does not quantize them)

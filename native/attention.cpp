@@ -1,4 +1,4 @@
-// Paged causal attention (attention.h): tiles of one sequence's rows per kv head, an online softmax over
+// Paged causal or bidirectional attention (attention.h): tiles of one sequence's rows per kv head, an online softmax over
 // the cached keys read in chunks of 16.
 #include "attention.h"
 
@@ -55,9 +55,13 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
   S.m.assign(R, neg_inf);
   S.l.assign(R, 0.f);
 
+  // the last key position row t sees: its own (causal), or its sequence's last (bidirectional)
+  auto last_visible = [&](int t) {
+    return rows.context_lens ? rows.context_lens[rows.seq_index[t]] - 1 : rows.positions[t];
+  };
   int jlo = std::numeric_limits<int>::max(), jhi = -1;
   for (int i = 0; i < tile.n; ++i) {
-    const int p = rows.positions[tile.t0 + i];
+    const int p = last_visible(tile.t0 + i);
     jlo = std::min(jlo, a.window > 0 ? std::max(0, p - a.window + 1) : 0);
     jhi = std::max(jhi, p);
   }
@@ -93,7 +97,7 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       }
       for (int i = 0; i < nr; ++i) {
         const int r = r0 + i, t = tile.t0 + r / group;
-        const int hi = rows.positions[t];
+        const int hi = last_visible(t);
         const int lo = a.window > 0 ? std::max(0, hi - a.window + 1) : 0;
         if (jc > hi || jc + KC <= lo) continue;  // no visible key in this chunk
         float s[KC];

@@ -1,4 +1,4 @@
-// Causal grouped-query attention over the paged KV cache, read through each sequence's block table.
+// Causal (or bidirectional) grouped-query attention over the paged KV cache, read through each sequence's block table.
 #pragma once
 #include <cstdint>
 
@@ -18,7 +18,8 @@ struct AttentionShape {
 };
 
 // Which cached positions each query row sees: row t is token positions[t] of sequence seq_index[t],
-// and sees that sequence's positions j <= positions[t] (inside the window), j at slot
+// and sees that sequence's positions j <= positions[t] (inside the window), or with context_lens (bidirectional
+// attention: an encoder) every position j < context_lens[seq] of it, j at slot
 // block_tables[seq][j / block_size] * block_size + j % block_size. The caller has checked every index.
 struct AttentionRows {
   int T;
@@ -26,6 +27,7 @@ struct AttentionRows {
   const int32_t* seq_index;     // [T]
   const int32_t* block_tables;  // [n_seq][max_blocks]
   int max_blocks;
+  const int32_t* context_lens = nullptr;  // [n_seq]: bidirectional (no window then); nullptr: causal
 };
 
 // q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] in their KV row

@@ -36,15 +36,16 @@ T get_key(const py::dict& d, const char* key, const char* what) {
   }
 }
 
-// ffn_act: "silu" | "gelu_tanh"
+// ffn_act: "silu" | "gelu_tanh" | "swiglu_oai" | "gelu"
 template <>
 FfnAct get_key<FfnAct>(const py::dict& d, const char* key, const char* what) {
   const std::string act = get_key<std::string>(d, key, what);
   if (act == "silu") return FfnAct::Silu;
   if (act == "gelu_tanh") return FfnAct::GeluTanh;
   if (act == "swiglu_oai") return FfnAct::SwigluOai;
+  if (act == "gelu") return FfnAct::Gelu;
   throw std::invalid_argument(std::string(what) + ": " + key + " '" + act +
-                              "' is not one of silu, gelu_tanh, swiglu_oai");
+                              "' is not one of silu, gelu_tanh, swiglu_oai, gelu");
 }
 
 // {"config": [...], "weights": [...], "layer": [...], "layer_weights": [...]}: the names of model_config.h's lists

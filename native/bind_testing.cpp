@@ -93,6 +93,31 @@ py::array_t<float> swiglu_oai_mul_py(const py::array_t<float, py::array::c_style
   return out;
 }
 
+// x: float32 [n, dim], w, b: [dim] -> LayerNorm of each row (ops.h layer_norm); b None: no bias
+py::array_t<float> layer_norm_py(const py::array& x, const py::array_t<float, py::array::c_style | py::array::forcecast>& w,
+                                 const py::object& b, float eps) {
+  auto a = float_rows(x, "x");
+  const int n = (int)a.shape(0), dim = (int)a.shape(1);
+  if (w.ndim() != 1 || w.shape(0) != dim) throw std::invalid_argument("w must be float32 [dim]");
+  py::array_t<float, py::array::c_style | py::array::forcecast> bias;
+  if (!b.is_none()) {
+    bias = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(b);
+    if (!bias || bias.ndim() != 1 || bias.shape(0) != dim) throw std::invalid_argument("b must be float32 [dim]");
+  }
+  py::array_t<float> out({(py::ssize_t)n, (py::ssize_t)dim});
+  layer_norm(a.data(), w.data(), b.is_none() ? nullptr : bias.data(), n, dim, eps, out.mutable_data());
+  return out;
+}
+
+// BERT's feed-forward activation as the forward pass applies it (ops.h gelu_tanh), elementwise
+py::array_t<float> gelu_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
+  if (x.ndim() != 1) throw std::invalid_argument("gelu needs a 1-D float32 array");
+  py::array_t<float> out(x.shape(0));
+  std::memcpy(out.mutable_data(), x.data(), (size_t)x.shape(0) * sizeof(float));
+  gelu_tanh(out.mutable_data(), (size_t)x.shape(0));
+  return out;
+}
+
 // activations as a product quantizes them: (xq int8 [n, k], dx [n, k/32], sum16 [n, k/16])
 py::tuple quantize_x_py(const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
   if (x.ndim() != 2 || x.shape(1) % 32 || x.shape(1) == 0)
@@ -206,6 +231,9 @@ void bind_testing(py::module_& m) {
   m.def("silu_mul", &silu_mul_py, py::arg("g"), py::arg("u"), "g * sigmoid(g) * u, as the FFN computes it");
   m.def("swiglu_oai_mul", &swiglu_oai_mul_py, py::arg("g"), py::arg("u"),
         "min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1), as gpt-oss's experts compute it");
+  m.def("layer_norm", &layer_norm_py, py::arg("x"), py::arg("w"), py::arg("b"), py::arg("eps"),
+        "(x - mean) / sqrt(var + eps) * w + b per row, as an encoder's norms compute it");
+  m.def("gelu", &gelu_py, py::arg("x"), "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's activation");
   m.def("quantize_x", &quantize_x_py, py::arg("x"),
         "activations -> (xq int8 [n,k], dx [n,k/32], sum16 [n,k/16]), as every product quantizes them");
   m.def("matmul_multi", &matmul_multi_py, py::arg("products"), py::arg("k"), py::arg("x"),

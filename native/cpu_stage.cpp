@@ -38,7 +38,7 @@ class CpuStage final : public Stage {
       layers_.push_back(L);
     }
     // the head (the embedding lookup keeps reading token_embd as it lies, even where output views it)
-    if (last == m.cfg.n_layers) output_ = repacked_.view(kt, m.w.output, &pool);
+    if (last == m.cfg.n_layers && !m.cfg.bidirectional) output_ = repacked_.view(kt, m.w.output, &pool);  // encoders: none
   }
 
   void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
@@ -107,12 +107,20 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
   } trim{act_};
 
   if (first_ == 0) {
-    const WeightView& E = m_.w.token_embd;
+    // h = token_embd[id] * embed_scale (+ token_types[0]) (+ position_embd[pos])
+    const WeightView &E = m_.w.token_embd, &P = m_.w.position_embd;
+    std::vector<float> prow(P.present() ? d : 0);
     for (int t = 0; t < T; ++t) {
       float* ht = h.data() + (size_t)t * d;
       dequantize(*kt_, E.type, E.data + (size_t)b.token_ids[t] * E.row_bytes, E.row_bytes, 1, d, ht);
       if (c.embed_scale != 1.f)
         for (int i = 0; i < d; ++i) ht[i] *= c.embed_scale;
+      if (m_.token_type0)
+        for (int i = 0; i < d; ++i) ht[i] += m_.token_type0[i];
+      if (P.present()) {
+        dequantize(*kt_, P.type, P.data + (size_t)b.positions[t] * P.row_bytes, P.row_bytes, 1, d, prow.data());
+        for (int i = 0; i < d; ++i) ht[i] += prow[i];
+      }
     }
   } else {
     std::memcpy(h.data(), h_io, sizeof(float) * T * d);
@@ -134,14 +142,27 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     if (row_parts == 1) return (void)fn(0, T);
     pool_.run(row_parts, [&](int p, int) { fn((int)((int64_t)T * p / row_parts), (int)((int64_t)T * (p + 1) / row_parts)); });
   };
-  const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks};
+  const AttentionRows rows{T, b.positions, b.seq_index, b.block_tables, b.max_blocks,
+                          c.bidirectional ? b.context_lens : nullptr};
+  // out = norm(x, w (+ bias)) over n rows: RMSNorm, or LayerNorm (ModelConfig::layer_norm); out may be x
+  auto norm = [&](const float* x, const float* w, const float* bias, int n, float* out) {
+    if (c.layer_norm) layer_norm(x, w, bias, n, d, c.rms_eps, out);
+    else rms_norm(x, w, n, d, c.rms_eps, out);
+  };
+  // a = norm(h) for rows [t0, t0 + n); post-norm: h = a too (the normed value is the residual stream)
+  auto norm_input = [&](float* ht, const float* w, const float* bias, int n, float* at) {
+    norm(ht, w, bias, n, at);
+    if (c.post_norm) std::memcpy(ht, at, sizeof(float) * n * d);
+  };
 
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = layers_[l - first_];
     const LayerNorms& N = norms_[l];
-    // a = rms_norm(h, attn_norm): for later layers of the stage it runs with the previous layer's residual add
+    // a = norm(h, attn_norm): for later layers of the stage it runs with the previous layer's residual add
     if (l == first_)
-      by_rows([&](int t0, int t1) { rms_norm(h.data() + (size_t)t0 * d, N.attn_norm, t1 - t0, d, c.rms_eps, a.data() + (size_t)t0 * d); });
+      by_rows([&](int t0, int t1) {
+        norm_input(h.data() + (size_t)t0 * d, N.attn_norm, N.attn_norm_bias, t1 - t0, a.data() + (size_t)t0 * d);
+      });
     // q, k, v = a @ attn_{q,k,v}.T (+ biases); per-head rms_norm; rope; K and V into the cache
     matmul({{&L.attn_q, q.data()}, {&L.attn_k, k.data()}, {&L.attn_v, v.data()}}, a.data(), T);
     const RopeTables::Table& R = ropes.at(l, first_);
@@ -176,20 +197,27 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     paged_attention(shape, rows, q.data(), kv_.k(l - first_), kv_.v(l - first_), att.data(), pool_);
     if (kv_tf_.changes_output())
       by_rows([&](int t0, int t1) { kv_tf_.from_cache(N.v_bias, att.data() + (size_t)t0 * qd, t1 - t0); });
-    // h = h + rms_norm(att @ attn_output.T (+ bias), post_attention_norm); a = rms_norm(h, ffn_norm)
+    // h = h + norm(att @ attn_output.T (+ bias), post_attention_norm); a = norm(h, ffn_norm)
     matmul(L.attn_output, att.data(), T, a.data());
     by_rows([&](int t0, int t1) {
       const int n = t1 - t0;
       float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
       add_bias(at, N.o_bias, n, d);
-      if (N.post_attn) rms_norm(at, N.post_attn, n, d, c.rms_eps, at);
+      if (N.post_attn) norm(at, N.post_attn, nullptr, n, at);
       for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
-      rms_norm(ht, N.ffn_norm, n, d, c.rms_eps, at);
+      norm_input(ht, N.ffn_norm, N.ffn_norm_bias, n, at);
     });
-    // h = h + rms_norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm), or the experts' sum
+    // h = h + norm((act(a @ ffn_gate.T) * (a @ ffn_up.T)) @ ffn_down.T, post_ffw_norm), or the experts' sum;
+    // gelu (no gate): act(a @ ffn_up.T + ffn_up_bias) @ ffn_down.T + ffn_down_bias
     if (c.n_expert) moe_ffn(L, N, a.data(), T);
     else {
-    matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
+    const bool gated = c.ffn_act != FfnAct::Gelu;
+    if (gated) matmul({{&L.ffn_gate, g.data()}, {&L.ffn_up, u.data()}}, a.data(), T);
+    else matmul(L.ffn_up, a.data(), T, g.data());
+    if (N.up_bias)
+      by_rows([&](int t0, int t1) {
+        add_bias((gated ? u.data() : g.data()) + (size_t)t0 * c.n_ff, N.up_bias, t1 - t0, c.n_ff);
+      });
     {  // elementwise: split over the pool for prompts (one exp / tanh per element)
       const size_t n = g.size();
       const int parts = n >= (1u << 16) ? 4 * pool_.size() : 1;
@@ -200,13 +228,14 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     }
     matmul(L.ffn_down, g.data(), T, a.data());
     }
-    const float* next_norm = l + 1 < last_ ? norms_[l + 1].attn_norm : nullptr;
+    const LayerNorms* next = l + 1 < last_ ? &norms_[l + 1] : nullptr;
     by_rows([&](int t0, int t1) {
       const int n = t1 - t0;
       float *ht = h.data() + (size_t)t0 * d, *at = a.data() + (size_t)t0 * d;
-      if (N.post_ffn) rms_norm(at, N.post_ffn, n, d, c.rms_eps, at);
+      add_bias(at, N.down_bias, n, d);
+      if (N.post_ffn) norm(at, N.post_ffn, nullptr, n, at);
       for (size_t i = 0; i < (size_t)n * d; ++i) ht[i] += at[i];
-      if (next_norm) rms_norm(ht, next_norm, n, d, c.rms_eps, at);  // the next layer's input
+      if (next) norm_input(ht, next->attn_norm, next->attn_norm_bias, n, at);  // the next layer's input
     });
   }
 
@@ -214,11 +243,11 @@ void CpuStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* t
     std::memcpy(h_io, h.data(), sizeof(float) * T * d);
     return;
   }
-  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
+  // logits = norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
   if (b.n_logits == 0) return;
   std::vector<float> x((size_t)b.n_logits * d);  // [n_logits][d]
   for (int i = 0; i < b.n_logits; ++i)
-    rms_norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, 1, d, c.rms_eps, x.data() + (size_t)i * d);
+    norm(h.data() + (size_t)b.logits_rows[i] * d, m_.output_norm, m_.output_norm_bias, 1, x.data() + (size_t)i * d);
   if (m_.hidden) {  // embeddings: the normed rows themselves
     std::memcpy(logits, x.data(), sizeof(float) * x.size());
     return;

@@ -60,6 +60,20 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
   check_matrix(*kt_, w_.output, c.n_vocab, d, "output");
   output_norm_ = vector_of(w_.output_norm, d, "output_norm");
   if (w_.freq_factors.present()) freq_factors_ = vector_of(w_.freq_factors, c.n_rot / 2, "freq_factors");
+  if (w_.output_norm_bias.present()) {
+    if (!c.layer_norm) throw std::invalid_argument("output_norm_bias: needs layer_norm (RMSNorm has none)");
+    output_norm_bias_ = vector_of(w_.output_norm_bias, d, "output_norm_bias");
+  }
+  if (w_.position_embd.present()) check_matrix(*kt_, w_.position_embd, w_.position_embd.rows, d, "position_embd");
+  if (w_.token_types.present()) {  // row 0 alone is added (sentence A), dequantized once
+    check_matrix(*kt_, w_.token_types, w_.token_types.rows, d, "token_types");
+    WeightView row0 = w_.token_types;
+    row0.rows = 1;
+    token_type0_ = vector_of(row0, d, "token_types");
+  }
+  if (c.n_expert && c.ffn_act == FfnAct::Gelu) throw std::invalid_argument("ffn_act gelu (no gate) takes no experts");
+  if (c.bidirectional && (c.attn_temp_scale != 0.f || c.sliding_window))
+    throw std::invalid_argument("bidirectional attention takes no sliding window or attention temperature");
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = w_.layers[i];
     const std::string b = "blk." + str(i) + ".";
@@ -77,7 +91,8 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
       check_matrix(*kt_, L.ffn_up_exps, c.n_expert * c.n_ff, d, b + "ffn_up_exps");
       check_matrix(*kt_, L.ffn_down_exps, c.n_expert * d, c.n_ff, b + "ffn_down_exps");
     } else {
-      check_matrix(*kt_, L.ffn_gate, c.n_ff, d, b + "ffn_gate");
+      if (c.ffn_act != FfnAct::Gelu) check_matrix(*kt_, L.ffn_gate, c.n_ff, d, b + "ffn_gate");
+      else if (L.ffn_gate.present()) throw std::invalid_argument(b + "ffn_gate: present, but ffn_act gelu has no gate");
       check_matrix(*kt_, L.ffn_up, c.n_ff, d, b + "ffn_up");
       check_matrix(*kt_, L.ffn_down, d, c.n_ff, b + "ffn_down");
     }
@@ -101,6 +116,13 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     N.gate_exps_bias = opt(L.ffn_gate_exps_bias, E * F, "ffn_gate_exps_bias");
     N.up_exps_bias = opt(L.ffn_up_exps_bias, E * F, "ffn_up_exps_bias");
     N.down_exps_bias = opt(L.ffn_down_exps_bias, E * d, "ffn_down_exps_bias");
+    N.attn_norm_bias = opt(L.attn_norm_bias, d, "attn_norm_bias");
+    N.ffn_norm_bias = opt(L.ffn_norm_bias, d, "ffn_norm_bias");
+    N.up_bias = opt(L.ffn_up_bias, c.n_ff, "ffn_up_bias");
+    N.down_bias = opt(L.ffn_down_bias, d, "ffn_down_bias");
+    if (E && (N.up_bias || N.down_bias)) throw std::invalid_argument(b + ": dense feed-forward biases with experts");
+    if (!c.layer_norm && (N.attn_norm_bias || N.ffn_norm_bias))
+      throw std::invalid_argument(b + ": norm biases need layer_norm (RMSNorm has none)");
     if (!E && (N.router_bias || N.gate_exps_bias || N.up_exps_bias || N.down_exps_bias))
       throw std::invalid_argument(b + ": expert biases without experts");
     if (!N.q_norm != !N.k_norm) throw std::invalid_argument(b + ": attn_q_norm and attn_k_norm must come together");
@@ -123,7 +145,8 @@ Model::Model(const ModelConfig& cfg, ModelWeights weights, int n_blocks, int blo
     }
     kv_tf_.set_k_scales(std::move(s));
   }
-  parts_.reset(new ModelParts{cfg_, w_, norms_, output_norm_, freq_factors_, kv_tf_, kt_, hidden_});
+  parts_.reset(new ModelParts{cfg_, w_, norms_, output_norm_, freq_factors_, kv_tf_, kt_, hidden_, output_norm_bias_,
+                              token_type0_});
   place(placement.empty() ? std::vector<Placement>{{"cpu", c.n_layers}} : placement);
 }
 
@@ -134,6 +157,11 @@ const char* Model::cpu_only() const {
   if (cfg_.ffn_act == FfnAct::SwigluOai) return "the clamped SwiGLU (swiglu_oai)";
   for (const LayerNorms& N : norms_)
     if (N.sinks) return "attention sinks";
+  if (cfg_.bidirectional || cfg_.layer_norm || cfg_.post_norm || cfg_.ffn_act == FfnAct::Gelu ||
+      w_.position_embd.present() || w_.token_types.present())
+    return "encoder layers";
+  for (const LayerNorms& N : norms_)
+    if (N.up_bias || N.down_bias) return "feed-forward biases";
   return nullptr;
 }
 
@@ -167,6 +195,9 @@ std::vector<Model::StageInfo> Model::stages() const { return stage_info_; }
 void Model::forward(const StepBatch& b, float* logits, const TopK* top, bool hidden) {
   std::lock_guard<std::mutex> lk(mu_);
   check(b);
+  if (cfg_.bidirectional && !hidden && b.n_logits)
+    throw std::invalid_argument("an encoder (bidirectional attention) has no language-model head: it gives hidden "
+                                "states (embeddings) only");
   if (hidden && (top || stage_info_.back().device != "cpu"))
     throw std::invalid_argument("hidden states (embeddings) come from a model whose last stage runs on the CPU, "
                                 "without top_k");
@@ -237,6 +268,22 @@ void Model::check(const StepBatch& b) const {
       throw std::invalid_argument("slot_mapping" + at + " = " + str(b.slot_mapping[t]) +
                                   ", but block_tables puts position " + str(p) + " of sequence " + str(s) +
                                   " at slot " + str(slot));
+  }
+  if (w_.position_embd.present())
+    for (int t = 0; t < T; ++t)
+      if (b.positions[t] >= w_.position_embd.rows)
+        throw std::invalid_argument("positions[" + str(t) + "] = " + str(b.positions[t]) +
+                                    " is past the model's learned positions (position_embd has " +
+                                    str(w_.position_embd.rows) + ")");
+  if (cfg_.bidirectional) {  // each sequence whole: its tokens are positions [0, context_lens[s]), all in this step
+    std::vector<int> count(b.n_seq, 0);
+    for (int t = 0; t < T; ++t) ++count[b.seq_index[t]];
+    for (int s = 0; s < b.n_seq; ++s)
+      if (count[s] && count[s] != b.context_lens[s])
+        throw std::invalid_argument("bidirectional attention (an encoder): sequence " + str(s) + " has " +
+                                    str(count[s]) + " of its " + str(b.context_lens[s]) +
+                                    " positions in this step; an encoder computes a sequence whole, in one step "
+                                    "(no chunked prefill, no decoding)");
   }
   std::vector<int32_t> slots(b.slot_mapping, b.slot_mapping + T);
   std::sort(slots.begin(), slots.end());

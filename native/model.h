@@ -68,6 +68,8 @@ class Model {
   std::vector<LayerNorms> norms_;
   const float* output_norm_ = nullptr;
   const float* freq_factors_ = nullptr;
+  const float* output_norm_bias_ = nullptr;  // encoders' LayerNorm
+  const float* token_type0_ = nullptr;       // token_types' row 0
   std::vector<std::vector<float>> owned_;  // dequantized 1-D weights that were not F32
   std::unique_ptr<ModelParts> parts_;      // what the stages read of the above
   std::vector<std::unique_ptr<Stage>> stages_;

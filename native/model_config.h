@@ -17,8 +17,9 @@ struct WeightView {
   bool present() const { return data != nullptr; }
 };
 
-// Silu: SwiGLU; GeluTanh: GeGLU (tanh approximation); SwigluOai: gpt-oss's clamped SwiGLU (ops.h swiglu_oai_mul)
-enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
+// Silu: SwiGLU; GeluTanh: GeGLU (tanh approximation); SwigluOai: gpt-oss's clamped SwiGLU (ops.h swiglu_oai_mul);
+// Gelu: no gate, gelu_tanh(up) (BERT's feed-forward as llama.cpp computes it: ggml_gelu, the tanh approximation)
+enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2, Gelu = 3 };
 
 // Every field and weight of a model is spelt once, in the lists below: the structs are generated from them, so
 // is the binding's reading of Python's dicts (bind_model.cpp), localllm.model.model builds those dicts from the names
@@ -47,14 +48,21 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
   X(float, yarn_ext_factor) X(float, yarn_beta_fast) X(float, yarn_beta_slow) X(int, yarn_orig_ctx)      \
   X(float, mscale)                                                                                      \
   X(float, attn_temp_scale) /* q at pos times 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1) */ \
-  X(int, attn_temp_floor)
+  X(int, attn_temp_floor)                                                                               \
+  /* encoders (BERT): */                                                                                \
+  X(bool, layer_norm)      /* the norms are LayerNorm (mean removed, + their bias when present), eps rms_eps */ \
+  X(bool, post_norm)       /* each norm's output replaces the residual stream h (BERT's post-norm) */   \
+  X(bool, bidirectional)   /* a row sees every position of its sequence; the step holds whole sequences */
 
 // ModelWeights, besides the layers: X(name)
 #define LLL_MODEL_WEIGHTS(X)                                                                            \
   X(token_embd)    /* [n_vocab, d_model] */                                                             \
   X(output_norm)   /* [d_model] */                                                                      \
   X(output)        /* [n_vocab, d_model] (may view token_embd) */                                       \
-  X(freq_factors)  /* [n_rot/2] dividing each RoPE frequency, or absent */
+  X(freq_factors)  /* [n_rot/2] dividing each RoPE frequency, or absent */                             \
+  X(output_norm_bias) /* [d_model] (LayerNorm), or absent */                                              \
+  X(position_embd) /* [n_positions, d_model]: row pos added to a token at pos (BERT), or absent */        \
+  X(token_types)   /* [n_token_types, d_model]: row 0 added to every token (BERT's sentence A), or absent */
 
 // LayerWeights' values: X(type, name)
 #define LLL_LAYER_FIELDS(X)                                                                             \
@@ -64,7 +72,7 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
 
 // LayerWeights' tensors: X(name). 2-D: attn_q [n_head*head_dim, d_model], attn_k/attn_v
 // [n_kv_head*head_dim, d_model], attn_output [d_model, n_head*head_dim], ffn_gate/ffn_up [n_ff, d_model],
-// ffn_down [d_model, n_ff]. 1-D (one row): norms [d_model] or [head_dim] (q/k norms), biases [rows of the
+// ffn_down [d_model, n_ff] (ffn_gate absent where ffn_act is Gelu). 1-D (one row): norms [d_model] or [head_dim] (q/k norms), biases [rows of the
 // matching product]. Mixture-of-experts layers (ModelConfig::n_expert > 0): ffn_gate_inp [n_expert, d_model] (the
 // router), ffn_gate_exps/ffn_up_exps [n_expert * n_ff, d_model] and ffn_down_exps [n_expert * d_model, n_ff], expert
 // e's rows the e-th slice, in place of ffn_gate/ffn_up/ffn_down. The first six are required, the feed-forward's
@@ -78,7 +86,10 @@ enum class FfnAct : int { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
   X(ffn_gate_inp_bias)  /* [n_expert] */                                                                \
   X(ffn_gate_exps_bias) /* [n_expert][n_ff] */                                                          \
   X(ffn_up_exps_bias)   /* [n_expert][n_ff] */                                                          \
-  X(ffn_down_exps_bias) /* [n_expert][d_model] */
+  X(ffn_down_exps_bias) /* [n_expert][d_model] */                                                       \
+  X(attn_norm_bias) X(ffn_norm_bias) /* [d_model] (LayerNorm) */                                         \
+  X(ffn_up_bias)        /* [n_ff] */                                                                    \
+  X(ffn_down_bias)      /* [d_model] */
 
 #define LLL_FIELD_MEMBER(type, name) type name{};
 #define LLL_WEIGHT_MEMBER(name) WeightView name;

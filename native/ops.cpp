@@ -20,6 +20,23 @@ void rms_norm(const float* x, const float* w, int rows, int n, float eps, float*
   }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, int rows, int n, float eps, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + (size_t)r * n;
+    float* o = out + (size_t)r * n;
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += xr[i];
+    const float mean = (float)(s / n);
+    double ss = 0.0;
+    for (int i = 0; i < n; ++i) ss += (double)(xr[i] - mean) * (xr[i] - mean);
+    const float inv = (float)(1.0 / std::sqrt(ss / n + eps));
+    if (b)
+      for (int i = 0; i < n; ++i) o[i] = (xr[i] - mean) * inv * w[i] + b[i];
+    else
+      for (int i = 0; i < n; ++i) o[i] = (xr[i] - mean) * inv * w[i];
+  }
+}
+
 // the dims of ggml_rope_yarn_corr_dims: the frequency that turns beta times over orig_ctx positions (in float, as
 // ggml computes it: its floor and ceil decide the ramp's ends)
 static float yarn_corr_dim(int n_rot, int orig_ctx, float beta, float base) {
@@ -79,6 +96,14 @@ void gelu_tanh_mul(float* g, const float* u, size_t n) {
   }
 }
 
+void gelu_tanh(float* x, size_t n) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+  }
+}
+
 void swiglu_oai_mul(float* g, const float* u, size_t n) {
   const float alpha = 1.702f, limit = 7.0f;
   for (size_t i = 0; i < n; ++i) {
@@ -92,6 +117,7 @@ void ffn_act_mul(FfnAct act, float* g, const float* u, size_t n) {
     case FfnAct::Silu: return silu_mul(g, u, n);
     case FfnAct::GeluTanh: return gelu_tanh_mul(g, u, n);
     case FfnAct::SwigluOai: return swiglu_oai_mul(g, u, n);
+    case FfnAct::Gelu: return gelu_tanh(g, n);
   }
 }
 

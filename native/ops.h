@@ -1,5 +1,5 @@
 // The elementwise and per-row ops of the decoder block, scalar (the compiler vectorises the loops):
-// RMSNorm, RoPE, SiLU, GELU-tanh, soft-capping and IEEE half conversion.
+// RMSNorm, LayerNorm, RoPE, SiLU, GELU-tanh, soft-capping and IEEE half conversion.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +52,10 @@ inline float exp_poly(float x) {
 // out[r][i] = x[r][i] / sqrt(mean(x[r]**2) + eps) * w[i] for r < rows; x, out: [rows][n] (out may be x)
 void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out);
 
+// out[r][i] = (x[r][i] - mean(x[r])) / sqrt(var(x[r]) + eps) * w[i] + b[i] for r < rows (b may be null): LayerNorm,
+// mean and variance summed in double as ggml_norm does; x, out: [rows][n] (out may be x)
+void layer_norm(const float* x, const float* w, const float* b, int rows, int n, float eps, float* out);
+
 // YaRN (ggml's rope_yarn): frequency i's angle is theta_i * scale * (1 - mix) + theta_i * mix, mix =
 // ext_factor * ramp(i), ramp 1 for i below the correction dim of beta_fast, 0 above that of beta_slow, linear
 // between (ggml_rope_yarn_corr_dims over orig_ctx and the base); cos and sin are multiplied by mscale, and under
@@ -71,10 +75,12 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float
 // g[i] = act(g[i]) * u[i] for i < n
 void silu_mul(float* g, const float* u, size_t n);
 void gelu_tanh_mul(float* g, const float* u, size_t n);
+// x[i] = gelu_tanh(x[i]) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): a feed-forward without a gate (BERT)
+void gelu_tanh(float* x, size_t n);
 // gpt-oss's SwiGLU (ggml_swiglu_oai, alpha 1.702, limit 7): x = min(g, 7), y = clamp(u, -7, 7),
 // g[i] = x / (1 + e^(-1.702 x)) * (y + 1)
 void swiglu_oai_mul(float* g, const float* u, size_t n);
-// the feed-forward's activation (model_config.h FfnAct) over n elements
+// the feed-forward's activation (model_config.h FfnAct) over n elements; Gelu: g[i] = gelu_tanh(g[i]), u unused
 void ffn_act_mul(FfnAct act, float* g, const float* u, size_t n);
 
 // x[i] = cap * tanh(x[i] / cap) for i < n

@@ -27,6 +27,8 @@ struct LayerNorms {
   // up) and [n_expert][d_model] (down). nullptr where the model has none
   const float *sinks = nullptr, *router_bias = nullptr, *gate_exps_bias = nullptr, *up_exps_bias = nullptr,
               *down_exps_bias = nullptr;
+  // encoders (BERT): the LayerNorms' biases [d_model]; the feed-forward's biases [n_ff] (up) and [d_model] (down)
+  const float *attn_norm_bias = nullptr, *ffn_norm_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
 };
 
 // What every stage reads of the loaded model; owned by the Model, outliving its stages.
@@ -38,9 +40,12 @@ struct ModelParts {
   const float* freq_factors;             // [n_rot / 2] or nullptr
   const KvTransforms& kv_tf;
   const KernelTable* kt;
-  // this forward asks for the final hidden rows instead of logits: rms_norm(h, output_norm) of each logits row,
+  // this forward asks for the final hidden rows instead of logits: norm(h, output_norm) of each logits row,
   // [n_logits][d_model] into the logits buffer (embeddings); only a CPU stage computes it (Model::forward checks)
   const bool& hidden;
+  // encoders (BERT): output_norm's LayerNorm bias [d_model], token_types' row 0 [d_model], or nullptr
+  const float* output_norm_bias = nullptr;
+  const float* token_type0 = nullptr;
 };
 
 // The KV pool each stage keeps for its layers.

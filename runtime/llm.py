@@ -104,7 +104,11 @@ class LLM:
         self._file = GGUFFile(self.path)
         try:
             self.tokenizer = Tokenizer.from_metadata(self._file.metadata, name=self.path)
-            spec = spec_from_gguf(self._file).for_context(ctx_size)  # LongRoPE's factors follow the context
+            spec = spec_from_gguf(self._file)
+            if spec.position_embd is not None:  # learned positions (BERT): a sequence holds at most that many
+                ctx_size = min(ctx_size, spec.context_length)
+            spec = spec.for_context(ctx_size)  # LongRoPE's factors follow the context
+            self._encoder, self._arch = spec.encoder, spec.arch
             capped = False
             n_blocks = -(-ctx_size // BLOCK_SIZE)
             if kv_budget_mib is not None:
@@ -162,6 +166,19 @@ class LLM:
         self.parallel = self._engine.parallel
         self._n_vocab = self.model.n_vocab
 
+    @property
+    def encoder(self) -> bool:
+        """An encoder (bert, nomic-bert): it embeds (embed) but has no LM head, so it does not generate."""
+        return self._encoder
+
+    def _check_generates(self) -> None:
+        """ValueError when the model cannot produce logits (an encoder)."""
+        if self.encoder:
+            raise ValueError(
+                f"{self.path}: {self._arch} is an encoder-only embedding model: it has no language-model "
+                "head, so it cannot generate or score text; use it for embeddings (LLM.embed, /v1/embeddings)"
+            )
+
     def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int, device: str) -> DraftModel:
         """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's, all
         of it on `device` (it is small)."""
@@ -210,6 +227,7 @@ class LLM:
 
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits at every position, ids teacher-forced from position 0."""
+        self._check_generates()
 
         def run(seq: OneSequence) -> np.ndarray:
             a = seq.check(ids)
@@ -240,6 +258,7 @@ class LLM:
         """n tokens chosen by argmax: the prompt in one step, then one decode step per token through the KV cache."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
+        self._check_generates()
 
         def run(seq: OneSequence) -> list[int]:
             a = seq.check(ids, extra=n)
@@ -292,6 +311,7 @@ class LLM:
         "off" or "draft" (the LLM's draft model) for this request (None: the LLM's). grammar: structured output,
         e.g. Grammar.json_schema(schema) (localllm.engine.constraint): every token follows it; a reply that
         completes it ends with finish_reason "stop"."""
+        self._check_generates()
         params = params if params is not None else SamplingParams()
         return self._engine_open().submit(ids, params, logprobs=logprobs, speculative=speculative, grammar=grammar)
 

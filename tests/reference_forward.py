@@ -13,6 +13,11 @@ biases) is kept: each matrix is dequantized when its product runs, in row chunks
 float64, so memory stays bounded whatever the model (the 1.5B's tied 151936 x 1536 output included).
 
     ref.logits_batch([ids_a, ids_b])             # several sequences in one pass: each weight dequantized once
+    ref.hidden(ids)                              # [T, d_model]: the final hidden states (an encoder's output)
+
+Encoders (bert, nomic-bert: spec.py's layer_norm, post_norm, bidirectional) run the same block: LayerNorm with the
+norms' biases, each norm's output the residual stream, attention over the whole sequence, learned positions and
+token_types row 0 added to the embeddings, the feed-forward's biases and gate-less GELU.
 
 act_quant=True rounds each matrix product's input the way ggml's CPU dot products do before they multiply:
 to Q8_0 (blocks of 32, fp16 scale) for 32-weight block types, to Q8_K (blocks of 256, float scale) for
@@ -81,6 +86,14 @@ def yarn_corr_dims(n_rot: int, orig_ctx: int, base: float, beta_fast: float, bet
     return max(0.0, float(np.floor(dim(beta_fast)))), min(n_rot - 1.0, float(np.ceil(dim(beta_slow))))
 
 
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
+    """x: [..., n], w, b: [n]; (x - mean) / sqrt(var + eps) * w + b over the last axis, in float64."""
+    x = x.astype(np.float64)
+    c = x - x.mean(axis=-1, keepdims=True)
+    y = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps) * w
+    return y + b if b is not None else y
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
@@ -91,6 +104,8 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def glu(act: str, g: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The gated feed-forward's act(g) * u (spec.py's ffn_act), in float64."""
+    if act == "gelu":  # no gate (g None): gelu_tanh(up)
+        return gelu_tanh(u.astype(np.float64))
     g, u = g.astype(np.float64), u.astype(np.float64)
     if act == "swiglu_oai":  # ggml_swiglu_oai: alpha 1.702, limit 7
         x, y = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
@@ -215,7 +230,7 @@ class ReferenceModel:
         scores = np.einsum("ihd,jhd->hij", q, k) * s.attn_scale  # [n_head, T, T]
         scores = softcap(scores, s.attn_softcap)
         i, j = pos[:, None], pos[None, :]
-        masked = j > i
+        masked = j > i if not s.bidirectional else np.zeros((T, T), dtype=bool)
         if seq is not None:
             masked |= seq[:, None] != seq[None, :]
         if layer.sliding:
@@ -233,8 +248,9 @@ class ReferenceModel:
         """x: [T, d_model] normed -> [T, d_model]."""
         if self.spec.n_expert:
             return self.experts(layer, x)
-        g = glu(self.spec.ffn_act, self.linear(x, layer.ffn_gate), self.linear(x, layer.ffn_up))
-        return self.linear(g, layer.ffn_down)
+        up = self.linear(x, layer.ffn_up, layer.ffn_up_bias)
+        gate = self.linear(x, layer.ffn_gate) if layer.ffn_gate else None
+        return self.linear(glu(self.spec.ffn_act, gate, up), layer.ffn_down, layer.ffn_down_bias)
 
     def experts(self, layer, x: np.ndarray) -> np.ndarray:
         """The mixture of experts (spec.py), token by token: softmax router, the n_expert_used most probable (ties:
@@ -280,20 +296,44 @@ class ReferenceModel:
         out = self.forward(ids, pos, seq)
         return np.split(out, np.cumsum([len(ids) for ids in seqs])[:-1])
 
-    def forward(self, ids: list[int], pos: np.ndarray, seq: np.ndarray | None) -> np.ndarray:
-        """ids, pos: [T]; seq: attention()'s. -> [T, n_vocab] logits."""
+    def norm(self, x: np.ndarray, w: str, b: str | None = None) -> np.ndarray:
+        """spec.py's norm: rms_norm, or LayerNorm with its bias under layer_norm."""
+        s = self.spec
+        if s.layer_norm:
+            return layer_norm(x, self.weight(w), self.weight(b) if b else None, s.rms_eps)
+        return rms_norm(x, self.weight(w), s.rms_eps)
+
+    def hidden(self, ids: list[int]) -> np.ndarray:
+        """[len(ids), d_model]: the final hidden states, norm(h, output_norm) (float64 under float64=True)."""
+        h = self.forward(ids, np.arange(len(ids)), None, hidden=True)
+        return h if self.float64 else h.astype(np.float32)
+
+    def forward(self, ids: list[int], pos: np.ndarray, seq: np.ndarray | None, hidden: bool = False) -> np.ndarray:
+        """ids, pos: [T]; seq: attention()'s. -> [T, n_vocab] logits, or with hidden the final hidden states."""
         s = self.spec
         h = self.embed(ids).astype(np.float64) * s.embed_scale
+        if s.token_types:
+            h = h + self.weight(s.token_types)[0]
+        if s.position_embd:
+            h = h + self.weight(s.position_embd)[np.asarray(pos)]
         for layer in s.layers:
-            x = rms_norm(h, self.weight(layer.attn_norm), s.rms_eps)
+            x = self.norm(h, layer.attn_norm, layer.attn_norm_bias)
+            if s.post_norm:  # the normed value is the residual stream
+                h = x
             a = self.attention(layer, x, pos) if seq is None else self.attention(layer, x, pos, seq)
             if s.post_attn_norm:
                 a = rms_norm(a, self.weight(layer.post_attention_norm), s.rms_eps)
             h = h + a
-            f = self.ffn(layer, rms_norm(h, self.weight(layer.ffn_norm), s.rms_eps))
+            x = self.norm(h, layer.ffn_norm, layer.ffn_norm_bias)
+            if s.post_norm:
+                h = x
+            f = self.ffn(layer, x)
             if s.post_ffn_norm:
                 f = rms_norm(f, self.weight(layer.post_ffw_norm), s.rms_eps)
             h = h + f
-        out = self.linear(rms_norm(h, self.weight(s.output_norm), s.rms_eps), s.output)
+        h = self.norm(h, s.output_norm, s.output_norm_bias)
+        if hidden:
+            return h
+        out = self.linear(h, s.output)
         out = softcap(out.astype(np.float64), s.final_softcap)
         return out if self.float64 else out.astype(np.float32)

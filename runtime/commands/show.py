@@ -43,10 +43,12 @@ def summary(path: Path) -> dict:
             v = f.arch_value(key)
             return v.tolist() if hasattr(v, "tolist") else v
 
+        from localllm.engine.embedding import pooling_of
         from localllm.model.architectures import ARCHITECTURES, UnsupportedModelError, spec_from_gguf
 
+        encoder = None
         try:
-            spec_from_gguf(f)
+            encoder = spec_from_gguf(f).encoder
             runs = None
         except UnsupportedModelError as e:
             runs = e.problem if e.field != "general.architecture" else f"unsupported architecture {arch!r}"
@@ -69,7 +71,9 @@ def summary(path: Path) -> dict:
             "expert_feed_forward_length": a("expert_feed_forward_length"),
             "layers": a("block_count"),
             "heads": a("attention.head_count"),
-            "kv_heads": a("attention.head_count_kv"),
+            "kv_heads": a("attention.head_count_kv") or a("attention.head_count"),
+            # an encoder (bert, nomic-bert) embeds only: its pooling, or None for a decoder
+            "encoder_pooling": _pooling(pooling_of, md) if encoder else None,
             "rope_freq_base": a("rope.freq_base"),
             "vocab_size": len(tokens) if tokens is not None else None,
             "tokenizer": md.get("tokenizer.ggml.model"),
@@ -79,6 +83,13 @@ def summary(path: Path) -> dict:
             "tensors": len(f.tensors),
             "open_seconds": round(load_s, 4),
         }
+
+
+def _pooling(pooling_of, md) -> str:
+    try:
+        return pooling_of(md)
+    except ValueError as e:
+        return str(e)
 
 
 def backends_line() -> str:
@@ -129,6 +140,11 @@ def run(args: argparse.Namespace) -> int:
         *(
             [("experts", f"{s['experts']}, {s['experts_used']} per token, ffn {s['expert_feed_forward_length']} each")]
             if s["experts"]
+            else []
+        ),
+        *(
+            [("embeddings", f"encoder only (no generation), pooling {s['encoder_pooling']}")]
+            if s["encoder_pooling"]
             else []
         ),
         ("tokenizer", f"{s['tokenizer']} ({s['pre_tokenizer'] or 'no pre-tokenizer'}), {s['vocab_size']} tokens"),

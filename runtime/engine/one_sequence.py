@@ -5,6 +5,9 @@
     logits = seq.step(ids, start=0, logits_rows=np.array([n - 1]))   # float32 [len(logits_rows), n_vocab]
     logits = seq.step(np.array([tid]), start=n, logits_rows=np.array([0]))   # the next position, through the KV
 
+    hidden = seq.step_many([a, b], [rows_a, rows_b], hidden=True)   # whole sequences side by side, each in its own
+                                                                     # blocks of the pool (embeddings)
+
 `step` computes ids at positions start.. and keeps what the cache holds for positions 0..start-1; nothing else
 may run on the model meanwhile: `LLM.logits`, `LLM.greedy` and `bench` drive it alone on the engine thread
 (LLM.exclusive), which then forgets its prefix cache.
@@ -42,3 +45,19 @@ class OneSequence:
         b = StepBatchBuilder(BLOCK_SIZE)
         b.add(ids, start, self._blocks, logits=logits_rows)
         return self.model.forward(b.build(), hidden=hidden)
+
+    def step_many(
+        self, seqs: list[np.ndarray], logits_rows: list[np.ndarray], hidden: bool = False
+    ) -> list[np.ndarray]:
+        """Whole sequences (each from position 0) in one step, each in its own consecutive blocks of the pool (their
+        blocks together must fit it); per sequence, step's result for its logits_rows."""
+        b = StepBatchBuilder(BLOCK_SIZE)
+        first = 0
+        for ids, rows in zip(seqs, logits_rows):
+            need = -(-len(ids) // BLOCK_SIZE)
+            if first + need > len(self._blocks):
+                raise ValueError(f"the sequences need more than the pool's {len(self._blocks)} blocks")
+            b.add(ids, 0, self._blocks[first : first + need], logits=rows)
+            first += need
+        out = self.model.forward(b.build(), hidden=hidden)
+        return np.split(out, np.cumsum([len(r) for r in logits_rows])[:-1])

@@ -36,6 +36,8 @@ def _ids(llm: LLM, items: list, truncate: bool, param: str) -> list[list[int]]:
                     code="context_length_exceeded",
                 )
             ids = ids[: llm.ctx_size]
+            if llm.tokenizer.add_sep and isinstance(item, str):  # WordPiece: the text cut, its [SEP] kept
+                ids[-1] = llm.tokenizer.sep_id
         out.append(ids)
     return out
 

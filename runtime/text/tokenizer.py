@@ -1,5 +1,5 @@
-"""Tokenizer from GGUF metadata: byte-level BPE (`gpt2`) and SentencePiece-style (`llama`) vocabularies,
-with llama.cpp's special-token handling, so ids match llama.cpp's llama_tokenize exactly.
+"""Tokenizer from GGUF metadata: byte-level BPE (`gpt2`), SentencePiece-style (`llama`) and WordPiece (`bert`)
+vocabularies, with llama.cpp's special-token handling, so ids match llama.cpp's llama_tokenize exactly.
 
     tok = Tokenizer.from_gguf("model.gguf")      # any GGUF, vocab-only too; TokenizerError on bad metadata
     ids = tok.encode("text")                      # add_special=True: BOS / EOS as the model asks
@@ -18,6 +18,10 @@ parse_special=True, otherwise they are plain text. Longer special tokens claim t
 decode() concatenates token bytes: it does not apply llama.cpp's clean_spaces pass (" ?" -> "?"), so
 decode(encode(s)) == s wherever the vocabulary can spell s. For SPM vocabularies with
 add_space_prefix, one leading space of the first piece is dropped, undoing the prefix encode adds.
+
+WordPiece (wpm.py) as llama.cpp runs it: add_special puts [CLS] (BOS) before the text and [SEP]
+(tokenizer.ggml.seperator_token_id) after it whatever add_bos / add_eos say; decode gives the normalized
+words (lowercased where the file says so), each word-initial piece's ▁ as a space, the first one dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from .detokenizer import IncrementalDetokenizer
 from .special_tokens import SpecialSplitter
 from .spm import SPACE, SPM
 from .token_ids import token_ids
+from .wpm import WPM
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
 
@@ -76,7 +81,8 @@ class Tokenizer:
     """Build with from_gguf() or from_metadata(); immutable afterwards apart from internal caches.
 
     tokens: [vocab_size] token texts; model: "gpt2" | "llama"; pre: tokenizer.ggml.pre (BPE only).
-    bos_id, eos_id, eot_id, eom_id, pad_id, unk_id: ids or None; add_bos, add_eos: what add_special adds;
+    bos_id, eos_id, eot_id, eom_id, pad_id, unk_id, sep_id: ids or None; add_bos, add_eos, add_sep: what
+    add_special adds (add_sep: WordPiece's [SEP]);
     add_space_prefix: SPM's leading space; stop_ids: llama.cpp's end-of-generation ids (EOS, EOT, EOM,
     FIM pad / repo / file separator, tokens with an end-of-turn text) plus the control token the chat
     template ends an assistant turn with; chat_template: ChatTemplate (ChatML when the GGUF has none; one
@@ -102,10 +108,10 @@ class Tokenizer:
     def __init__(self, md: Mapping[str, Any], name: str):
         self.name = name
         self.model = _string(md, "tokenizer.ggml.model", name)
-        if self.model not in ("gpt2", "llama"):
+        if self.model not in ("gpt2", "llama", "bert"):
             raise TokenizerError(
                 f"{name}: tokenizer.ggml.model {self.model!r} is not supported "
-                "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)"
+                "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece, 'bert' WordPiece)"
             )
         tokens = _strings(md, "tokenizer.ggml.tokens", name)
         n = len(tokens)
@@ -121,7 +127,9 @@ class Tokenizer:
         # back to id 11 for BOS and EOS, which is left out here: a GPT-2 ',' that ends generation helps no one
         self._bpe: BPE | None = None
         self._spm: SPM | None = None
+        self._wpm: WPM | None = None
         self.pre: str | None = None
+        sep = None
         if self.model == "gpt2":
             self.pre = md.get("tokenizer.ggml.pre")
             if self.pre is not None and not isinstance(self.pre, str):
@@ -132,6 +140,8 @@ class Tokenizer:
                 self._vocab, _strings(md, "tokenizer.ggml.merges", name), self.pre, merges_checked=_merges_checked(md)
             )
             space_prefix, add_bos, bos, eos, unk = False, self._bpe.pre.add_bos, None, None, None
+        elif self.model == "bert":  # llama.cpp's defaults: BERT's ids of [CLS], [UNK], [SEP]
+            space_prefix, add_bos, bos, eos, unk, sep = False, True, 101, None, 100, 102
         else:
             scores = _numbers(md, "tokenizer.ggml.scores", name, n, np.float64)
             space_prefix, add_bos, bos, eos, unk = True, True, 1, 2, 0
@@ -142,6 +152,13 @@ class Tokenizer:
         self.eos_id = _token_id(md, "tokenizer.ggml.eos_token_id", name, n, _default_id(eos, n))
         self.unk_id = _token_id(md, "tokenizer.ggml.unknown_token_id", name, n, _default_id(unk, n))
         self.pad_id = _token_id(md, "tokenizer.ggml.padding_token_id", name, n, None)
+        # WordPiece: [SEP] after the text with add_special, always (as llama.cpp), and [CLS] before it
+        self.sep_id = _token_id(md, "tokenizer.ggml.seperator_token_id", name, n, _default_id(sep, n))
+        self.add_sep = self.model == "bert"
+        if self.add_sep:
+            self.add_bos, self.add_eos = True, False
+            if self.sep_id is None:
+                raise TokenizerError(f"{name}: a 'bert' tokenizer needs tokenizer.ggml.seperator_token_id")
         if self.add_bos and self.bos_id is None:
             raise TokenizerError(
                 f"{name}: tokenizer.ggml.add_bos_token is set but there is no tokenizer.ggml.bos_token_id"
@@ -150,7 +167,11 @@ class Tokenizer:
             raise TokenizerError(
                 f"{name}: tokenizer.ggml.add_eos_token is set but there is no tokenizer.ggml.eos_token_id"
             )
-        if self._bpe is None:
+        if self.model == "bert":
+            lowercase = _flag(md, "tokenizer.ggml.normalizer.lowercase", name, True)
+            strip = _flag(md, "tokenizer.ggml.normalizer.strip_accents", name, lowercase)
+            self._wpm = WPM(self._vocab, lowercase, strip, self.unk_id)
+        elif self._bpe is None:
             self._spm = SPM(self._vocab, self.tokens, np.zeros(n) if scores is None else scores, self.unk_id)
 
         eog = self._end_of_generation(md)
@@ -161,6 +182,8 @@ class Tokenizer:
         self._max_piece: int | None = None
         self._special_splitters: dict[bool, SpecialSplitter] = {}
         try:
+            if self._wpm is not None and md.get("tokenizer.chat_template") is None:  # an encoder's: it does not chat
+                raise ChatTemplateError(f"{name}: a WordPiece (BERT) vocabulary without a chat template: no chat")
             self.chat_template = ChatTemplate(
                 md.get("tokenizer.chat_template"),
                 model=name,
@@ -168,7 +191,8 @@ class Tokenizer:
                 eos_token="" if self.eos_id is None else self.tokens[self.eos_id],
             )
         except ChatTemplateError as e:  # the model still loads: raw prompts work, chat prompts raise e
-            warnings.warn(f"{e}; chat prompts will fail (raw prompts work)", stacklevel=3)
+            if self._wpm is None:
+                warnings.warn(f"{e}; chat prompts will fail (raw prompts work)", stacklevel=3)
             self.chat_template = ChatTemplate.unusable(e, model=name)
         turn_end = self._template_end_of_turn()
         self.stop_ids: frozenset[int] = frozenset(eog if turn_end is None else eog | {turn_end})
@@ -255,6 +279,8 @@ class Tokenizer:
                 prev_special = True
             elif self._bpe is not None:
                 out += self._bpe.encode(frag)
+            elif self._wpm is not None:
+                out += self._wpm.encode(frag)
             else:
                 if self.add_space_prefix and prev_special:
                     frag = " " + frag
@@ -262,6 +288,8 @@ class Tokenizer:
                 prev_special = False
         if add_special and self.add_eos:
             out.append(self.eos_id)
+        if add_special and self.add_sep:
+            out.append(self.sep_id)
         return out
 
     def encode_chat(
@@ -285,7 +313,7 @@ class Tokenizer:
         ids = token_ids(ids, "ids", len(self.tokens))
         pieces = self._pieces if special else self._visible_pieces
         data = b"".join([pieces[i] for i in ids])
-        if self.add_space_prefix:
+        if self._strip_first_space:
             first = next((pieces[i] for i in ids if pieces[i]), b"")
             if first[:1] == b" ":
                 data = data[1:]
@@ -294,8 +322,13 @@ class Tokenizer:
     def detokenizer(self, special: bool = False) -> IncrementalDetokenizer:
         """A fresh streaming detokenizer; its push()/flush() output concatenates to decode(ids, special)."""
         return IncrementalDetokenizer(
-            self._pieces if special else self._visible_pieces, strip_first_space=self.add_space_prefix
+            self._pieces if special else self._visible_pieces, strip_first_space=self._strip_first_space
         )
+
+    @property
+    def _strip_first_space(self) -> bool:
+        """decode drops the first piece's leading space: SPM's added prefix, WordPiece's first ▁."""
+        return self.add_space_prefix or self._wpm is not None
 
     # -- internals ----------------------------------------------------------------------------------------
     def _check_id(self, token_id: int) -> int:
@@ -308,7 +341,7 @@ class Tokenizer:
         """The bytes token i decodes to; special=False hides control / unknown tokens."""
         kind, text = self._types[i], self.tokens[i]
         if kind == NORMAL:
-            if self._spm is not None:
+            if self._spm is not None or self._wpm is not None:
                 return text.replace(SPACE, " ").encode("utf-8", "surrogatepass")
             return token_bytes(text)
         if kind in (CONTROL, UNKNOWN):

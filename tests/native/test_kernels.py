@@ -365,6 +365,40 @@ def test_swiglu_oai_mul_matches_float64():
     np.testing.assert_allclose(got[g > 7], (glu[g > 7] * (y[g > 7] + 1.0)), rtol=8 * U)
 
 
+def test_layer_norm_matches_float64():
+    """An encoder's LayerNorm (native/ops.cpp: mean and variance summed in double, the mean then a float as ggml_norm
+    keeps it) within a few float32 ulps of the float64 formula, plus the float mean's rounding scaled by 1 / std,
+    with and without a bias, on rows with a large common offset (where a one-pass variance would cancel) and on odd
+    widths."""
+    from reference_forward import layer_norm
+
+    rng = np.random.default_rng(7)
+    for dim in (1, 7, 128, 384, 1000):
+        x = rng.standard_normal((5, dim), dtype=np.float32) * 3
+        x[1] += 1000.0  # a large mean
+        x[2] *= 1e-3
+        w = (1 + 0.1 * rng.standard_normal(dim)).astype(np.float32)
+        b = (0.1 * rng.standard_normal(dim)).astype(np.float32)
+        for bias in (b, None):
+            got = native.testing.layer_norm(x, w, bias, 1e-12).astype(np.float64)
+            want = layer_norm(x.astype(np.float64), w.astype(np.float64), bias, 1e-12)
+            x64 = x.astype(np.float64)
+            offset = np.abs(x64.mean(1, keepdims=True)) / np.maximum(x64.std(1, keepdims=True), 1e-30)
+            assert np.all(np.abs(got - want) <= 16 * U * (np.abs(want) + np.abs(w) * (1 + offset))), dim
+
+
+def test_gelu_matches_float64():
+    """BERT's GELU (the tanh approximation llama.cpp's ggml_gelu computes) within a few float32 ulps of the float64
+    formula, finite far out."""
+    from reference_forward import gelu_tanh
+
+    x = np.concatenate([np.linspace(-20, 20, 40001, dtype=np.float32), np.array([-1e4, 1e4, 0], dtype=np.float32)])
+    got = native.testing.gelu(x).astype(np.float64)
+    want = gelu_tanh(x.astype(np.float64))
+    assert np.all(np.isfinite(got))
+    assert np.all(np.abs(got - want) <= 8 * U * np.abs(x.astype(np.float64)) + 1e-37)
+
+
 def test_silu_mul_propagates_nan_and_inf():
     """A NaN activation stays NaN through SiLU (the polynomial e^x converts no NaN to an integer: undefined in
     C++), +inf stays +inf (times u), and -inf gives no finite number (-inf here: (g h) h with h = e^-87 after

@@ -148,7 +148,7 @@ def test_spm_without_space_prefix(tmp_path):
         (bpe_kv(**{"tokenizer.ggml.tokens": None}), "tokenizer.ggml.tokens"),
         (bpe_kv(**{"tokenizer.ggml.tokens": [1, 2, 3]}), "tokenizer.ggml.tokens"),
         (bpe_kv(**{"tokenizer.ggml.model": None}), "tokenizer.ggml.model"),
-        (bpe_kv(**{"tokenizer.ggml.model": "bert"}), "tokenizer.ggml.model"),
+        (bpe_kv(**{"tokenizer.ggml.model": "rwkv"}), "tokenizer.ggml.model"),
         (bpe_kv(**{"tokenizer.ggml.eos_token_id": 100_000}), "tokenizer.ggml.eos_token_id"),
         (bpe_kv(**{"tokenizer.ggml.bos_token_id": "x"}), "tokenizer.ggml.bos_token_id"),
         (bpe_kv(**{"tokenizer.ggml.add_bos_token": "yes"}), "tokenizer.ggml.add_bos_token"),

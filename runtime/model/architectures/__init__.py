@@ -6,11 +6,12 @@ with GGUFFile(path) as f:
 
 from __future__ import annotations
 
-from . import gemma2, gemma3, gpt_oss, llama, mistral3, phi3, qwen2, qwen3, qwen3moe, smollm3
+from . import bert, gemma2, gemma3, gpt_oss, llama, mistral3, nomic_bert, phi3, qwen2, qwen3, qwen3moe, smollm3
 from .spec import LayerSpec, ModelSpec, RopeSpec, UnsupportedModelError
 
 ARCHITECTURES = {
-    m.ARCH: m.spec for m in (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, smollm3, phi3, mistral3, gpt_oss)
+    m.ARCH: m.spec
+    for m in (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, smollm3, phi3, mistral3, gpt_oss, bert, nomic_bert)
 }
 
 __all__ = ["ARCHITECTURES", "LayerSpec", "ModelSpec", "RopeSpec", "UnsupportedModelError", "spec_from_gguf"]

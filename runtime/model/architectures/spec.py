@@ -4,19 +4,21 @@ One architecture file per `general.architecture` (llama.py, qwen2.py, gemma3.py)
 ModelSpec; the native side runs this block over it, with T tokens at positions pos:
 
     h = token_embd[ids] * embed_scale                                  # [T, d_model]
+    h = h + token_types[0] + position_embd[pos]                        # encoders (BERT), where present
     for layer in layers:
-        a = rms_norm(h, attn_norm)
+        a = norm(h, attn_norm)                                         # post_norm: h = a as well
         q = a @ attn_q.T (+ attn_q_bias)                               # [T, n_head, head_dim]
         k = a @ attn_k.T (+ attn_k_bias); v = a @ attn_v.T (+ ...)     # [T, n_kv_head, head_dim]
         q, k = rms_norm(q, attn_q_norm), rms_norm(k, attn_k_norm)      # per head, when qk_norm
         q, k = rope(q, pos, layer.rope_base, layer.rope_scale), rope(k, ...)   # first n_rot dims of a head
         s = (q @ k.T) * attn_scale                                     # head h reads kv head h // (n_head // n_kv_head)
         s = attn_softcap * tanh(s / attn_softcap)                      # when attn_softcap
-        s[i, j] = -inf where j > i, or i - j >= sliding_window on a sliding layer
+        s[i, j] = -inf where j > i, or i - j >= sliding_window on a sliding layer   # (causal)
+        s[i, j] = -inf where j is of another sequence                  # always; bidirectional: nothing else
         o = (softmax(s) @ v) @ attn_output.T (+ attn_output_bias)      # [T, d_model]; with attn_sinks, head h's
                                                                        # softmax counts e^sink[h] too (no value)
-        h = h + rms_norm(o, post_attention_norm)                       # the norm only when post_attn_norm
-        f = rms_norm(h, ffn_norm)
+        h = h + norm(o, post_attention_norm)                           # the norm only when post_attn_norm
+        f = norm(h, ffn_norm)                                          # post_norm: h = f as well
         f = (act(f @ ffn_gate.T) * (f @ ffn_up.T)) @ ffn_down.T        # act: silu, gelu_tanh; swiglu_oai: gpt-oss's
                                                                        # min(g, 7) * sigmoid(1.702 min(g, 7)) *
                                                                        # (clamp(u, -7, 7) + 1) for act(g) * u
@@ -24,12 +26,20 @@ ModelSpec; the native side runs this block over it, with T tokens at positions p
         # (ties: the lower index) in order, their p renormalised to sum 1 when expert_weights_norm;
         # f = sum over them of p_e * ffn_e(f), ffn_e the expression above over expert e's rows of the _exps tensors
         # (gpt-oss: the router's and experts' biases added, p the softmax of the chosen logits: expert_weights_softmax)
-        h = h + rms_norm(f, post_ffw_norm)                             # the norm only when post_ffn_norm
-    logits = rms_norm(h, output_norm) @ output.T                       # [T, n_vocab]
+        # gelu (no gate: BERT): f = gelu_tanh(f @ ffn_up.T + ffn_up_bias) @ ffn_down.T + ffn_down_bias
+        h = h + norm(f, post_ffw_norm)                                 # the norm only when post_ffn_norm
+    logits = norm(h, output_norm) @ output.T                           # [T, n_vocab]
     logits = final_softcap * tanh(logits / final_softcap)              # when final_softcap
+    hidden = norm(h, output_norm)                                      # embeddings; an encoder has no logits
 
-rms_norm(x, w) = x / sqrt(mean(x**2) + rms_eps) * w; GGUF norm weights are used as stored (gemma's +1 is
-already folded in by the converter). rope rotates pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (NeoX) by
+norm is rms_norm(x, w) = x / sqrt(mean(x**2) + rms_eps) * w, or with layer_norm LayerNorm:
+(x - mean(x)) / sqrt(var(x) + rms_eps) * w + bias (the norm's *_bias tensor where present). GGUF norm weights are
+used as stored (gemma's +1 is already folded in by the converter).
+
+Encoders (BERT, nomic-bert: bert.py) are this block with post_norm (each norm's output becomes the residual stream:
+a post-norm layer's output norm is the next layer's attn_norm, the embeddings' norm layer 0's, the last layer's
+output_norm) and bidirectional attention (a row sees all of its sequence, so a sequence is computed whole in one
+step); they have no LM head (output is token_embd, never used). rope rotates pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (NeoX) by
 pos * rope_scale * rope_base**(-2i/n_rot) / freq_factors[i] (YaRN mixes in the unscaled angle per frequency and
 scales cos and sin by rope.mscale: RopeSpec, yarn_angle in tests/reference_forward.py).
 
@@ -44,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ROPE_SCALING_TYPES = ("none", "linear", "yarn")
-FFN_ACTS = ("silu", "gelu_tanh", "swiglu_oai")
+FFN_ACTS = ("silu", "gelu_tanh", "swiglu_oai", "gelu")  # gelu: no gate (ffn_gate None), gelu_tanh(up)
 _REQUIRED = object()
 
 
@@ -132,6 +142,10 @@ class LayerSpec:
     ffn_gate_exps_bias: str | None = None  # [n_expert, n_ff]: expert e's row added to its gate product
     ffn_up_exps_bias: str | None = None  # [n_expert, n_ff]
     ffn_down_exps_bias: str | None = None  # [n_expert, d_model]
+    attn_norm_bias: str | None = None  # [d_model]: LayerNorm's (layer_norm)
+    ffn_norm_bias: str | None = None  # [d_model]
+    ffn_up_bias: str | None = None  # [n_ff]
+    ffn_down_bias: str | None = None  # [d_model]
 
     def tensor_names(self) -> list[str]:
         """The file's tensors the layer reads (a fused tensor once, however many references slice it)."""
@@ -176,6 +190,14 @@ class ModelSpec:
     # 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1); attn_temp_scale 0: none
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
+    # encoders (BERT): LayerNorm instead of RMSNorm (eps rms_eps), each norm's output the residual stream
+    # (post_norm), attention over the whole sequence (bidirectional: no LM head, embeddings only)
+    layer_norm: bool = False
+    post_norm: bool = False
+    bidirectional: bool = False
+    output_norm_bias: str | None = None  # [d_model] (layer_norm)
+    position_embd: str | None = None  # [n_positions, d_model]: learned positions, row pos added to a token at pos
+    token_types: str | None = None  # [n_token_types, d_model]: row 0 added to every token (sentence A)
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.n_layers:
@@ -185,9 +207,11 @@ class ModelSpec:
         ):
             raise ValueError(f"n_expert_used {self.n_expert_used} must be in [1, n_expert {self.n_expert}]")
         moe = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-        dense = ("ffn_gate", "ffn_up", "ffn_down")
+        dense = ("ffn_gate", "ffn_up", "ffn_down") if self.ffn_act != "gelu" else ("ffn_up", "ffn_down")
         for i, layer in enumerate(self.layers):
             want, other = (moe, dense) if self.n_expert else (dense, moe)
+            if self.ffn_act == "gelu" and layer.ffn_gate is not None:
+                raise ValueError(f"layer {i}: ffn_act gelu has no gate, but ffn_gate is set")
             if any(getattr(layer, k) is None for k in want) or any(getattr(layer, k) is not None for k in other):
                 raise ValueError(
                     f"layer {i}: a {'mixture-of-experts' if self.n_expert else 'dense'} layer needs {want}"
@@ -212,6 +236,13 @@ class ModelSpec:
             raise ValueError("expert biases without experts")
         if self.attn_temp_scale and self.attn_temp_floor <= 0:
             raise ValueError("attention temperature needs a positive attn_temp_floor")
+        norm_biases = ("attn_norm_bias", "ffn_norm_bias")
+        if not self.layer_norm and (
+            self.output_norm_bias or any(getattr(layer, k) for layer in self.layers for k in norm_biases)
+        ):
+            raise ValueError("norm biases need layer_norm (RMSNorm has none)")
+        if self.bidirectional and (self.sliding_window or self.attn_temp_scale):
+            raise ValueError("bidirectional attention takes no sliding window or attention temperature")
 
     @property
     def cpu_only(self) -> str | None:
@@ -224,7 +255,19 @@ class ModelSpec:
             return "the clamped SwiGLU (swiglu_oai)"
         if any(layer.attn_sinks for layer in self.layers):
             return "attention sinks"
+        if self.bidirectional or self.layer_norm or self.post_norm or self.ffn_act == "gelu":
+            return "encoder layers"
+        if self.position_embd or self.token_types:
+            return "encoder layers"
+        if any(layer.ffn_up_bias or layer.ffn_down_bias for layer in self.layers):
+            return "feed-forward biases"
         return None
+
+    @property
+    def encoder(self) -> bool:
+        """An encoder (bidirectional attention): no LM head, only hidden states (embeddings); each sequence is
+        computed whole in one step."""
+        return self.bidirectional
 
     @property
     def tied_output(self) -> bool:
@@ -254,6 +297,7 @@ class ModelSpec:
         if not self.tied_output:
             names.append(self.output)
         names += [t for t in (self.rope.freq_factors, self.rope.freq_factors_long) if t and t not in names]
+        names += [n for n in (self.output_norm_bias, self.position_embd, self.token_types) if n]
         for layer in self.layers:
             names += layer.tensor_names()
         return names

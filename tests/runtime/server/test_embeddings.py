@@ -1,7 +1,8 @@
 """Embeddings (issue 35): a text's final hidden states pooled and normalised (engine/embedding.py) against
 llama.cpp's embeddings of the same texts on the same model (models/record_embeddings.py ->
 tests/reference/embeddings/), to a cosine of at least 0.999; and through serve with the openai SDK (floats and its
-default base64), LangChain's OpenAIEmbeddings and the ollama client, bad input a 400 naming it."""
+default base64), LangChain's OpenAIEmbeddings and the ollama client, bad input a 400 naming it. An encoder (a
+synthetic bert: tests/runtime/test_encoders.py checks its vectors) serves the same routes and refuses to chat."""
 
 from __future__ import annotations
 
@@ -98,3 +99,49 @@ def test_bad_embedding_input_is_a_400_naming_it(server):
     assert r.status_code == 400 and "keep_alive" in r.json()["error"]
     # no refusal above kept the model leased (a leaked lease blocks unloading and counts against the 503 limit)
     assert sum(e.in_flight for e in server[1].state.host.resident()) == 0
+
+
+@pytest.fixture(scope="module")
+def bert_server(tmp_path_factory):
+    import sys
+
+    from conftest import model_cache
+    from live_server import live_server
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "models"))
+    from synthetic_arch import ARCHS, write
+
+    src = model_cache() / f"{ARCHS['bert']['tokenizer']}.gguf"
+    if not src.exists():
+        pytest.skip(f"the vocabulary's source test model {src.name} is not fetched (models/fetch_test_models.py)")
+    path = tmp_path_factory.mktemp("bert") / "bert-f32.gguf"
+    write(path, "bert", tokenizer_from=src, wtype="F32", seed=0)
+    with live_server(str(path), parallel=2, host_kwargs={"fallback": True}) as (url, _app):
+        yield url
+
+
+@pytest.mark.model
+def test_an_encoder_serves_embeddings_and_refuses_to_chat(bert_server):
+    import httpx
+    import ollama
+    import openai
+
+    url = bert_server
+    ref = json.loads((REFERENCE / "synthetic-bert-f32.json").read_text())
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    r = client.embeddings.create(model="m", input=ref["texts"])
+    got = np.array([d.embedding for d in r.data])
+    cos = (got * np.array(ref["embeddings"])).sum(1)
+    assert cos.min() >= 0.99999, cos
+    np.testing.assert_allclose(ollama.Client(host=url).embed(model="m", input=ref["texts"]).embeddings, got, atol=1e-6)
+    long = "word " * 1000  # past BERT's 512 learned positions: refused, or cut with its [SEP] kept (Ollama's default)
+    r = httpx.post(url + "/v1/embeddings", json={"input": long}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert httpx.post(url + "/api/embed", json={"model": "m", "input": long}, timeout=60).status_code == 200
+    for route, body in (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/completions", {"prompt": "hi"}),
+    ):
+        r = httpx.post(url + route, json={"model": "m", "max_tokens": 4, **body}, timeout=60)
+        assert r.status_code == 400, (route, r.text)
+        assert "chat" in r.text or "encoder" in r.text, (route, r.text)
