@@ -17,7 +17,10 @@ namespace lll {
 
 namespace {
 
-constexpr int QT = 16;  // query rows (of one sequence) per tile
+constexpr int QT = 16;  // query rows (of one sequence) per tile, causal
+// bidirectional (an encoder): every row of a tile sees every key, so a larger tile reads (dequantizes, transposes)
+// each key for more rows at no waste. A row's result does not depend on its tile (the same chunks, in order).
+constexpr int QT_BIDI = 64;
 constexpr int KC = 16;  // keys per chunk; chunks start at multiples of KC, whatever the tile
 constexpr int RB = 4;   // query rows whose scores are computed together
 
@@ -38,6 +41,7 @@ struct Scratch {
   std::vector<float> kr;   // [head_dim]: one key, dequantized
   std::vector<float> acc;  // [rows][head_dim]: running sum of p * v
   std::vector<float> m, l; // [rows]: running max and running sum of p
+  std::vector<float> sc;   // [RB][keys]: bidirectional rows' whole score rows
 };
 
 // One tile of query rows against one kv head, online softmax over key chunks (flash-attention order).
@@ -158,14 +162,143 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
   }
 }
 
+// A tile of rows of one bidirectional sequence (an encoder) against one kv head: every row sees the same keys [0, n),
+// so a row's scores are computed whole, then one softmax and one weighted sum of the values (no running max, no
+// rescaling per chunk), each key read and dequantized once for the tile. A row's result depends on its sequence only.
+LLL_VECTOR_CLONES
+void tile_attention_bidi(const AttentionShape& a, const AttentionRows& rows, const Tile& tile, int kvh, const float* q,
+                         const KvView& k_cache, const KvView& v_cache, float* out, Scratch& S) {
+  const int D = a.head_dim, group = a.n_head / a.n_kv_head, bs = a.block_size;
+  const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[tile.t0] * rows.max_blocks;
+  const int n = rows.context_lens[rows.seq_index[tile.t0]], np = (n + KC - 1) / KC * KC;
+  const int R = tile.n * group;  // row r: batch row t0 + r / group, query head kvh * group + r % group
+  S.kt.resize((size_t)D * np);  // [D][np]: the keys transposed, zero past n
+  S.vc.resize((size_t)n * D);
+  S.kr.resize((size_t)KC * D);  // one chunk's keys as they lie, transposed from here
+  S.sc.resize((size_t)RB * np);
+  for (int jc = 0; jc < np; jc += KC) {
+    const int nk = std::min(KC, n - jc);
+    for (int k = 0; k < nk; ++k) {
+      const int j = jc + k;
+      const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
+      kv_dequantize_row(k_cache.type, k_cache.data + slot * k_cache.row_bytes + kvh * k_cache.head_bytes, D,
+                        S.kr.data() + (size_t)k * D);
+      kv_dequantize_row(v_cache.type, v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes, D,
+                        S.vc.data() + (size_t)j * D);
+    }
+    for (int d = 0; d < D; ++d) {  // contiguous writes: 16 keys of dimension d
+      float* kd = S.kt.data() + (size_t)d * np + jc;
+      for (int k = 0; k < KC; ++k) kd[k] = k < nk ? S.kr[(size_t)k * D + d] : 0.f;
+    }
+  }
+  for (int r0 = 0; r0 < R; r0 += RB) {
+    const int nr = std::min(RB, R - r0);
+    const float* qr[RB];
+    for (int i = 0; i < RB; ++i) {
+      const int r = r0 + std::min(i, nr - 1), t = tile.t0 + r / group;
+      qr[i] = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
+    }
+    // scores, 16 keys of RB rows at a time, each a sum over d in order
+    for (int jc = 0; jc < np; jc += KC) {
+      v8 sv0[RB] = {}, sv1[RB] = {};
+      for (int d = 0; d < D; ++d) {
+        const float* kd = S.kt.data() + (size_t)d * np + jc;
+        const v8 k0 = *(const v8u*)kd, k1 = *(const v8u*)(kd + 8);
+        for (int i = 0; i < RB; ++i) {
+          sv0[i] += qr[i][d] * k0;
+          sv1[i] += qr[i][d] * k1;
+        }
+      }
+      for (int i = 0; i < RB; ++i) {  // all RB (rows past nr repeat the last one): the loop stays unrolled
+        *(v8u*)(S.sc.data() + (size_t)i * np + jc) = sv0[i];
+        *(v8u*)(S.sc.data() + (size_t)i * np + jc + 8) = sv1[i];
+      }
+    }
+    float inv[RB];
+    for (int i = 0; i < nr; ++i) {
+      const int h = kvh * group + (r0 + i) % group;
+      float* s = S.sc.data() + (size_t)i * np;
+      for (int j = 0; j < n; ++j) s[j] *= a.scale;
+      if (a.softcap > 0.f)
+        for (int j = 0; j < n; ++j) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
+      // the max (any order gives it) and the sum in 8 lanes, then across them in order: no chain of n dependent adds
+      v8 m8 = s[0] + v8{};
+      int j = 0;
+      for (; j + 8 <= n; j += 8) {
+        const v8 x = *(const v8u*)(s + j);
+        m8 = x > m8 ? x : m8;
+      }
+      float mx = a.sinks ? a.sinks[h] : s[0];
+      for (int l = 0; l < 8; ++l) mx = m8[l] > mx ? m8[l] : mx;
+      for (; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+      for (j = 0; j < n; ++j) s[j] = exp_poly(s[j] - mx);  // vectorised
+      v8 s8 = {};
+      for (j = 0; j + 8 <= n; j += 8) s8 += *(const v8u*)(s + j);
+      float sum = a.sinks ? std::exp(a.sinks[h] - mx) : 0.f;
+      for (int l = 0; l < 8; ++l) sum += s8[l];
+      for (; j < n; ++j) sum += s[j];
+      inv[i] = 1.f / sum;
+    }
+    // o = sum_j p_j v_j for two rows at a time (each value read once for both), 32 dims a row: eight independent
+    // chains in registers; a row's sums run over j in order, whichever row it is paired with
+    for (int i0 = 0; i0 < nr; i0 += 2) {
+      const int pair = std::min(2, nr - i0);
+      const float* p0 = S.sc.data() + (size_t)i0 * np;
+      const float* p1 = S.sc.data() + (size_t)(i0 + pair - 1) * np;
+      float* o[2];
+      for (int i = 0; i < 2; ++i) {
+        const int r = r0 + i0 + std::min(i, pair - 1), t = tile.t0 + r / group, h = kvh * group + r % group;
+        o[i] = out + ((size_t)t * a.n_head + h) * D;
+      }
+      int d0 = 0;
+      for (; d0 + 32 <= D; d0 += 32) {
+        v8 a0[4] = {}, a1[4] = {};
+        for (int j = 0; j < n; ++j) {
+          const float* vj = S.vc.data() + (size_t)j * D + d0;
+          const float w0 = p0[j], w1 = p1[j];
+          for (int c = 0; c < 4; ++c) {
+            const v8 v = *(const v8u*)(vj + 8 * c);
+            a0[c] += w0 * v;
+            a1[c] += w1 * v;
+          }
+        }
+        for (int c = 0; c < 4; ++c) {
+          *(v8u*)(o[1] + d0 + 8 * c) = a1[c] * inv[i0 + pair - 1];
+          *(v8u*)(o[0] + d0 + 8 * c) = a0[c] * inv[i0];
+        }
+      }
+      for (; d0 + 8 <= D; d0 += 8) {
+        v8 a0 = {}, a1 = {};
+        for (int j = 0; j < n; ++j) {
+          const v8 v = *(const v8u*)(S.vc.data() + (size_t)j * D + d0);
+          a0 += p0[j] * v;
+          a1 += p1[j] * v;
+        }
+        *(v8u*)(o[1] + d0) = a1 * inv[i0 + pair - 1];
+        *(v8u*)(o[0] + d0) = a0 * inv[i0];
+      }
+      for (int d = d0; d < D; ++d) {
+        float x0 = 0.f, x1 = 0.f;
+        for (int j = 0; j < n; ++j) {
+          x0 += p0[j] * S.vc[(size_t)j * D + d];
+          x1 += p1[j] * S.vc[(size_t)j * D + d];
+        }
+        o[1][d] = x1 * inv[i0 + pair - 1];
+        o[0][d] = x0 * inv[i0];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const KvView& k_cache,
                      const KvView& v_cache, float* out, ThreadPool& pool) {
-  // tiles: runs of up to QT consecutive batch rows of one sequence
+  // tiles: runs of up to QT (QT_BIDI) consecutive batch rows of one sequence
+  const int qt = rows.context_lens ? QT_BIDI : QT;
   std::vector<Tile> tiles;
   for (int t = 0; t < rows.T; ++t) {
-    if (!tiles.empty() && tiles.back().n < QT && rows.seq_index[t] == rows.seq_index[tiles.back().t0])
+    if (!tiles.empty() && tiles.back().n < qt && rows.seq_index[t] == rows.seq_index[tiles.back().t0])
       ++tiles.back().n;
     else
       tiles.push_back({t, 1});
@@ -173,7 +306,11 @@ void paged_attention(const AttentionShape& a, const AttentionRows& rows, const f
   std::vector<Scratch> scratch(pool.size());
   const int n_tiles = (int)tiles.size();
   pool.run(n_tiles * a.n_kv_head, [&](int task, int th) {
-    tile_attention(a, rows, tiles[task / a.n_kv_head], task % a.n_kv_head, q, k_cache, v_cache, out, scratch[th]);
+    const Tile& tile = tiles[task / a.n_kv_head];
+    if (rows.context_lens)
+      tile_attention_bidi(a, rows, tile, task % a.n_kv_head, q, k_cache, v_cache, out, scratch[th]);
+    else
+      tile_attention(a, rows, tile, task % a.n_kv_head, q, k_cache, v_cache, out, scratch[th]);
   });
 }
 

@@ -32,7 +32,8 @@ struct AttentionRows {
 
 // q: [T][n_head][head_dim]; k_cache, v_cache: [n_blocks, block_size, n_kv_head, head_dim] in their KV row
 // formats, each chunk's keys and values dequantized (kv_dequantize_row) into per-thread scratch as they are
-// read, never the whole cache; out: [T][n_head][head_dim]. Tasks are (tile of up to 16 consecutive rows of one sequence, kv head) pairs
+// read, never the whole cache; out: [T][n_head][head_dim]. Tasks are (tile of up to 16 consecutive rows of one sequence,
+// 64 when bidirectional, kv head) pairs
 // spread over the pool; each reads its keys once per tile, in chunks of 16 with an online softmax. A row's
 // result does not depend on the tiling (prefill and decode compute the same numbers).
 void paged_attention(const AttentionShape& a, const AttentionRows& rows, const float* q, const KvView& k_cache,

@@ -19,6 +19,11 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const f16_t* x, 
   for (int i = 0; i < n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
 }
+// f32 -> f16 rounding to nearest even, as f32_to_f16 does (the same bits but for a NaN's payload): the KV write
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float* x, int n, f16_t* y) {
+  for (int i = 0; i < n; i += 8)
+    _mm_storeu_si128((__m128i*)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+}
 static const bool have_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
 #endif
 
@@ -91,6 +96,9 @@ static float q4_0_scale(const float* x) {
 void kv_quantize_row(KvType t, const float* x, int n, uint8_t* dst) {
   if (t == KvType::F16) {
     f16_t* y = (f16_t*)dst;
+#if defined(LLL_X86) && defined(__GNUC__)
+    if (have_f16c && n % 8 == 0) return f32_to_f16_f16c(x, n, y);
+#endif
     for (int i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
     return;
   }

@@ -88,20 +88,23 @@ void silu_mul(float* __restrict g, const float* __restrict u, size_t n) {
   }
 }
 
-void gelu_tanh_mul(float* g, const float* u, size_t n) {
-  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  for (size_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    g[i] = 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x))) * u[i];
-  }
+// 0.5 x (1 + tanh z), z = sqrt(2 / pi) (x + 0.044715 x^3), as x sigmoid(2z) with h = e^-|z|: x / (1 + h h) for
+// z >= 0, (x h) h / (1 + h h) below (no cancellation where tanh z is near -1); exp_poly has no calls or branches, so
+// the loops vectorise (std::tanh was a call per element: a fifth of a BERT step)
+static inline float gelu_one(float x) {
+  const float z = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float h = exp_poly(-std::fabs(z));
+  return (z >= 0.f ? x : x * h * h) / (1.0f + h * h);
 }
 
+LLL_VECTOR_CLONES
+void gelu_tanh_mul(float* __restrict g, const float* __restrict u, size_t n) {
+  for (size_t i = 0; i < n; ++i) g[i] = gelu_one(g[i]) * u[i];
+}
+
+LLL_VECTOR_CLONES
 void gelu_tanh(float* x, size_t n) {
-  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    x[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
-  }
+  for (size_t i = 0; i < n; ++i) x[i] = gelu_one(x[i]);
 }
 
 void swiglu_oai_mul(float* g, const float* u, size_t n) {

@@ -201,7 +201,10 @@ KNOWN_NEAR_TIES = {
     "qwen2.5-coder-0.5b-instruct-q4_k_m": {(0, 18): 0.221, (1, 15): 0.153},
     # (2, 23): llama.cpp 107 by 0.102; the scalar path 107 by 0.142, AVX2 107 by 0.018 with one accumulator per
     # output and 532 by 0.051 with eight (kernels.h)
-    "gemma-3-270m-q4_k_m": {(0, 1): 0.238, (2, 23): 0.102},
+    # (2, 2): llama.cpp 236743 by 0.182 over 6824; float64 236743 by 0.145; the vectorised GELU (a few ulps from
+    # libm's tanh) moves the 8-bit rounding of the next products: localllm 6824 by 0.010, with 236743 0.002 from
+    # float64's and 6824 0.156 (llama.cpp's: 0.32 and 0.35)
+    "gemma-3-270m-q4_k_m": {(0, 1): 0.238, (2, 23): 0.102, (2, 2): 0.182},
     "qwen2.5-coder-1.5b-instruct-q4_k_m": {},
 }
 # Greedy decoding reads the prompt's K and V from the batched step and computes each new token in a decode
