@@ -26,7 +26,8 @@ def test_shipped_catalog_matches_the_test_models():
     cat = catalog.load(REPO / "models" / "catalog.json")
     test_models = json.loads((REPO / "models" / "test_models.json").read_text())
     for key, t in test_models.items():
-        if t.get("convert"):  # written by models/bert_to_gguf.py from Hugging Face files: no published GGUF has its bytes
+        # written by models/bert_to_gguf.py from Hugging Face files: no published GGUF has its bytes
+        if t.get("convert"):
             assert cat.get(key) is None, key
             continue
         e = cat.get(key)  # the test model name is an alias
