@@ -303,9 +303,12 @@ class Engine:
             return
         try:
             hidden = self._model.forward(b.build(), hidden=True)
-        except Exception as e:
+        except Exception as e:  # a refusal (ValueError: what the model cannot do) reaches the caller as it is
+            err = (
+                e if isinstance(e, ValueError) else RuntimeError(f"the embedding step failed: {type(e).__name__}: {e}")
+            )
             for job in {id(j): j for j, _, _ in taken}.values():
-                job.fail(RuntimeError(f"the embedding step failed: {type(e).__name__}: {e}"))
+                job.fail(err)
                 if job in embeds:
                     embeds.remove(job)
             return

@@ -302,3 +302,12 @@ def test_a_cancelled_or_failed_embedding_leaves_the_engine_going(smol, monkeypat
     monkeypatch.undo()
     assert np.array_equal(smol.embed(PROMPTS[0])[0], embed_alone(smol, PROMPTS[0]))
     assert pool_is_free(smol)
+
+
+def test_an_embedding_the_model_refuses_is_that_refusal(smol, monkeypatch):
+    def refuses(*args, **kwargs):
+        raise ValueError("hidden states come back from a CPU stage only")
+
+    monkeypatch.setattr(smol.model, "forward", refuses)
+    with pytest.raises(ValueError, match="CPU stage only"):  # a 400 in serve, not a failed step
+        smol.embed(PROMPTS[0])
