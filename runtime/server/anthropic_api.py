@@ -113,7 +113,7 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
     try:
         ids, tools = _prompt(lease.llm, body)
         names = frozenset(t["function"]["name"] for t in tools or ())
-        # a thinking model's reasoning as thinking blocks (reasoning.py), unless the request disabled thinking
+        # a thinking model's reasoning as thinking blocks (text/reasoning.py), unless the request disabled thinking
         split = reply_splitter(lease.llm.tokenizer, ids, "hide" if _thinking_off(body) else "split")
         head = {"id": mid, "type": "message", "role": "assistant", "model": lease.name}
         if not body.stream:

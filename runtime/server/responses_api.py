@@ -2,7 +2,7 @@
 response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta / .done,
 response.function_call_arguments.delta / .done, response.output_item.done, response.completed), function tools,
 text.format (structured output), a thinking model's reasoning as a reasoning item before the message
-(reasoning.py), previous_response_id over the in-memory store (response_store.py), and
+(text/reasoning.py), previous_response_id over the in-memory store (response_store.py), and
 GET / DELETE /v1/responses/{id}. One internal request under it, as under the other protocols.
 
 status: "completed", or "incomplete" with incomplete_details.reason "max_output_tokens".
@@ -54,7 +54,7 @@ def _message(text: str, status: str = "completed", mid: str | None = None) -> di
 
 
 def _reasoning(text: str, rsid: str | None = None) -> dict:
-    """A thinking model's reasoning (reasoning.py) as the API's reasoning item."""
+    """A thinking model's reasoning (text/reasoning.py) as the API's reasoning item."""
     return {
         "type": "reasoning",
         "id": rsid or _id("rs"),

@@ -60,7 +60,7 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    # llama.cpp's: "none" leaves a thinking model's <think> in content (reasoning.py); the template's own switches
+    # llama.cpp's: "none" leaves a thinking model's <think> in content (text/reasoning.py); the template's own switches
     reasoning_format: str | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None  # OpenAI's; gpt-oss's template reads it
     chat_template_kwargs: dict[str, Any] | None = None

@@ -1,4 +1,4 @@
-"""Reasoning kept out of content (server/reasoning.py): the splitter over every way a reply can be cut into deltas,
+"""Reasoning kept out of content (text/reasoning.py): the splitter over every way a reply can be cut into deltas,
 and through serve a reply that thinks (forced by a GBNF grammar, since the test models do not think on their own)
 comes back with OpenAI's reasoning_content, whole and streamed."""
 
