@@ -364,7 +364,7 @@ class LLM:
             raise ValueError(f"reasoning must be one of {', '.join(MODES)}, got {reasoning!r}")
         ids = self.tokenizer.encode_chat(messages, tools=tools)
         chunks = _chunks(self.submit(ids, params, speculative=speculative, grammar=grammar))
-        split = reply_splitter(self.tokenizer, ids, reasoning)
+        split = reply_splitter(self.tokenizer, ids, reasoning, calls=bool(tools))
         return chunks if split is None else _split(chunks, split)
 
     def close(self) -> None:

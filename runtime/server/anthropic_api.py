@@ -114,7 +114,8 @@ async def messages(body: AnthropicMessagesRequest, request: Request):
         ids, tools = _prompt(lease.llm, body)
         names = frozenset(t["function"]["name"] for t in tools or ())
         # a thinking model's reasoning as thinking blocks (text/reasoning.py), unless the request disabled thinking
-        split = reply_splitter(lease.llm.tokenizer, ids, "hide" if _thinking_off(body) else "split")
+        mode = "hide" if _thinking_off(body) else "split"
+        split = reply_splitter(lease.llm.tokenizer, ids, mode, calls=bool(tools))
         head = {"id": mid, "type": "message", "role": "assistant", "model": lease.name}
         if not body.stream:
             text, last = [], None

@@ -217,7 +217,7 @@ async def chat(body: OllamaChatRequest, request: Request):
         except ChatTemplateError as e:
             raise APIError(400, f"the chat template failed: {e}") from None
         # a thinking model's reasoning as message.thinking (text/reasoning.py), hidden if the client said think: false
-        split = reply_splitter(tok, ids, "hide" if think is False else "split")
+        split = reply_splitter(tok, ids, "hide" if think is False else "split", calls=bool(tools))
 
         def shape(text: str, final: bool = False, flush: bool = False) -> dict:
             thinking = ""

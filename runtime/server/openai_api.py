@@ -139,7 +139,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                 lps += _chat_logprobs(tok, chunk)
             finish, stats = chunk.finish_reason or finish, chunk.stats or stats
         content, reasoning = "".join(text), ""
-        split = reply_splitter(tok, prompt, mode)
+        split = reply_splitter(tok, prompt, mode, calls=bool(tools))
         if split is not None:
             (r1, c1), (r2, c2) = split.push(content), split.finish()
             content, reasoning = c1 + c2, r1 + r2
@@ -163,7 +163,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
         yield choice({"role": "assistant", "content": ""})
         held = ToolCallBuffer(names) if tools else None
-        split = reply_splitter(tok, prompt, mode)
+        split = reply_splitter(tok, prompt, mode, calls=bool(tools))
         reason = None
         async for chunk in chunks:
             thought, text = split.push(chunk.text) if split else ("", chunk.text)

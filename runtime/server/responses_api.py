@@ -134,7 +134,7 @@ async def create(body: ResponsesRequest, request: Request):
         tok = lease.llm.tokenizer
 
         def splitter():  # reasoning apart, as a reasoning item (mode "split" always gives a splitter)
-            return reply_splitter(tok, ids)
+            return reply_splitter(tok, ids, calls=bool(tools))
 
         def finished(text: str, finish: str | None, stats: Stats | None, mid: str | None = None, rsid=None) -> dict:
             (r1, c1), (r2, c2) = (split := splitter()).push(text), split.finish()

@@ -11,8 +11,9 @@ text/tokenizer.py), as llama.cpp's server and Ollama do:
 The recipient (` to=functions.NAME`) may sit in the role header or after the channel. The prompt ends with the first
 message's `<|start|>assistant`, so the reply begins at its channel. A tool call comes out of the splitter as the
 `<tool_call>{"name": ..., "arguments": ...}</tool_call>` block server/tool_calls.py reads for every model; a call to a
-recipient outside `functions` (the built-in browser and python tools, which serve does not run) is dropped, as
-llama.cpp drops it. A reply with no harmony header at all (a model ignoring its format) is content as it stands.
+recipient outside `functions` (the built-in browser and python tools, which serve does not run), or any call when the
+request offered no tools (calls=False), is dropped, as llama.cpp drops such unsolicited calls. A reply with no
+harmony header at all (a model ignoring its format) is content as it stands.
 
     split = HarmonySplitter(mode="split")       # "raw": analysis stays in content with its markers (reasoning_format
     reasoning, content = split.push(delta)      # none); "hide": analysis is dropped (thinking turned off: gpt-oss
@@ -41,10 +42,10 @@ class HarmonySplitter:
     """push(text) -> (reasoning, content) as the reply streams; finish() -> the rest. Text that may still be the
     start of a marker is held back until it is whole, so every cut of a reply into deltas splits the same."""
 
-    def __init__(self, mode: str = "split"):
+    def __init__(self, mode: str = "split", calls: bool = True):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        self._mode = mode
+        self._mode, self._calls = mode, calls
         self._state = "first"  # first: not yet known whether the reply is harmony; header; body; plain
         self._buf = ""  # text not yet given out: a header being read, or a body's tail that may start a marker
         self._header = ""
@@ -101,7 +102,7 @@ class HarmonySplitter:
         """What the current message is: reasoning, content, call (to functions.*) or other (another recipient)."""
         m = _RECIPIENT.search(self._header)
         if m:
-            return "call" if m.group(1).startswith("functions.") else "other"
+            return "call" if self._calls and m.group(1).startswith("functions.") else "other"
         ch = _CHANNEL.search(self._header)
         return "reasoning" if ch and ch.group(1) == "analysis" else "content"
 

@@ -20,15 +20,18 @@ from .harmony import MODES, HarmonySplitter, is_harmony
 OPEN, CLOSE = "<think>", "</think>"
 
 
-def reply_splitter(tok, ids: list[int], mode: str = "split") -> ReasoningSplitter | HarmonySplitter | None:
+def reply_splitter(
+    tok, ids: list[int], mode: str = "split", calls: bool = True
+) -> ReasoningSplitter | HarmonySplitter | None:
     """The splitter for a reply to the prompt ids. mode "split": reasoning apart from content; "raw": reasoning left
     in content as the model wrote it (OpenAI's reasoning_format none); "hide": reasoning dropped (thinking turned off).
     For a <think> model only "split" splits (None otherwise: the reply is content as it comes); a harmony model's
-    reply is always parsed, its tool calls and channels being part of the format."""
+    reply is always parsed, its tool calls and channels being part of the format (calls: whether the request offered
+    tools; a harmony call without them is dropped)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if is_harmony(tok):
-        return HarmonySplitter(mode)
+        return HarmonySplitter(mode, calls)
     return ReasoningSplitter(prompt_opens_thinking(tok, ids)) if mode == "split" else None
 
 

@@ -80,6 +80,12 @@ def test_any_cut_into_deltas_splits_the_same(data):
     assert split_all(text, cuts, mode) == split_all(text, [], mode)
 
 
+def test_a_call_without_tools_offered_is_dropped():
+    s = HarmonySplitter(calls=False)
+    (r1, c1), (r2, c2) = s.push(CASES[2][0]), s.finish()
+    assert (r1 + r2, c1 + c2) == ("Need weather.", "Checking.")
+
+
 def test_raw_keeps_the_analysis_in_content_and_hide_drops_it():
     text = CASES[0][0]
     raw = "<|channel|>analysis<|message|>The user greets.<|end|>Hello!"
@@ -225,6 +231,14 @@ def test_openai_chat_returns_reasoning_content_and_tool_calls(server):
     )
     choice = call.choices[0]
     assert choice.finish_reason == "tool_calls", choice
+    unasked = client.chat.completions.create(  # the same call with no tools offered: dropped, as llama.cpp drops it
+        model="m",
+        messages=[{"role": "user", "content": "Weather?"}],
+        temperature=0,
+        max_tokens=80,
+        extra_body={"grammar": CALLS},
+    ).choices[0]
+    assert unasked.finish_reason == "stop" and not unasked.message.tool_calls and not unasked.message.content
     assert choice.message.tool_calls[0].function.name == "get_weather"
     assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Paris"}
     assert choice.message.reasoning_content
