@@ -163,16 +163,6 @@ class Conversation(VerticalScroll):
         for w in list(self.children[self.children.index(widget) :]):
             w.remove()
 
-    def append_reasoning(self, fragment: str) -> None:
-        if not fragment:
-            return
-        self.reasoning += fragment
-        if self._thinking is None:
-            self._thinking = Static(self.reasoning, markup=False, classes="thinking")
-            self.mount(Collapsible(self._thinking, title="Thinking", collapsed=True), before=self._markdown)
-        else:
-            self._thinking.update(self.reasoning)
-
     def set_raw(self, raw: bool) -> None:
         for m in self.query(AssistantMessage):
             m.set_raw(raw)
