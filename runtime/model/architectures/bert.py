@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .spec import LayerSpec, MetadataView, ModelSpec, RopeSpec, rows_ref
+from .spec import LayerSpec, MetadataView, ModelSpec, RopeSpec, refuse_unused, rows_ref
 
 ARCH = "bert"
 
@@ -178,12 +178,5 @@ def encoder_spec(m: MetadataView, *, rope: bool, gated: bool) -> ModelSpec:
         position_embd=position_embd,
         token_types=token_types,
     )
-    unused = sorted(set(m.f.tensors) - set(s.tensor_names()))
-    if unused:
-        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
-        raise m.fail(
-            unused[0],
-            f"tensor not used by the {m.arch} encoder (unused: {', '.join(unused[:3])}{more}); "
-            f"a variant this runtime does not support (classifier heads, q/k norms)",
-        )
+    refuse_unused(m, s, "encoder", examples="classifier heads, q/k norms")
     return s

@@ -641,12 +641,18 @@ def decoder_spec(
         n_expert=n_expert,
         n_expert_used=n_expert_used,
     )
+    refuse_unused(m, spec, "decoder", own_tensors)
+    return spec
+
+
+def refuse_unused(m: MetadataView, spec: ModelSpec, what: str, own_tensors=(), examples: str = "") -> None:
+    """UnsupportedModelError naming the file's tensors the spec does not read (a variant this runtime would run
+    wrong by ignoring them); own_tensors: ones the architecture's file reads itself; examples: such variants."""
     unused = sorted(set(m.f.tensors) - set(spec.tensor_names()) - set(own_tensors))
     if unused:
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
         raise m.fail(
             unused[0],
-            f"tensor not used by the {m.arch} decoder (unused: {', '.join(unused[:3])}{more}); "
-            f"a variant this runtime does not support",
+            f"tensor not used by the {m.arch} {what} (unused: {', '.join(unused[:3])}{more}); "
+            f"a variant this runtime does not support{f' ({examples})' if examples else ''}",
         )
-    return spec
