@@ -117,21 +117,15 @@ def _write(out: Path, record: dict, version: str) -> None:
     print(f"{out}: {n} embeddings of {len(record['embeddings'][0])}, llama.cpp {version}")
 
 
-def record_encoder(name: str, path: Path, python: str) -> int:
-    """A real encoder test model: llama.cpp's embeddings of ENCODER_TEXTS (the file's pooling) and its WordPiece ids
-    of TOKENIZER_TEXTS, into tests/reference/embeddings/<name>.json (tests/runtime/test_encoders.py)."""
-    from fetch_test_models import CATALOG
+def _encoder_record(python: str, path: Path) -> dict:
+    """llama.cpp's embeddings of ENCODER_TEXTS (the file's own pooling) and its WordPiece ids of TOKENIZER_TEXTS."""
     from localllm.engine.embedding import pooling_of
     from localllm.model.gguf import GGUFFile
 
     with GGUFFile(path) as f:
         pooling = pooling_of(f.metadata)
-        types = {t.type.name for t in f.tensors.values() if len(t.dims) == 2}
     got = _llama(python, path, ENCODER_TEXTS, TOKENIZER_TEXTS)
-    record = {
-        "model": name,
-        "weight_type": "F16" if "F16" in types else sorted(types)[0],
-        "sha256": CATALOG[name]["sha256"],
+    return {
         "llama_cpp": got["version"],
         "pooling": pooling,
         "texts": ENCODER_TEXTS,
@@ -139,23 +133,31 @@ def record_encoder(name: str, path: Path, python: str) -> int:
         "tokenizer_texts": TOKENIZER_TEXTS,
         "tokenizer_ids": got["token_ids"],
     }
-    _write(OUT / f"{name}.json", record, got["version"])
+
+
+def record_encoder(name: str, path: Path, python: str) -> int:
+    """A real encoder test model (all-MiniLM) into tests/reference/embeddings/<name>.json (tests/runtime/test_encoders.py)."""
+    from fetch_test_models import CATALOG
+    from localllm.model.gguf import GGUFFile
+
+    with GGUFFile(path) as f:
+        types = {t.type.name for t in f.tensors.values() if len(t.dims) == 2}
+    got = _encoder_record(python, path)
+    wtype = "F16" if "F16" in types else sorted(types)[0]
+    record = {"model": name, "weight_type": wtype, "sha256": CATALOG[name]["sha256"], **got}
+    _write(OUT / f"{name}.json", record, got["llama_cpp"])
     return 0
 
 
 def record_synthetic(name: str, wtype: str, python: str, seed: int = 0) -> int:
     import tempfile
 
-    from localllm.engine.embedding import pooling_of
-    from localllm.model.gguf import GGUFFile
     from synthetic_arch import ARCHS, write
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.gguf"
         sha = write(path, name, wtype=wtype, seed=seed)
-        with GGUFFile(path) as f:
-            pooling = pooling_of(f.metadata)
-        got = _llama(python, path, ENCODER_TEXTS, TOKENIZER_TEXTS)
+        got = _encoder_record(python, path)
     record = {
         "model": f"synthetic {name}",
         "arch": name,
@@ -163,14 +165,9 @@ def record_synthetic(name: str, wtype: str, python: str, seed: int = 0) -> int:
         "seed": seed,
         "tokenizer_from": ARCHS[name]["tokenizer"],
         "sha256": sha,
-        "llama_cpp": got["version"],
-        "pooling": pooling,
-        "texts": ENCODER_TEXTS,
-        "embeddings": [[round(v, 7) for v in e] for e in got["embeddings"]],
-        "tokenizer_texts": TOKENIZER_TEXTS,
-        "tokenizer_ids": got["token_ids"],
+        **got,
     }
-    _write(OUT / f"synthetic-{name}-{wtype.lower()}.json", record, got["version"])
+    _write(OUT / f"synthetic-{name}-{wtype.lower()}.json", record, got["llama_cpp"])
     return 0
 
 
