@@ -117,7 +117,9 @@ def test_wordpiece_agrees_with_hugging_face(encoder):
     """Hugging Face's BertWordPiece (BertNormalizer, BertPreTokenizer, WordPiece, "[CLS] $A [SEP]") over the vocabulary
     in its own spelling ("##" continuations) gives the same ids on every recorded text: an independent reference
     besides llama.cpp (they part on rarer ground: marks that are not Mn, Hangul, words over 100 characters)."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = pytest.importorskip(
+        "tokenizers", reason="Hugging Face tokenizers (the independent reference) is not installed"
+    )
     from tokenizers.models import WordPiece
     from tokenizers.normalizers import BertNormalizer
     from tokenizers.pre_tokenizers import BertPreTokenizer
