@@ -51,7 +51,9 @@ void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_
 // the types the decode product takes (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
 bool qgemv_supports(int type_id);
 constexpr int QGEMV_MAX_N = 8;
-// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_N, x given quantized (quantize_x); W: m rows of row_bytes
+// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_N, x given quantized (quantize_x); W: m rows of row_bytes, each
+// at a 2-byte aligned address (4 for Q4_1 and Q4_K, whose blocks are whole words): a Q6_K row of an odd number of
+// 210-byte super-blocks (the 0.5B's ffn_down, k = 4864 = 19 x 256) is read with 16-bit loads as it lies
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
            float* y, cudaStream_t stream);
 

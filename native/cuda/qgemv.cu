@@ -270,9 +270,12 @@ void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, c
   if (m < 1 || k < 32 || k % 32) throw std::invalid_argument("qgemv: k must be a positive multiple of 32");
   const TypeInfo* ti = type_info(type_id);
   const size_t packed = (size_t)(k / ti->block_size) * ti->type_size, bytes = (size_t)(m - 1) * row_bytes + packed;
-  if (k % ti->block_size || row_bytes < packed || row_bytes % 4)
-    throw std::invalid_argument("qgemv: rows of " + std::to_string(row_bytes) + " bytes do not hold whole 4-byte "
-                                "aligned rows of " + std::to_string(k) + " " + ti->name + " weights");
+  // the alignment the step reads at: 32-bit words in Q4_1 and Q4_K blocks, 16-bit halves in the rest
+  const size_t align = type_id == (int)QType::Q4_1 || type_id == (int)QType::Q4_K ? 4 : 2;
+  if (k % ti->block_size || row_bytes < packed || row_bytes % align)
+    throw std::invalid_argument("qgemv: rows of " + std::to_string(row_bytes) + " bytes do not hold whole " +
+                                std::to_string(align) + "-byte aligned rows of " + std::to_string(k) + " " + ti->name +
+                                " weights");
   DeviceArray<uint8_t> dw(w, bytes);
   DeviceArray<float> dx(x, (size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
   DeviceArray<int8_t> dq((size_t)n * k);

@@ -77,3 +77,7 @@ def test_qgemv_refuses_what_it_does_not_run():
     q5k = random_rows(T.Q5_K, 4, 256, np.random.default_rng(0))
     with pytest.raises(ValueError, match="not supported on CUDA"):
         native.testing.cuda_qgemv(int(T.Q5_K), q5k, 256, np.ones((1, 256), np.float32))
+    # Q4_1 is read in 32-bit words: rows 42 bytes apart are refused (Q6_K's 16-bit reads take any even row)
+    q41 = np.pad(random_rows(T.Q4_1, 4, 64, np.random.default_rng(0)), ((0, 0), (0, 2)))[:, :40]
+    with pytest.raises(ValueError, match="4-byte aligned rows"):
+        native.testing.cuda_qgemv(int(T.Q4_1), q41, 64, np.ones((1, 64), np.float32))
