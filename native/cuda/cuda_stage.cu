@@ -75,6 +75,17 @@ bool graphs_enabled() {
   return !(env && std::string(env) == "0");
 }
 
+// Batch invariance (kernels.h's contract, on the device): a row's logits are the same bits whatever the step
+// carries, because every kernel a row passes through computes it in one order for every step size: the products
+// of the decode kernel (qgemv) at every N, for the types it takes (a matrix of another type goes through qgemm at
+// every N, whose outputs are per row too), and the attention row by row. LOCALLLM_CUDA_INVARIANT=0 gives that up
+// for the f16 tile product past QGEMV_MAX_N rows and the tiled prefill attention (rows then depend on the step's
+// size), which a benchmark can set to compare.
+bool invariant_enabled() {
+  const char* env = std::getenv("LOCALLLM_CUDA_INVARIANT");
+  return !(env && std::string(env) == "0");
+}
+
 class CudaStage final : public Stage {
  public:
   CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device);
@@ -128,14 +139,14 @@ class CudaStage final : public Stage {
   std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
-  const bool graphs_on_;
+  const bool graphs_on_, invariant_;
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   std::unordered_set<Shape, ShapeHash> seen_;        // run eagerly once since the graphs were last dropped
   std::unordered_set<Shape, ShapeHash> ungraphable_;  // whose capture failed: always eager
 };
 
 CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
-    : m_(m), first_(first), last_(last), device_(device), kv_(kv), graphs_on_(graphs_enabled()) {
+    : m_(m), first_(first), last_(last), device_(device), kv_(kv), graphs_on_(graphs_enabled()), invariant_(invariant_enabled()) {
   std::string error;
   const auto devices = cuda::devices(&error);
   if ((int)devices.size() <= device)
@@ -217,7 +228,7 @@ const float* CudaStage::vec(const float* host, size_t n) {
 
 void CudaStage::products(std::initializer_list<std::pair<const WeightView*, float*>> ps, const float* x, int n) {
   const int k = ps.begin()->first->row_len;  // one x: the row lengths agree (checked at load)
-  const bool small = n <= cuda::QGEMV_MAX_N &&
+  const bool small = (invariant_ || n <= cuda::QGEMV_MAX_N) &&
                      std::all_of(ps.begin(), ps.end(), [](const auto& p) { return cuda::qgemv_supports(p.first->type); });
   if (small) {
     uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
@@ -306,10 +317,10 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
     ints.insert(ints.end(), sh.pitch - b.max_blocks, 0);  // never read: past every visible position
   }
   ints.insert(ints.end(), b.logits_rows, b.logits_rows + sh.n_logits);
-  // a prompt-sized step attends by tiles of consecutive rows (each key chunk read once per tile); decode-sized
-  // ones, graphed or not, row by row (the same kernels either way, so replay equals eager launches)
+  // attention row by row (graphed or not: the same kernels, so replay equals eager launches); without invariance a
+  // prompt-sized step attends by tiles of consecutive rows (each key chunk read once per tile)
   std::vector<int32_t> tiles;
-  if (T > GRAPH_MAX_TOKENS) {
+  if (!invariant_ && T > GRAPH_MAX_TOKENS) {
     tiles = cuda::attention_tiles(T, b.positions, b.seq_index);
     if (tiles.size() * 4 > (size_t)T) tiles.clear();  // mostly single rows (decode of many sequences): by rows
   }
@@ -323,7 +334,7 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
 
   // the largest quantized input a product of this step takes, sized before any capture (no growth inside one)
   const size_t k_max = std::max({(size_t)d, (size_t)c.n_head * c.head_dim, (size_t)c.n_ff});
-  const size_t n_max = std::min(std::max(T, nl), cuda::QGEMV_MAX_N);  // xq_ serves the decode products only
+  const size_t n_max = invariant_ ? std::max(T, nl) : std::min(std::max(T, nl), cuda::QGEMV_MAX_N);  // xq_: qgemv's
   grow(xq_, n_max * k_max + n_max * k_max / 32 * sizeof(float) + 512);  // int8 values, then a float per 32
   const StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");

@@ -50,8 +50,14 @@ void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, 
 void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream);
 // the types the decode product takes (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
 bool qgemv_supports(int type_id);
+// activation rows a thread block of qgemv multiplies at once (its registers); more rows run as more blocks
 constexpr int QGEMV_MAX_N = 8;
-// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_N, x given quantized (quantize_x); W: m rows of row_bytes, each
+// the most activation rows one qgemv takes (65,535 blocks of QGEMV_MAX_N: the grid's y limit)
+constexpr int QGEMV_MAX_ROWS = 65535 * QGEMV_MAX_N;
+// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_ROWS, x given quantized (quantize_x); each output is computed by
+// the same operations in the same order whatever n is and whichever rows are beside it (the decode order: one
+// warp per weight row, lane i taking k-steps i, i + 32, ..., then a fixed shuffle tree), so a row's products are
+// bit-identical at every step size (the batch-invariance contract, kernels.h); W: m rows of row_bytes, each
 // at a 2-byte aligned address (4 for Q4_1 and Q4_K, whose blocks are whole words): a Q6_K row of an odd number of
 // 210-byte super-blocks (the 0.5B's ffn_down, k = 4864 = 19 x 256) is read with 16-bit loads as it lies
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,

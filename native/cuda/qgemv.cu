@@ -1,4 +1,6 @@
-// Decode products on the device: y [n][m] = x [n][k] . W^T for quantized weight rows, n <= 8 activation rows.
+// The invariant products on the device: y [n][m] = x [n][k] . W^T for quantized weight rows, any n: decode's
+// kernel, run for every step size (a thread block takes 8 activation rows; more rows, more blocks), so that a
+// row's bits never depend on the step (device_ops.cuh).
 //
 // Activations are quantized per 32 as on the CPU (x ~= dx * xq, xq int8; kernels.h), by quantize_x: one warp per
 // 32-block. The product: one warp per weight row, lane i taking the row's 32-weight steps i, i + 32, ...; a step's
@@ -42,7 +44,7 @@ __device__ __forceinline__ int spread_bit4(uint32_t h) {
 
 // activations: xq [n][k] int8, xd [n][k / 32]
 __global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) {
-  const int b = blockIdx.x, c = blockIdx.y, i = threadIdx.x;
+  const int c = blockIdx.x, b = blockIdx.y, i = threadIdx.x;  // row c (up to 2^31 - 1), block b
   const size_t at = (size_t)c * k + (size_t)b * 32 + i;
   const float v = x[at];
   float amax = fabsf(v);
@@ -212,22 +214,28 @@ __device__ __forceinline__ void step<(int)QType::Q6_K>(const uint8_t* row, int s
   }
 }
 
+// Thread block (blockIdx.x, blockIdx.y): weight rows 4 blockIdx.x .. + 3 (a warp each) times activation rows
+// c0 = MAXN blockIdx.y .. c0 + MAXN - 1 (those below n). Every activation row's accumulator takes the same
+// operations whichever slot of acc it has and whatever shares the block, so the bits of y [c][row] depend on
+// x [c] and W [row] only.
 template <int T>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_t* w, size_t row_bytes, int m, X x,
                                                                      int n, float* y) {
   const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
   if (row >= m) return;
+  const int c0 = blockIdx.y * MAXN, nc = min(MAXN, n - c0);
+  const X xc{x.q + (size_t)c0 * x.k, x.d + (size_t)c0 * (x.k / 32), x.k};
   const uint8_t* r = w + (size_t)row * row_bytes;
   float acc[MAXN];
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) acc[c] = 0.0f;
-  for (int s = threadIdx.x; s < x.k / 32; s += 32) step<T>(r, s, x, n, acc);
+  for (int s = threadIdx.x; s < x.k / 32; s += 32) step<T>(r, s, xc, nc, acc);
 #pragma unroll
   for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
+    if (c >= nc) break;
     float v = acc[c];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (threadIdx.x == 0) y[(size_t)c * m + row] = v;
+    if (threadIdx.x == 0) y[(size_t)(c0 + c) * m + row] = v;
   }
 }
 
@@ -244,14 +252,17 @@ bool qgemv_supports(int type_id) {
 }
 
 void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream) {
-  quantize_x_kernel<<<dim3(k / 32, n), 32, 0, stream>>>(x, k, xq, xd);
+  quantize_x_kernel<<<dim3(n, k / 32), 32, 0, stream>>>(x, k, xq, xd);
   check_launch("quantize_x");
 }
 
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
            float* y, cudaStream_t stream) {
+  if (n < 1 || n > QGEMV_MAX_ROWS)
+    throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
+                                std::to_string(n));
   const X xs{xq, xd, k};
-  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), block(32, ROWS_PER_BLOCK);
+  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, (n + MAXN - 1) / MAXN), block(32, ROWS_PER_BLOCK);
   switch ((QType)type_id) {
     case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
     case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y); break;
@@ -266,7 +277,9 @@ void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
 
 void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
   if (!qgemv_supports(type_id)) throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
-  if (n < 1 || n > MAXN) throw std::invalid_argument("qgemv: n must be in [1, 8], got " + std::to_string(n));
+  if (n < 1 || n > QGEMV_MAX_ROWS)
+    throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
+                                std::to_string(n));
   if (m < 1 || k < 32 || k % 32) throw std::invalid_argument("qgemv: k must be a positive multiple of 32");
   const TypeInfo* ti = type_info(type_id);
   const size_t packed = (size_t)(k / ti->block_size) * ti->type_size, bytes = (size_t)(m - 1) * row_bytes + packed;

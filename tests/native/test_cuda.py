@@ -46,7 +46,7 @@ def test_device_entry_points_fail_cleanly_without_a_device():
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("n", [1, 3, 8])
+@pytest.mark.parametrize("n", [1, 3, 8, 9, 20])
 def test_qgemv_matches_the_float64_product(qt, n):
     rng = np.random.default_rng(int(qt) * 10 + n)
     # K-quant rows are whole 256-weight super-blocks (896 is not: the first card run's Q4_K failure was this test's);
@@ -70,10 +70,31 @@ def test_qgemv_matches_the_float64_product(qt, n):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
+def test_qgemv_rows_do_not_depend_on_n(qt):
+    """The device's half of the batch-invariance contract (issue 32, item 4): y[c] computed among N activation rows
+    (N = 1..17, 64, 300; at every offset in a block of 8 rows) is the bits of y[c] computed alone, as the CPU's
+    tests/native/test_batch_invariance.py checks each CPU path."""
+    rng = np.random.default_rng(700 + int(qt))
+    k = 1536 if qt in (T.Q4_K, T.Q6_K) else 896
+    rows = random_rows(qt, 37, k, rng)
+    x = rng.standard_normal((309, k), dtype=np.float32)
+    x[3, :] = 0.0  # an all-zero row
+    x[9, 64:96] *= 3000.0  # a massive activation block
+    alone = np.concatenate([native.testing.cuda_qgemv(int(qt), rows, k, x[c : c + 1]) for c in range(309)])
+    for n in list(range(1, 18)) + [64, 300]:
+        for start in (0, 3, 9) if n < 300 else (0, 9):
+            y = native.testing.cuda_qgemv(int(qt), rows, k, x[start : start + n])
+            bad = np.nonzero(np.any(y != alone[start : start + n], axis=1))[0]
+            assert bad.size == 0, f"{qt.name}: N={n} from row {start}: rows {bad[:5] + start} differ from alone"
+
+
+@gpu
+@pytest.mark.gpu
 def test_qgemv_refuses_what_it_does_not_run():
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(ValueError, match="n must be in"):
-        native.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((9, 64), np.float32))
+        native.testing.cuda_qgemv(int(T.Q8_0), rows, 64, np.ones((0, 64), np.float32))
     q5k = random_rows(T.Q5_K, 4, 256, np.random.default_rng(0))
     with pytest.raises(ValueError, match="not supported on CUDA"):
         native.testing.cuda_qgemv(int(T.Q5_K), q5k, 256, np.ones((1, 256), np.float32))

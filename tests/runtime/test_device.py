@@ -385,6 +385,35 @@ def test_graph_replay_computes_what_eager_launches_do(monkeypatch):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_prompt_logits_alike_in_one_step_chunked_and_token_by_token_on_the_device(name):
+    """The CPU's test_batch_invariance on the card: 80 prompt positions (past the decode kernel's 8 rows and the
+    graphs' 64 tokens) in one step, in chunks of 5 + 75 and of 3, and one token at a time give the same bits."""
+    with LLM(model_file(name), ctx_size=128, device="cuda") as llm:
+        ids = np.array((llm.tokenize(PROMPT, add_special=False) * 20)[:80], dtype=np.int32)
+        n = len(ids)
+
+        def steps(seq):
+            whole = seq.step(ids, 0, np.arange(n, dtype=np.int32))
+            for cuts in ([0, 5, n], list(range(0, n, 3)) + [n]):
+                chunked = np.concatenate(
+                    [
+                        seq.step(ids[a:b], a, np.arange(b - a, dtype=np.int32))
+                        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+                    ]
+                )
+                assert np.array_equal(chunked, whole), (
+                    f"{name}, cuts {cuts[:3]}..: max |diff| {np.abs(chunked - whole).max()}"
+                )
+            return whole, np.concatenate([seq.step(ids[i : i + 1], i, np.zeros(1, dtype=np.int32)) for i in range(n)])
+
+        whole, decode = llm.exclusive(steps)
+        assert np.array_equal(decode, whole), f"{name}, token by token: max |diff| {np.abs(decode - whole).max()}"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
 def test_engine_streams_and_prefix_cache_on_the_device():
     """Four greedy requests at once on the GPU give what each gives alone there, and a follow-up that reuses a
     cached prefix gives what it gives cold."""
