@@ -123,8 +123,14 @@ class CudaStage final : public Stage {
   // the device copy of a weight matrix / a host float vector, uploaded on first use
   const uint8_t* weight(const WeightView& w);
   const float* vec(const float* host, size_t n);
-  // y [n][rows of w] = x [n][w.row_len] . W^T; several products of one x share its quantization
-  void products(std::initializer_list<std::pair<const WeightView*, float*>> ps, const float* x, int n);
+  // y [n][rows of w] = x [n][w.row_len] . W^T (+ bias [rows], nullptr: none); several products of one x share its
+  // quantization
+  struct Product {
+    const WeightView* w;
+    float* y;
+    const float* bias = nullptr;
+  };
+  void products(std::initializer_list<Product> ps, const float* x, int n);
   void check_type(const WeightView& w, const std::string& name) const;
 
   const ModelParts& m_;
@@ -226,21 +232,23 @@ const float* CudaStage::vec(const float* host, size_t n) {
   return static_cast<const float*>(slot->get());
 }
 
-void CudaStage::products(std::initializer_list<std::pair<const WeightView*, float*>> ps, const float* x, int n) {
-  const int k = ps.begin()->first->row_len;  // one x: the row lengths agree (checked at load)
-  const bool small = (invariant_ || n <= cuda::QGEMV_MAX_N) &&
-                     std::all_of(ps.begin(), ps.end(), [](const auto& p) { return cuda::qgemv_supports(p.first->type); });
+void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n) {
+  const int k = ps.begin()->w->row_len;  // one x: the row lengths agree (checked at load)
+  const auto decodable = [](const Product& p) { return cuda::qgemv_supports(p.w->type); };
+  const bool small = (invariant_ || n <= cuda::QGEMV_MAX_N) && std::all_of(ps.begin(), ps.end(), decodable);
   if (small) {
     uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
     int8_t* xq = reinterpret_cast<int8_t*>(q);
     float* xd = reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256);
     cuda::quantize_x(x, n, k, xq, xd, stream_);
-    for (const auto& p : ps)
-      cuda::qgemv(p.first->type, weight(*p.first), p.first->row_bytes, p.first->rows, k, xq, xd, n, p.second, stream_);
+    for (const Product& p : ps)
+      cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, p.bias, stream_);
     return;
   }
-  for (const auto& p : ps)
-    cuda::qgemm(p.first->type, weight(*p.first), p.first->row_bytes, p.first->rows, k, x, n, p.second, stream_);
+  for (const Product& p : ps) {
+    cuda::qgemm(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, x, n, p.y, stream_);
+    cuda::add_bias(p.y, p.bias, n, p.w->rows, stream_);
+  }
 }
 
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
@@ -416,10 +424,10 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const LayerNorms& N = m_.norms[l];
     auto V = [&](const float* p, size_t n) { return vec(p, n); };
     if (l == first_) cuda::rms_norm(h, V(N.attn_norm, d), T, d, c.rms_eps, a, stream_);
-    products({{&L.attn_q, q}, {&L.attn_k, k}, {&L.attn_v, v}}, a, T);
-    cuda::add_bias(q, V(N.q_bias, qd), T, qd, stream_);
-    cuda::add_bias(k, V(N.k_bias, kvd), T, kvd, stream_);
-    cuda::add_bias(v, V(tf.v_bias(N.v_bias), kvd), T, kvd, stream_);
+    products({{&L.attn_q, q, V(N.q_bias, qd)},
+              {&L.attn_k, k, V(N.k_bias, kvd)},
+              {&L.attn_v, v, V(tf.v_bias(N.v_bias), kvd)}},
+             a, T);
     if (N.q_norm) {
       cuda::rms_norm(q, V(N.q_norm, hd), T * c.n_head, hd, c.rms_eps, q, stream_);
       cuda::rms_norm(k, V(N.k_norm, hd), T * c.n_kv_head, hd, c.rms_eps, k, stream_);
@@ -451,8 +459,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     else
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
-    products({{&L.attn_output, a}}, att, T);
-    cuda::add_bias(a, V(N.o_bias, d), T, d, stream_);
+    products({{&L.attn_output, a, V(N.o_bias, d)}}, att, T);
     if (N.post_attn) cuda::rms_norm(a, V(N.post_attn, d), T, d, c.rms_eps, a, stream_);
     cuda::add(h, a, (size_t)T * d, stream_);
     cuda::rms_norm(h, V(N.ffn_norm, d), T, d, c.rms_eps, a, stream_);
