@@ -124,13 +124,19 @@ class CudaStage final : public Stage {
   const uint8_t* weight(const WeightView& w);
   const float* vec(const float* host, size_t n);
   // y [n][rows of w] = x [n][w.row_len] . W^T (+ bias [rows], nullptr: none); several products of one x share its
-  // quantization
+  // quantization. add_to_y (the decode kernel only: decodes): y += that instead.
   struct Product {
     const WeightView* w;
     float* y;
     const float* bias = nullptr;
+    bool add_to_y = false;
   };
   void products(std::initializer_list<Product> ps, const float* x, int n);
+  bool decodes(const WeightView& w, int n) const;  // whether products of n rows run w through qgemv
+  // h += x . W^T + bias, then through the post-norm (nullptr: none) when there is one: fused into the product's
+  // store where qgemv runs it and no norm comes between, else through a (the CPU's order either way)
+  void residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h, float* a,
+                int n);
   void check_type(const WeightView& w, const std::string& name) const;
 
   const ModelParts& m_;
@@ -232,23 +238,40 @@ const float* CudaStage::vec(const float* host, size_t n) {
   return static_cast<const float*>(slot->get());
 }
 
+bool CudaStage::decodes(const WeightView& w, int n) const {
+  return (invariant_ || n <= cuda::QGEMV_MAX_N) && cuda::qgemv_supports(w.type);
+}
+
 void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n) {
   const int k = ps.begin()->w->row_len;  // one x: the row lengths agree (checked at load)
-  const auto decodable = [](const Product& p) { return cuda::qgemv_supports(p.w->type); };
-  const bool small = (invariant_ || n <= cuda::QGEMV_MAX_N) && std::all_of(ps.begin(), ps.end(), decodable);
+  const bool small = std::all_of(ps.begin(), ps.end(), [&](const Product& p) { return decodes(*p.w, n); });
   if (small) {
     uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
     int8_t* xq = reinterpret_cast<int8_t*>(q);
     float* xd = reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256);
     cuda::quantize_x(x, n, k, xq, xd, stream_);
     for (const Product& p : ps)
-      cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, p.bias, stream_);
+      cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, p.bias, p.add_to_y,
+                  stream_);
     return;
   }
   for (const Product& p : ps) {
+    if (p.add_to_y) throw std::logic_error("products: add_to_y needs the decode kernel");
     cuda::qgemm(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, x, n, p.y, stream_);
     cuda::add_bias(p.y, p.bias, n, p.w->rows, stream_);
   }
+}
+
+void CudaStage::residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h,
+                         float* a, int n) {
+  if (!post_norm && decodes(w, n)) {
+    products({{&w, h, bias, true}}, x, n);
+    return;
+  }
+  products({{&w, a, bias}}, x, n);
+  const int d = w.rows;
+  if (post_norm) cuda::rms_norm(a, post_norm, n, d, m_.cfg.rms_eps, a, stream_);
+  cuda::add(h, a, (size_t)n * d, stream_);
 }
 
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
@@ -459,15 +482,11 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     else
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
-    products({{&L.attn_output, a, V(N.o_bias, d)}}, att, T);
-    if (N.post_attn) cuda::rms_norm(a, V(N.post_attn, d), T, d, c.rms_eps, a, stream_);
-    cuda::add(h, a, (size_t)T * d, stream_);
+    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T);
     cuda::rms_norm(h, V(N.ffn_norm, d), T, d, c.rms_eps, a, stream_);
     products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T);
     cuda::act_mul(g, u, (size_t)T * c.n_ff, c.ffn_act == FfnAct::Silu, stream_);
-    products({{&L.ffn_down, a}}, g, T);
-    if (N.post_ffn) cuda::rms_norm(a, V(N.post_ffn, d), T, d, c.rms_eps, a, stream_);
-    cuda::add(h, a, (size_t)T * d, stream_);
+    residual(L.ffn_down, nullptr, V(N.post_ffn, d), g, h, a, T);
     if (l + 1 < last_) cuda::rms_norm(h, V(m_.norms[l + 1].attn_norm, d), T, d, c.rms_eps, a, stream_);
   }
   if (nl > 0) {  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for

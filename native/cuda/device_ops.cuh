@@ -60,9 +60,11 @@ constexpr int QGEMV_MAX_ROWS = 65535 * QGEMV_MAX_N;
 // bit-identical at every step size (the batch-invariance contract, kernels.h); W: m rows of row_bytes, each
 // at a 2-byte aligned address (4 for Q4_1 and Q4_K, whose blocks are whole words): a Q6_K row of an odd number of
 // 210-byte super-blocks (the 0.5B's ffn_down, k = 4864 = 19 x 256) is read with 16-bit loads as it lies
-// bias [m] (nullptr: none) is added to each output as add_bias adds it (one float addition), in the same launch
+// In the same launch, as the separate kernels would (one float addition each): bias [m] (nullptr: none) added to
+// each output as add_bias adds it, then, with add_to_y, the result added to y's value as add adds it (y += x . W^T
+// + bias: the residual stream's h += a).
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
-           float* y, const float* bias, cudaStream_t stream);
+           float* y, const float* bias, bool add_to_y, cudaStream_t stream);
 
 // the types qgemm and dequant_rows take: every type the CPU computes (quant_formats.h)
 bool qgemm_supports(int type_id);

@@ -220,7 +220,8 @@ __device__ __forceinline__ void step<(int)QType::Q6_K>(const uint8_t* row, int s
 // x [c] and W [row] only.
 template <int T>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_t* w, size_t row_bytes, int m, X x,
-                                                                     int n, float* y, const float* bias) {
+                                                                     int n, float* y, const float* bias,
+                                                                     bool add_to_y) {
   const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
   if (row >= m) return;
   const int c0 = blockIdx.y * MAXN, nc = min(MAXN, n - c0);
@@ -235,7 +236,11 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_
     if (c >= nc) break;
     float v = acc[c];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (threadIdx.x == 0) y[(size_t)(c0 + c) * m + row] = bias ? v + bias[row] : v;  // add_bias's one addition
+    if (threadIdx.x == 0) {  // add_bias's one addition, then add's (the residual stream's h += a)
+      float* out = y + (size_t)(c0 + c) * m + row;
+      const float t = bias ? v + bias[row] : v;
+      *out = add_to_y ? *out + t : t;
+    }
   }
 }
 
@@ -257,19 +262,19 @@ void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_
 }
 
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
-           float* y, const float* bias, cudaStream_t stream) {
+           float* y, const float* bias, bool add_to_y, cudaStream_t stream) {
   if (n < 1 || n > QGEMV_MAX_ROWS)
     throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
                                 std::to_string(n));
   const X xs{xq, xd, k};
   const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, (n + MAXN - 1) / MAXN), block(32, ROWS_PER_BLOCK);
   switch ((QType)type_id) {
-    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
-    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
-    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
-    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
-    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
-    case QType::Q6_K: qgemv_kernel<(int)QType::Q6_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias); break;
+    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    case QType::Q6_K: qgemv_kernel<(int)QType::Q6_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
     default: throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
   }
   check_launch("qgemv");
@@ -293,7 +298,7 @@ void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, c
   DeviceArray<float> dx(x, (size_t)n * k), dy((size_t)n * m), dd((size_t)n * (k / 32));
   DeviceArray<int8_t> dq((size_t)n * k);
   quantize_x(dx.p, n, k, dq.p, dd.p, nullptr);
-  qgemv(type_id, dw.p, row_bytes, m, k, dq.p, dd.p, n, dy.p, nullptr, nullptr);
+  qgemv(type_id, dw.p, row_bytes, m, k, dq.p, dd.p, n, dy.p, nullptr, false, nullptr);
   dy.copy_out(y, (size_t)n * m);
 }
 
