@@ -291,6 +291,9 @@ void bind_model(py::module_& m) {
             return out;
           },
           "[(device, first layer, last layer)]: where the layers run, in step order")
+      .def_property_readonly(
+          "graph_nodes", [](const PyModel& p) { return p.model->graph_nodes(); },
+          "per stage, the kernels of the CUDA graph it captured last (a decode step's launches); -1: none")
       .def_property_readonly("rotate_k", [](const PyModel& p) { return p.model->kv_transforms().rotate_k(); })
       .def_property_readonly("rotate_v", [](const PyModel& p) { return p.model->kv_transforms().rotate_v(); })
       .def_property_readonly("center_k", [](const PyModel& p) { return p.model->kv_transforms().center_k(); })

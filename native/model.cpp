@@ -192,6 +192,12 @@ size_t Model::kv_bytes() const {
 
 std::vector<Model::StageInfo> Model::stages() const { return stage_info_; }
 
+std::vector<int> Model::graph_nodes() const {
+  std::vector<int> n;
+  for (const auto& s : stages_) n.push_back(s->graph_nodes());
+  return n;
+}
+
 void Model::forward(const StepBatch& b, float* logits, const TopK* top, bool hidden) {
   std::lock_guard<std::mutex> lk(mu_);
   check(b);

@@ -45,6 +45,7 @@ class Model {
     int first, last;
   };
   std::vector<StageInfo> stages() const;
+  std::vector<int> graph_nodes() const;  // per stage (Stage::graph_nodes)
 
   // logits: [n_logits][n_vocab], or with top the candidates of each logits row (top_k.h) and logits unused.
   // Checks the batch and top (std::invalid_argument naming the array and index) before touching the cache. One

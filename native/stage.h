@@ -63,6 +63,8 @@ class Stage {
   virtual void run(const StepBatch& b, float* h, float* logits, const TopK* top) = 0;
   virtual size_t kv_bytes() const = 0;  // the KV pool of this stage's layers
   virtual std::string device() const = 0;  // "cpu", "cuda:0"
+  // the nodes (kernels) of the CUDA graph this stage captured last, a decode-sized step's launches; -1: none
+  virtual int graph_nodes() const { return -1; }
 };
 
 // layers [first, last) on the CPU over the model's thread pool (cpu_stage.cpp)

@@ -94,6 +94,7 @@ class CudaStage final : public Stage {
   void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_bytes_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
+  int graph_nodes() const override { return graph_nodes_; }
 
  private:
   // what a step's graph depends on besides the model: tokens, sequences, logits rows (0 without the head), the
@@ -131,12 +132,15 @@ class CudaStage final : public Stage {
     const float* bias = nullptr;
     bool add_to_y = false;
   };
-  void products(std::initializer_list<Product> ps, const float* x, int n);
+  // quantized: x's quantization is in quantized_input(n, k) already (its producer wrote it: the decode kernel only)
+  void products(std::initializer_list<Product> ps, const float* x, int n, bool quantized = false);
   bool decodes(const WeightView& w, int n) const;  // whether products of n rows run w through qgemv
+  // where the quantized input of a product of n rows of k lies (xq_, sized by run): int8 values, a float per 32
+  std::pair<int8_t*, float*> quantized_input(int n, int k);
   // h += x . W^T + bias, then through the post-norm (nullptr: none) when there is one: fused into the product's
   // store where qgemv runs it and no norm comes between, else through a (the CPU's order either way)
   void residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h, float* a,
-                int n);
+                int n, bool quantized);
   void check_type(const WeightView& w, const std::string& name) const;
 
   const ModelParts& m_;
@@ -152,6 +156,7 @@ class CudaStage final : public Stage {
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
   const bool graphs_on_, invariant_;
+  int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   std::unordered_set<Shape, ShapeHash> seen_;        // run eagerly once since the graphs were last dropped
   std::unordered_set<Shape, ShapeHash> ungraphable_;  // whose capture failed: always eager
@@ -242,14 +247,18 @@ bool CudaStage::decodes(const WeightView& w, int n) const {
   return (invariant_ || n <= cuda::QGEMV_MAX_N) && cuda::qgemv_supports(w.type);
 }
 
-void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n) {
+std::pair<int8_t*, float*> CudaStage::quantized_input(int n, int k) {
+  uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
+  return {reinterpret_cast<int8_t*>(q), reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256)};
+}
+
+void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n, bool quantized) {
   const int k = ps.begin()->w->row_len;  // one x: the row lengths agree (checked at load)
   const bool small = std::all_of(ps.begin(), ps.end(), [&](const Product& p) { return decodes(*p.w, n); });
+  if (quantized && !small) throw std::logic_error("products: a quantized input needs the decode kernel");
   if (small) {
-    uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
-    int8_t* xq = reinterpret_cast<int8_t*>(q);
-    float* xd = reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256);
-    cuda::quantize_x(x, n, k, xq, xd, stream_);
+    const auto [xq, xd] = quantized_input(n, k);
+    if (!quantized) cuda::quantize_x(x, n, k, xq, xd, stream_);
     for (const Product& p : ps)
       cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, p.bias, p.add_to_y,
                   stream_);
@@ -263,12 +272,12 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
 }
 
 void CudaStage::residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h,
-                         float* a, int n) {
+                         float* a, int n, bool quantized) {
   if (!post_norm && decodes(w, n)) {
-    products({{&w, h, bias, true}}, x, n);
+    products({{&w, h, bias, true}}, x, n, quantized);
     return;
   }
-  products({{&w, a, bias}}, x, n);
+  products({{&w, a, bias}}, x, n, quantized);
   const int d = w.rows;
   if (post_norm) cuda::rms_norm(a, post_norm, n, d, m_.cfg.rms_eps, a, stream_);
   cuda::add(h, a, (size_t)n * d, stream_);
@@ -423,6 +432,8 @@ cudaGraphExec_t CudaStage::capture(const Shape& sh, const StepBuffers& sb, const
     throw;
   }
   check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess) graph_nodes_ = (int)nodes;
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
@@ -442,15 +453,25 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, sb.ids, T, c.embed_scale, h, stream_);
   }
   const cuda::AttentionRowsDev rows{T, sb.pos, sb.seq, sb.bt, sh.pitch};
+  auto V = [&](const float* p, size_t n) { return vec(p, n); };
+  // a = rms_norm(h, w), quantized in the same launch when the products that read it all run through qgemv
+  auto norm = [&](const float* w, bool quantize) {
+    if (!quantize) return cuda::rms_norm(h, V(w, d), T, d, c.rms_eps, a, stream_);
+    const auto [xq, xd] = quantized_input(T, d);
+    cuda::rms_norm_quantize(h, V(w, d), T, d, c.rms_eps, a, xq, xd, stream_);
+  };
+  auto qkv_decode = [&](int l) {
+    const LayerWeights& L = m_.w.layers[l];
+    return decodes(L.attn_q, T) && decodes(L.attn_k, T) && decodes(L.attn_v, T);
+  };
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = m_.w.layers[l];
     const LayerNorms& N = m_.norms[l];
-    auto V = [&](const float* p, size_t n) { return vec(p, n); };
-    if (l == first_) cuda::rms_norm(h, V(N.attn_norm, d), T, d, c.rms_eps, a, stream_);
+    if (l == first_) norm(N.attn_norm, qkv_decode(l));
     products({{&L.attn_q, q, V(N.q_bias, qd)},
               {&L.attn_k, k, V(N.k_bias, kvd)},
               {&L.attn_v, v, V(tf.v_bias(N.v_bias), kvd)}},
-             a, T);
+             a, T, qkv_decode(l));
     if (N.q_norm) {
       cuda::rms_norm(q, V(N.q_norm, hd), T * c.n_head, hd, c.rms_eps, q, stream_);
       cuda::rms_norm(k, V(N.k_norm, hd), T * c.n_kv_head, hd, c.rms_eps, k, stream_);
@@ -482,12 +503,19 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     else
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
-    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T);
-    cuda::rms_norm(h, V(N.ffn_norm, d), T, d, c.rms_eps, a, stream_);
-    products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T);
-    cuda::act_mul(g, u, (size_t)T * c.n_ff, c.ffn_act == FfnAct::Silu, stream_);
-    residual(L.ffn_down, nullptr, V(N.post_ffn, d), g, h, a, T);
-    if (l + 1 < last_) cuda::rms_norm(h, V(m_.norms[l + 1].attn_norm, d), T, d, c.rms_eps, a, stream_);
+    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T, false);
+    const bool gate_up_decode = decodes(L.ffn_gate, T) && decodes(L.ffn_up, T);
+    norm(N.ffn_norm, gate_up_decode);
+    products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, gate_up_decode);
+    const bool silu = c.ffn_act == FfnAct::Silu, down_decode = decodes(L.ffn_down, T);
+    if (down_decode) {  // act(g) * u straight into the down product's quantized input
+      const auto [xq, xd] = quantized_input(T, c.n_ff);
+      cuda::act_mul_quantize(g, u, (size_t)T * c.n_ff, silu, xq, xd, stream_);
+    } else {
+      cuda::act_mul(g, u, (size_t)T * c.n_ff, silu, stream_);
+    }
+    residual(L.ffn_down, nullptr, V(N.post_ffn, d), g, h, a, T, down_decode);
+    if (l + 1 < last_) norm(m_.norms[l + 1].attn_norm, qkv_decode(l + 1));
   }
   if (nl > 0) {  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
     cuda::gather_rows(h, sb.rows, nl, d, sb.x, stream_);

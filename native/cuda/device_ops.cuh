@@ -38,6 +38,13 @@ void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, cons
           cudaStream_t stream);
 // g [n] = act(g) * u: silu_mul when silu, else gelu_tanh_mul
 void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream);
+// The producers of a product's input fused with its quantization (quantize_x's bits, xq [rows][n], xd [rows][n /
+// 32], n a multiple of 32): rms_norm that also quantizes out; act_mul's values quantized instead of stored (g is
+// left as it was)
+void rms_norm_quantize(const float* x, const float* w, int rows, int n, float eps, float* out, int8_t* xq, float* xd,
+                       cudaStream_t stream);
+void act_mul_quantize(const float* g, const float* u, size_t n, bool silu, int8_t* xq, float* xd,
+                      cudaStream_t stream);
 // x [n] = cap * tanh(x / cap)
 void softcap(float* x, size_t n, float cap, cudaStream_t stream);
 // out [n][d] = rows rows[i] of x [.][d]

@@ -4,7 +4,10 @@
 // results agree to rounding. rms_norm sums squares in double as the CPU does.
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+
 #include "device_ops.cuh"
+#include "quantize32.cuh"
 
 namespace lll::cuda {
 namespace {
@@ -13,8 +16,9 @@ constexpr int THREADS = 256;
 
 int blocks_for(size_t n) { return (int)((n + THREADS - 1) / THREADS); }
 
-// one block per row: out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w
-__global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out) {
+// one block per row: out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w; with xq (n a multiple of 32, so that
+// values 32j .. 32j + 31 fall to one warp), also out[r]'s quantization per 32 (quantize_x's bits)
+__global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out, int8_t* xq, float* xd) {
   const float* xr = x + (size_t)blockIdx.x * n;
   float* o = out + (size_t)blockIdx.x * n;
   double ss = 0.0;
@@ -27,7 +31,11 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps
     __syncthreads();
   }
   const float inv = (float)(1.0 / sqrt(part[0] / n + eps));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    o[i] = v;
+    if (xq) quantize32(v, i % 32, xq + (size_t)blockIdx.x * n + i, xd + ((size_t)blockIdx.x * n + i) / 32);
+  }
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int rows, int n) {
@@ -58,15 +66,13 @@ __global__ void rope_kernel(float* x, int T, int n_heads, int head_dim, int n_ro
 
 __global__ void act_mul_kernel(float* g, const float* u, size_t n, bool silu) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = g[i];
-  if (silu) {
-    const float h = expf(-0.5f * fabsf(x));
-    g[i] = (x >= 0.f ? x : x * h * h) / (1.0f + h * h) * u[i];
-  } else {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
-  }
+  if (i < n) g[i] = act_times(g[i], u[i], silu);
+}
+
+// act_mul's values, quantized per 32 instead of stored: a warp per 32-block
+__global__ void act_mul_quantize_kernel(const float* g, const float* u, size_t n, bool silu, int8_t* xq, float* xd) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) quantize32(act_times(g[i], u[i], silu), (int)(i % 32), xq + i, xd + i / 32);
 }
 
 __global__ void softcap_kernel(float* x, size_t n, float cap) {
@@ -83,8 +89,16 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, i
 
 void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out);
+  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out, nullptr, nullptr);
   check_launch("rms_norm");
+}
+
+void rms_norm_quantize(const float* x, const float* w, int rows, int n, float eps, float* out, int8_t* xq, float* xd,
+                       cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (n % 32) throw std::invalid_argument("rms_norm_quantize: n must be a multiple of 32");
+  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out, xq, xd);
+  check_launch("rms_norm_quantize");
 }
 
 void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream) {
@@ -111,6 +125,14 @@ void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream)
   if (n == 0) return;
   act_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu);
   check_launch("act_mul");
+}
+
+void act_mul_quantize(const float* g, const float* u, size_t n, bool silu, int8_t* xq, float* xd,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  if (n % 32) throw std::invalid_argument("act_mul_quantize: n must be a multiple of 32");
+  act_mul_quantize_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu, xq, xd);
+  check_launch("act_mul_quantize");
 }
 
 void softcap(float* x, size_t n, float cap, cudaStream_t stream) {

@@ -23,6 +23,7 @@
 #include "dequant.cuh"
 #include "device_array.cuh"
 #include "device_ops.cuh"
+#include "quantize32.cuh"
 
 namespace lll::cuda {
 namespace {
@@ -46,12 +47,7 @@ __device__ __forceinline__ int spread_bit4(uint32_t h) {
 __global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) {
   const int c = blockIdx.x, b = blockIdx.y, i = threadIdx.x;  // row c (up to 2^31 - 1), block b
   const size_t at = (size_t)c * k + (size_t)b * 32 + i;
-  const float v = x[at];
-  float amax = fabsf(v);
-  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;  // as the CPU (kernels_generic.inc)
-  xq[at] = (int8_t)__float2int_rn(__fmul_rn(v, id));
-  if (i == 0) xd[(size_t)c * (k / 32) + b] = d;
+  quantize32(x[at], i, xq + at, xd + (size_t)c * (k / 32) + b);
 }
 
 struct X {

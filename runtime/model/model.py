@@ -220,6 +220,12 @@ class Model:
         return [tuple(s) for s in self._impl.stages]
 
     @property
+    def graph_nodes(self) -> list[int]:
+        """Per stage, the kernels of the CUDA graph it captured last (a decode step's launches); -1: none (a CPU
+        stage, or no decode-sized step run twice yet)."""
+        return list(self._impl.graph_nodes)
+
+    @property
     def device(self) -> str:
         """Where the layers run: "cpu", "cuda:0", or "cuda:0 0-15 + cpu 16-23" for a split."""
         st = self.stages

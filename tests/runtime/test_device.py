@@ -411,6 +411,34 @@ def test_prompt_logits_alike_in_one_step_chunked_and_token_by_token_on_the_devic
         assert np.array_equal(decode, whole), f"{name}, token by token: max |diff| {np.abs(decode - whole).max()}"
 
 
+def test_a_cpu_stage_has_no_graph(tmp_path):
+    path = write_qhead_model(tmp_path / "m.gguf", "llama")
+    with GGUFFile(path) as f:
+        m = Model(f, n_blocks=2, threads=1)
+        one_sequence(m, [1, 2, 3])
+        assert m.graph_nodes == [-1]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+def test_a_decode_step_launches_at_most_16_kernels_a_layer():
+    """The kernels a decode step of Qwen 0.5B launches, counted in its CUDA graph: per layer the fused norm and
+    quantization, q/k/v with their biases in the product, two ropes, two KV writes, attention, the output product
+    (quantization + product, added into h), norm, gate/up, act into the down product's input, down (added into h):
+    16, from about 24 before the fusions (issue 32 aims at 8); plus the embedding and the head."""
+    with GGUFFile(model_file(QWEN)) as f:
+        ids = _ids(f)
+        m = Model(f, n_blocks=8, threads=2, device="cuda")
+        one_sequence(m, ids)
+        for i in range(3):  # a decode shape is captured the second time it is seen
+            one_sequence(m, [ids[i]], start=len(ids) + i)
+        (nodes,) = m.graph_nodes
+        n_layers = m.spec.n_layers
+        print(f"decode step: {nodes} kernels, {nodes / n_layers:.1f} a layer")
+        assert 0 < nodes <= 16 * n_layers + 12, f"{nodes} kernels for {n_layers} layers"
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
