@@ -57,7 +57,8 @@ void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, 
 void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream);
 // the types the decode product takes (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
 bool qgemv_supports(int type_id);
-// activation rows a thread block of qgemv multiplies at once (its registers); more rows run as more blocks
+// activation rows a thread block of qgemv multiplies at once in a decode-sized step (its registers); a larger step
+// runs blocks of 32 rows (each weight step decoded once for 32), as many as it needs
 constexpr int QGEMV_MAX_N = 8;
 // the most activation rows one qgemv takes (65,535 blocks of QGEMV_MAX_N: the grid's y limit)
 constexpr int QGEMV_MAX_ROWS = 65535 * QGEMV_MAX_N;

@@ -1,5 +1,5 @@
 // The invariant products on the device: y [n][m] = x [n][k] . W^T for quantized weight rows, any n: decode's
-// kernel, run for every step size (a thread block takes 8 activation rows; more rows, more blocks), so that a
+// kernel, run for every step size (a thread block takes 8 activation rows, 32 past 8; more rows, more blocks), so that a
 // row's bits never depend on the step (device_ops.cuh).
 //
 // Activations are quantized per 32 as on the CPU (x ~= dx * xq, xq int8; kernels.h), by quantize_x: one warp per
@@ -29,6 +29,7 @@ namespace lll::cuda {
 namespace {
 
 constexpr int MAXN = QGEMV_MAX_N;
+constexpr int WIDE = 32;  // activation rows a block takes in steps of more than MAXN
 constexpr int ROWS_PER_BLOCK = 4;  // warps per thread block, one weight row each
 
 __device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -69,166 +70,186 @@ __device__ __forceinline__ void dot32(const int u[8], const X& x, int c, int s, 
   }
 }
 
-// per type: decode step s of the row into u[8], then for every activation row c < n add the step's terms to acc[c]
+// per type: Step<T>::run<NC> decodes step s of the row into u[8], then for every activation row c < n (n <= NC) adds
+// the step's terms to acc[c]: the same operations for row c whatever NC and n are
 template <int T>
-__device__ __forceinline__ void step(const uint8_t* row, int s, const X& x, int n, float* acc);
+struct Step;
 
 template <>
-__device__ __forceinline__ void step<(int)QType::Q4_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)s * sizeof(block_q4_0);
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int q = word2(b + 2 + 4 * j);
-    u[j] = q & 0x0F0F0F0F;
-    u[j + 4] = (q >> 4) & 0x0F0F0F0F;
-  }
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    int sum, xs;
-    dot32(u, x, c, s, sum, xs);
-    acc[c] += (float)(sum - 8 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
-  }
-}
-
-template <>
-__device__ __forceinline__ void step<(int)QType::Q4_1>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)s * sizeof(block_q4_1);
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b)), m = f16(*reinterpret_cast<const uint16_t*>(b + 2));
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int q = word4(b + 4 + 4 * j);
-    u[j] = q & 0x0F0F0F0F;
-    u[j + 4] = (q >> 4) & 0x0F0F0F0F;
-  }
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    int sum, xs;
-    dot32(u, x, c, s, sum, xs);
-    const float dx = x.d[(size_t)c * (x.k / 32) + s];
-    acc[c] += (float)sum * (d * dx) + m * (dx * (float)xs);
-  }
-}
-
-template <>
-__device__ __forceinline__ void step<(int)QType::Q5_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)s * sizeof(block_q5_0);
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
-  const uint32_t qh = (uint32_t)word2(b + 2);
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int q = word2(b + 6 + 4 * j);
-    u[j] = (q & 0x0F0F0F0F) | spread_bit4(qh >> (4 * j));
-    u[j + 4] = ((q >> 4) & 0x0F0F0F0F) | spread_bit4(qh >> (16 + 4 * j));
-  }
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    int sum, xs;
-    dot32(u, x, c, s, sum, xs);
-    acc[c] += (float)(sum - 16 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
-  }
-}
-
-template <>
-__device__ __forceinline__ void step<(int)QType::Q8_0>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)s * sizeof(block_q8_0);
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b));
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) u[j] = word2(b + 2 + 4 * j);
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum = __dp4a(u[j], xq[j], sum);
-    acc[c] += (float)sum * (d * x.d[(size_t)c * (x.k / 32) + s]);
-  }
-}
-
-template <>
-__device__ __forceinline__ void step<(int)QType::Q4_K>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q4_K);
-  const int g = s % 8;  // step g of the super-block is its group g: low nibbles of qs[32 (g/2) ..] (even g), high (odd)
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b)), dmin = f16(*reinterpret_cast<const uint16_t*>(b + 2));
-  int sc, mn;
-  scale_min_k4(b + 4, g, sc, mn);
-  const float ds = d * (float)sc, dm = dmin * (float)mn;
-  const uint8_t* qs = b + 16 + 32 * (g / 2);
-  const int shift = 4 * (g & 1);
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) u[j] = (word4(qs + 4 * j) >> shift) & 0x0F0F0F0F;
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    int sum, xs;
-    dot32(u, x, c, s, sum, xs);
-    const float dx = x.d[(size_t)c * (x.k / 32) + s];
-    acc[c] += (float)sum * (ds * dx) - dm * (dx * (float)xs);
-  }
-}
-
-template <>
-__device__ __forceinline__ void step<(int)QType::Q6_K>(const uint8_t* row, int s, const X& x, int n, float* acc) {
-  const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q6_K);
-  // step q = 4h + l of the super-block: weights 128h + 32l + i; low 4 bits from ql[64h + 32(l & 1) + i] (high
-  // nibble for l >= 2), bits 4..5 from bits 2l, 2l + 1 of qh[32h + i]; groups of 16: scales[2q], scales[2q + 1]
-  const int q = s % 8, h = q / 4, l = q % 4;
-  const uint8_t* ql = b + 64 * h + 32 * (l & 1);
-  const uint8_t* qh = b + 128 + 32 * h;
-  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = f16(*reinterpret_cast<const uint16_t*>(b + 208));
-  const float s0 = d * (float)scales[2 * q], s1 = d * (float)scales[2 * q + 1];
-  const int lshift = 4 * (l >= 2), hshift = 2 * l;
-  int u[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-    u[j] = ((word2(ql + 4 * j) >> lshift) & 0x0F0F0F0F) | (((word2(qh + 4 * j) >> hshift) & 0x03030303) << 4);
-#pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
-    if (c >= n) break;
-    const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
-    int sum0 = 0, sum1 = 0, xs0 = 0, xs1 = 0;
+struct Step<(int)QType::Q4_0> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)s * sizeof(block_q4_0);
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+    int u[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int v0 = xq[j], v1 = xq[j + 4];
-      sum0 = __dp4a(u[j], v0, sum0);
-      xs0 = __dp4a(0x01010101, v0, xs0);
-      sum1 = __dp4a(u[j + 4], v1, sum1);
-      xs1 = __dp4a(0x01010101, v1, xs1);
+      const int q = word2(b + 2 + 4 * j);
+      u[j] = q & 0x0F0F0F0F;
+      u[j + 4] = (q >> 4) & 0x0F0F0F0F;
     }
-    const float dx = x.d[(size_t)c * (x.k / 32) + s];
-    acc[c] += dx * ((float)(sum0 - 32 * xs0) * s0 + (float)(sum1 - 32 * xs1) * s1);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      int sum, xs;
+      dot32(u, x, c, s, sum, xs);
+      acc[c] += (float)(sum - 8 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
+    }
   }
-}
+};
+
+template <>
+struct Step<(int)QType::Q4_1> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)s * sizeof(block_q4_1);
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b)), m = f16(*reinterpret_cast<const uint16_t*>(b + 2));
+    int u[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int q = word4(b + 4 + 4 * j);
+      u[j] = q & 0x0F0F0F0F;
+      u[j + 4] = (q >> 4) & 0x0F0F0F0F;
+    }
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      int sum, xs;
+      dot32(u, x, c, s, sum, xs);
+      const float dx = x.d[(size_t)c * (x.k / 32) + s];
+      acc[c] += (float)sum * (d * dx) + m * (dx * (float)xs);
+    }
+  }
+};
+
+template <>
+struct Step<(int)QType::Q5_0> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)s * sizeof(block_q5_0);
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+    const uint32_t qh = (uint32_t)word2(b + 2);
+    int u[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int q = word2(b + 6 + 4 * j);
+      u[j] = (q & 0x0F0F0F0F) | spread_bit4(qh >> (4 * j));
+      u[j + 4] = ((q >> 4) & 0x0F0F0F0F) | spread_bit4(qh >> (16 + 4 * j));
+    }
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      int sum, xs;
+      dot32(u, x, c, s, sum, xs);
+      acc[c] += (float)(sum - 16 * xs) * (d * x.d[(size_t)c * (x.k / 32) + s]);
+    }
+  }
+};
+
+template <>
+struct Step<(int)QType::Q8_0> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)s * sizeof(block_q8_0);
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b));
+    int u[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) u[j] = word2(b + 2 + 4 * j);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+      int sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum = __dp4a(u[j], xq[j], sum);
+      acc[c] += (float)sum * (d * x.d[(size_t)c * (x.k / 32) + s]);
+    }
+  }
+};
+
+template <>
+struct Step<(int)QType::Q4_K> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q4_K);
+    // step g of the super-block is its group g: low nibbles of qs[32 (g/2) ..] (even g), high (odd)
+    const int g = s % 8;
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b)), dmin = f16(*reinterpret_cast<const uint16_t*>(b + 2));
+    int sc, mn;
+    scale_min_k4(b + 4, g, sc, mn);
+    const float ds = d * (float)sc, dm = dmin * (float)mn;
+    const uint8_t* qs = b + 16 + 32 * (g / 2);
+    const int shift = 4 * (g & 1);
+    int u[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) u[j] = (word4(qs + 4 * j) >> shift) & 0x0F0F0F0F;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      int sum, xs;
+      dot32(u, x, c, s, sum, xs);
+      const float dx = x.d[(size_t)c * (x.k / 32) + s];
+      acc[c] += (float)sum * (ds * dx) - dm * (dx * (float)xs);
+    }
+  }
+};
+
+template <>
+struct Step<(int)QType::Q6_K> {
+  template <int NC>
+  __device__ __forceinline__ static void run(const uint8_t* row, int s, const X& x, int n, float* acc) {
+    const uint8_t* b = row + (size_t)(s / 8) * sizeof(block_q6_K);
+    // step q = 4h + l of the super-block: weights 128h + 32l + i; low 4 bits from ql[64h + 32(l & 1) + i] (high
+    // nibble for l >= 2), bits 4..5 from bits 2l, 2l + 1 of qh[32h + i]; groups of 16: scales[2q], scales[2q + 1]
+    const int q = s % 8, h = q / 4, l = q % 4;
+    const uint8_t* ql = b + 64 * h + 32 * (l & 1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16(*reinterpret_cast<const uint16_t*>(b + 208));
+    const float s0 = d * (float)scales[2 * q], s1 = d * (float)scales[2 * q + 1];
+    const int lshift = 4 * (l >= 2), hshift = 2 * l;
+    int u[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      u[j] = ((word2(ql + 4 * j) >> lshift) & 0x0F0F0F0F) | (((word2(qh + 4 * j) >> hshift) & 0x03030303) << 4);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= n) break;
+      const int* xq = reinterpret_cast<const int*>(x.q + (size_t)c * x.k + 32 * s);
+      int sum0 = 0, sum1 = 0, xs0 = 0, xs1 = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int v0 = xq[j], v1 = xq[j + 4];
+        sum0 = __dp4a(u[j], v0, sum0);
+        xs0 = __dp4a(0x01010101, v0, xs0);
+        sum1 = __dp4a(u[j + 4], v1, sum1);
+        xs1 = __dp4a(0x01010101, v1, xs1);
+      }
+      const float dx = x.d[(size_t)c * (x.k / 32) + s];
+      acc[c] += dx * ((float)(sum0 - 32 * xs0) * s0 + (float)(sum1 - 32 * xs1) * s1);
+    }
+  }
+};
 
 // Thread block (blockIdx.x, blockIdx.y): weight rows 4 blockIdx.x .. + 3 (a warp each) times activation rows
-// c0 = MAXN blockIdx.y .. c0 + MAXN - 1 (those below n). Every activation row's accumulator takes the same
-// operations whichever slot of acc it has and whatever shares the block, so the bits of y [c][row] depend on
-// x [c] and W [row] only.
-template <int T>
+// c0 = NC blockIdx.y .. c0 + NC - 1 (those below n); NC = 8 for decode-sized steps, 32 beyond (each step's weights
+// decoded once for 32 rows). Every activation row's accumulator takes the same operations whichever NC, slot of acc
+// and neighbours it has, so the bits of y [c][row] depend on x [c] and W [row] only.
+template <int T, int NC>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_t* w, size_t row_bytes, int m, X x,
                                                                      int n, float* y, const float* bias,
                                                                      bool add_to_y) {
   const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
   if (row >= m) return;
-  const int c0 = blockIdx.y * MAXN, nc = min(MAXN, n - c0);
+  const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
   const X xc{x.q + (size_t)c0 * x.k, x.d + (size_t)c0 * (x.k / 32), x.k};
   const uint8_t* r = w + (size_t)row * row_bytes;
-  float acc[MAXN];
+  float acc[NC];
 #pragma unroll
-  for (int c = 0; c < MAXN; ++c) acc[c] = 0.0f;
-  for (int s = threadIdx.x; s < x.k / 32; s += 32) step<T>(r, s, xc, nc, acc);
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+  for (int s = threadIdx.x; s < x.k / 32; s += 32) Step<T>::template run<NC>(r, s, xc, nc, acc);
 #pragma unroll
-  for (int c = 0; c < MAXN; ++c) {
+  for (int c = 0; c < NC; ++c) {
     if (c >= nc) break;
     float v = acc[c];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -263,16 +284,24 @@ void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
     throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
                                 std::to_string(n));
   const X xs{xq, xd, k};
-  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, (n + MAXN - 1) / MAXN), block(32, ROWS_PER_BLOCK);
+  const int nc = n > MAXN ? WIDE : MAXN;  // activation rows a block takes
+  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, (n + nc - 1) / nc), block(32, ROWS_PER_BLOCK);
+  auto launch = [&](auto kernel) { kernel<<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); };
+#define LLL_QGEMV_CASE(Q)                                    \
+  case QType::Q:                                             \
+    if (nc == WIDE) launch(qgemv_kernel<(int)QType::Q, WIDE>); \
+    else launch(qgemv_kernel<(int)QType::Q, MAXN>);          \
+    break;
   switch ((QType)type_id) {
-    case QType::Q4_0: qgemv_kernel<(int)QType::Q4_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
-    case QType::Q4_1: qgemv_kernel<(int)QType::Q4_1><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
-    case QType::Q5_0: qgemv_kernel<(int)QType::Q5_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
-    case QType::Q8_0: qgemv_kernel<(int)QType::Q8_0><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
-    case QType::Q4_K: qgemv_kernel<(int)QType::Q4_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
-    case QType::Q6_K: qgemv_kernel<(int)QType::Q6_K><<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); break;
+    LLL_QGEMV_CASE(Q4_0)
+    LLL_QGEMV_CASE(Q4_1)
+    LLL_QGEMV_CASE(Q5_0)
+    LLL_QGEMV_CASE(Q8_0)
+    LLL_QGEMV_CASE(Q4_K)
+    LLL_QGEMV_CASE(Q6_K)
     default: throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
   }
+#undef LLL_QGEMV_CASE
   check_launch("qgemv");
 }
 
