@@ -1,6 +1,6 @@
 // The invariant products on the device: y [n][m] = x [n][k] . W^T for quantized weight rows, any n: decode's
-// kernel, run for every step size (a thread block takes 8 activation rows, 32 past 8; more rows, more blocks), so that a
-// row's bits never depend on the step (device_ops.cuh).
+// kernel, run for every step size (a thread block takes 8 activation rows, 32 past 8; more rows, more blocks), so
+// that a row's bits never depend on the step (device_ops.cuh).
 //
 // Activations are quantized per 32 as on the CPU (x ~= dx * xq, xq int8; kernels.h), by quantize_x: one warp per
 // 32-block. The product: one warp per weight row, lane i taking the row's 32-weight steps i, i + 32, ...; a step's
