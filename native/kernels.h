@@ -126,7 +126,9 @@ struct KernelTable {
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   int gemv_max_n;     // products of up to this many activation rows run the small-N kernels (where there are some)
-  // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]
+  // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]; acc[c][r] += w[k][r] * x[c][k]
+  // for k in order, one fused multiply-add a step on a path that has them (AVX2, AVX-512), a product then a sum on
+  // the scalar path: the float matrices' whole order, one kernel at every N
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);
   // x ~= dx * xq with dx = amax / 127 of the 32-block, xq rounded to nearest
