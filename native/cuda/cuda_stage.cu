@@ -259,9 +259,16 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
   if (small) {
     const auto [xq, xd] = quantized_input(n, k);
     if (!quantized) cuda::quantize_x(x, n, k, xq, xd, stream_);
-    for (const Product& p : ps)
-      cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, p.bias, p.add_to_y,
-                  stream_);
+    cuda::QgemvMat mats[cuda::QGEMV_MAX_MATS];
+    int count = 0;
+    for (const Product& p : ps) {  // one launch for up to three products of this x
+      mats[count++] = {p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, p.y, p.bias, p.add_to_y};
+      if (count == cuda::QGEMV_MAX_MATS) {
+        cuda::qgemv_multi(mats, count, k, xq, xd, n, stream_);
+        count = 0;
+      }
+    }
+    if (count) cuda::qgemv_multi(mats, count, k, xq, xd, n, stream_);
     return;
   }
   for (const Product& p : ps) {

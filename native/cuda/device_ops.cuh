@@ -73,6 +73,20 @@ constexpr int QGEMV_MAX_ROWS = 65535 * QGEMV_MAX_N;
 // + bias: the residual stream's h += a).
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
            float* y, const float* bias, bool add_to_y, cudaStream_t stream);
+// Several products of one quantized x in one launch (q, k and v; gate and up), each as qgemv computes it alone, the
+// matrices of any of its types, each with its own output, bias and add_to_y
+struct QgemvMat {
+  int type;
+  const uint8_t* w;
+  size_t row_bytes;
+  int m;
+  float* y;
+  const float* bias;
+  bool add_to_y;
+};
+constexpr int QGEMV_MAX_MATS = 3;
+void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, const float* xd, int n,
+                 cudaStream_t stream);
 
 // the types qgemm and dequant_rows take: every type the CPU computes (quant_formats.h)
 bool qgemm_supports(int type_id);

@@ -231,19 +231,22 @@ struct Step<(int)QType::Q6_K> {
   }
 };
 
-// Thread block (blockIdx.x, blockIdx.y): weight rows 4 blockIdx.x .. + 3 (a warp each) times activation rows
-// c0 = NC blockIdx.y .. c0 + NC - 1 (those below n); NC = 8 for decode-sized steps, 32 beyond (each step's weights
-// decoded once for 32 rows). Every activation row's accumulator takes the same operations whichever NC, slot of acc
-// and neighbours it has, so the bits of y [c][row] depend on x [c] and W [row] only.
+// The products of one launch: matrix i takes the thread blocks [end[i - 1], end[i]) of the grid's x (end[-1] = 0)
+struct Mats {
+  QgemvMat m[QGEMV_MAX_MATS];
+  int end[QGEMV_MAX_MATS];
+  int count;
+};
+
+// Weight row `row` of M (a warp) times activation rows c0 = NC blockIdx.y .. c0 + NC - 1 (those below n); NC = 8
+// for decode-sized steps, 32 beyond (each step's weights decoded once for 32 rows). Every activation row's
+// accumulator takes the same operations whichever NC, slot of acc, neighbours and launch it has, so the bits of
+// y [c][row] depend on x [c] and W [row] only.
 template <int T, int NC>
-__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_t* w, size_t row_bytes, int m, X x,
-                                                                     int n, float* y, const float* bias,
-                                                                     bool add_to_y) {
-  const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
-  if (row >= m) return;
+__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const X& x, int n) {
   const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
   const X xc{x.q + (size_t)c0 * x.k, x.d + (size_t)c0 * (x.k / 32), x.k};
-  const uint8_t* r = w + (size_t)row * row_bytes;
+  const uint8_t* r = M.w + (size_t)row * M.row_bytes;
   float acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
@@ -254,10 +257,31 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(const uint8_
     float v = acc[c];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (threadIdx.x == 0) {  // add_bias's one addition, then add's (the residual stream's h += a)
-      float* out = y + (size_t)(c0 + c) * m + row;
-      const float t = bias ? v + bias[row] : v;
-      *out = add_to_y ? *out + t : t;
+      float* out = M.y + (size_t)(c0 + c) * M.m + row;
+      const float t = M.bias ? v + M.bias[row] : v;
+      *out = M.add_to_y ? *out + t : t;
     }
+  }
+}
+
+// Thread block (blockIdx.x, blockIdx.y): rows 4 b .. 4 b + 3 (a warp each) of the matrix whose blocks hold
+// blockIdx.x (b counted from its first), against the activation rows of blockIdx.y; the type's step functions
+// picked per block (uniform, so no divergence)
+template <int NC>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) qgemv_kernel(Mats mats, X x, int n) {
+  int i = 0;
+  while (i + 1 < mats.count && (int)blockIdx.x >= mats.end[i]) ++i;
+  const QgemvMat& M = mats.m[i];
+  const int row = ((int)blockIdx.x - (i ? mats.end[i - 1] : 0)) * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= M.m) return;
+  switch ((QType)M.type) {
+    case QType::Q4_0: qgemv_row<(int)QType::Q4_0, NC>(M, row, x, n); break;
+    case QType::Q4_1: qgemv_row<(int)QType::Q4_1, NC>(M, row, x, n); break;
+    case QType::Q5_0: qgemv_row<(int)QType::Q5_0, NC>(M, row, x, n); break;
+    case QType::Q8_0: qgemv_row<(int)QType::Q8_0, NC>(M, row, x, n); break;
+    case QType::Q4_K: qgemv_row<(int)QType::Q4_K, NC>(M, row, x, n); break;
+    case QType::Q6_K: qgemv_row<(int)QType::Q6_K, NC>(M, row, x, n); break;
+    default: break;  // refused on the host
   }
 }
 
@@ -278,31 +302,36 @@ void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_
   check_launch("quantize_x");
 }
 
-void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
-           float* y, const float* bias, bool add_to_y, cudaStream_t stream) {
+void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, const float* xd, int n,
+                 cudaStream_t stream) {
   if (n < 1 || n > QGEMV_MAX_ROWS)
     throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
                                 std::to_string(n));
+  if (n_mats < 1 || n_mats > QGEMV_MAX_MATS)
+    throw std::invalid_argument("qgemv: 1 to " + std::to_string(QGEMV_MAX_MATS) + " matrices a launch, got " +
+                                std::to_string(n_mats));
+  Mats ms{};
+  ms.count = n_mats;
+  int blocks = 0;
+  for (int i = 0; i < n_mats; ++i) {
+    if (!qgemv_supports(mats[i].type))
+      throw std::invalid_argument("qgemv: type " + std::to_string(mats[i].type) + " is not supported on CUDA");
+    ms.m[i] = mats[i];
+    blocks += (mats[i].m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    ms.end[i] = blocks;
+  }
   const X xs{xq, xd, k};
   const int nc = n > MAXN ? WIDE : MAXN;  // activation rows a block takes
-  const dim3 grid((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, (n + nc - 1) / nc), block(32, ROWS_PER_BLOCK);
-  auto launch = [&](auto kernel) { kernel<<<grid, block, 0, stream>>>(w, row_bytes, m, xs, n, y, bias, add_to_y); };
-#define LLL_QGEMV_CASE(Q)                                    \
-  case QType::Q:                                             \
-    if (nc == WIDE) launch(qgemv_kernel<(int)QType::Q, WIDE>); \
-    else launch(qgemv_kernel<(int)QType::Q, MAXN>);          \
-    break;
-  switch ((QType)type_id) {
-    LLL_QGEMV_CASE(Q4_0)
-    LLL_QGEMV_CASE(Q4_1)
-    LLL_QGEMV_CASE(Q5_0)
-    LLL_QGEMV_CASE(Q8_0)
-    LLL_QGEMV_CASE(Q4_K)
-    LLL_QGEMV_CASE(Q6_K)
-    default: throw std::invalid_argument("qgemv: type " + std::to_string(type_id) + " is not supported on CUDA");
-  }
-#undef LLL_QGEMV_CASE
+  const dim3 grid(blocks, (n + nc - 1) / nc), block(32, ROWS_PER_BLOCK);
+  if (nc == WIDE) qgemv_kernel<WIDE><<<grid, block, 0, stream>>>(ms, xs, n);
+  else qgemv_kernel<MAXN><<<grid, block, 0, stream>>>(ms, xs, n);
   check_launch("qgemv");
+}
+
+void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
+           float* y, const float* bias, bool add_to_y, cudaStream_t stream) {
+  const QgemvMat one{type_id, w, row_bytes, m, y, bias, add_to_y};
+  qgemv_multi(&one, 1, k, xq, xd, n, stream);
 }
 
 void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y) {
