@@ -486,8 +486,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const int r = ropes.of_layer[l - first_];
     const float* cs = sb.angles + (size_t)r * 2 * T * half;
     const float* sn = cs + (size_t)T * half;
-    cuda::rope(q, T, c.n_head, hd, c.n_rot, c.neox, cs, sn, stream_);
-    cuda::rope(k, T, c.n_kv_head, hd, c.n_rot, c.neox, cs, sn, stream_);
+    cuda::rope(q, c.n_head, k, c.n_kv_head, T, hd, c.n_rot, c.neox, cs, sn, stream_);
     cuda::KvTransformsDev dtf;
     dtf.rotate_k = tf.rotate_k();
     dtf.rotate_v = tf.rotate_v();

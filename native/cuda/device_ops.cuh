@@ -32,10 +32,10 @@ void rms_norm(const float* x, const float* w, int rows, int n, float eps, float*
 void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream);
 // h [n] += a [n]
 void add(float* h, const float* a, size_t n, cudaStream_t stream);
-// x [T][n_heads][head_dim]: the leading n_rot dims of each head rotated by the angles cs, sn [T][n_rot / 2]
-// (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
-void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
-          cudaStream_t stream);
+// x [T][x_heads][head_dim] and y [T][y_heads][head_dim] (q and k, one launch): the leading n_rot dims of each head
+// rotated by the angles cs, sn [T][n_rot / 2] (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
+void rope(float* x, int x_heads, float* y, int y_heads, int T, int head_dim, int n_rot, bool neox, const float* cs,
+          const float* sn, cudaStream_t stream);
 // g [n] = act(g) * u: silu_mul when silu, else gelu_tanh_mul
 void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream);
 // The producers of a product's input fused with its quantization (quantize_x's bits, xq [rows][n], xd [rows][n /

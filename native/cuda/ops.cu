@@ -48,11 +48,18 @@ __global__ void add_kernel(float* h, const float* a, size_t n) {
   if (i < n) h[i] += a[i];
 }
 
-// x [T][n_heads][head_dim]; thread per (row, head, pair)
-__global__ void rope_kernel(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs,
-                            const float* sn) {
+// x [T][n_heads][head_dim], then y [T][y_heads][head_dim] (y_heads 0: none); thread per (row, head, pair), the
+// threads past x's taking y's
+__global__ void rope_kernel(float* x, int T, int n_heads, float* y, int y_heads, int head_dim, int n_rot, bool neox,
+                            const float* cs, const float* sn) {
   const int half = n_rot / 2;
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t nx = (size_t)T * n_heads * half;
+  if (i >= nx) {
+    i -= nx;
+    x = y;
+    n_heads = y_heads;
+  }
   if (i >= (size_t)T * n_heads * half) return;
   const int p = (int)(i % half);
   const size_t th = i / half;  // row * n_heads + head
@@ -113,11 +120,11 @@ void add(float* h, const float* a, size_t n, cudaStream_t stream) {
   check_launch("add");
 }
 
-void rope(float* x, int T, int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
-          cudaStream_t stream) {
-  if ((size_t)T * n_heads * (n_rot / 2) == 0) return;
-  rope_kernel<<<blocks_for((size_t)T * n_heads * (n_rot / 2)), THREADS, 0, stream>>>(x, T, n_heads, head_dim, n_rot,
-                                                                                    neox, cs, sn);
+void rope(float* x, int x_heads, float* y, int y_heads, int T, int head_dim, int n_rot, bool neox, const float* cs,
+          const float* sn, cudaStream_t stream) {
+  const size_t n = (size_t)T * (x_heads + y_heads) * (n_rot / 2);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, T, x_heads, y, y_heads, head_dim, n_rot, neox, cs, sn);
   check_launch("rope");
 }
 
