@@ -498,8 +498,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     cuda::kv_to_cache(dtf, q, k, v, T, c.n_head, c.n_kv_head, hd, stream_);
     uint8_t* kp = static_cast<uint8_t*>(k_pool_[l - first_]->get());
     uint8_t* vp = static_cast<uint8_t*>(v_pool_[l - first_]->get());
-    cuda::kv_write(kv_.k_type, k, T, kvd, sb.slots, kp, k_row_, stream_);
-    cuda::kv_write(kv_.v_type, v, T, kvd, sb.slots, vp, v_row_, stream_);
+    cuda::kv_write_kv(kv_.k_type, k, kp, k_row_, kv_.v_type, v, vp, v_row_, T, kvd, sb.slots, stream_);
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size, c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};

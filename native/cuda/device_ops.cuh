@@ -110,6 +110,9 @@ void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, 
 // (kv_row_bytes(t, row)), quantized per head_dim-long head exactly as kv_quantize_row (same bytes)
 void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes,
               cudaStream_t stream);
+// kv_write of a layer's K and V, in one launch where their types agree
+void kv_write_kv(KvType k_type, const float* k, uint8_t* k_pool, size_t k_row_bytes, KvType v_type, const float* v,
+                 uint8_t* v_pool, size_t v_row_bytes, int T, int row, const int32_t* slots, cudaStream_t stream);
 
 // One layer's KV transforms (kv_transforms.h), as KvTransforms::to_cache / from_cache do them on the CPU.
 struct KvTransformsDev {

@@ -39,8 +39,22 @@ __device__ __forceinline__ int clampi(int v, int lo, int hi) { return max(lo, mi
 
 // ---- kv_write ----
 
+// what one launch writes: rows x [T][row] into rows slots[t] of pool; grid z 0 writes a, z 1 writes b (K and V of
+// one type in one launch)
+struct KvRows {
+  const float* x;
+  uint8_t* pool;
+  size_t row_bytes;
+};
+#define LLL_KV_ROWS(a, b)                                             \
+  const KvRows& rows_ = blockIdx.z ? (b) : (a);                       \
+  const float* x = rows_.x;                                           \
+  uint8_t* pool = rows_.pool;                                         \
+  const size_t row_bytes = rows_.row_bytes
+
 // f16 rows: x [T][row] -> row slots[t] of the pool; thread i of grid column y converts value y * blockDim + i
-__global__ void kv_write_f16(const float* x, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes) {
+__global__ void kv_write_f16(KvRows a, KvRows b, int row, const int32_t* slots) {
+  LLL_KV_ROWS(a, b);
   const int t = blockIdx.x, i = blockIdx.y * blockDim.x + threadIdx.x;
   if (i >= row) return;
   uint16_t* y = reinterpret_cast<uint16_t*>(pool + (size_t)slots[t] * row_bytes);
@@ -49,8 +63,8 @@ __global__ void kv_write_f16(const float* x, int row, const int32_t* slots, uint
 
 // q8_0: one warp per 32-value block b of row t, lane j quantizing value j (kv_quantize_row's q8_0 branch:
 // d = amax / 127, q = roundf(x * (1 / d)))
-__global__ void __launch_bounds__(32) kv_write_q8_0(const float* x, int row, const int32_t* slots, uint8_t* pool,
-                                                    size_t row_bytes) {
+__global__ void __launch_bounds__(32) kv_write_q8_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
+  LLL_KV_ROWS(ra, rb);
   const int t = blockIdx.x, b = blockIdx.y, j = threadIdx.x;
   const float v = x[(size_t)t * row + (size_t)b * QK + j];
   float amax = fabsf(v);  // a max: exact in any order
@@ -118,8 +132,8 @@ __device__ float q4_0_scale(float xl, int lane) {
 
 // q4_0: one warp per 32-value block b of row t (kv_quantize_row's q4_0 branch): the searched scale d, then lane
 // j < 16 packs values j (low nibble) and j + 16 (high nibble), q = clamp(lround(x * (1 / d)) + 8, 0, 15)
-__global__ void __launch_bounds__(32) kv_write_q4_0(const float* x, int row, const int32_t* slots, uint8_t* pool,
-                                                    size_t row_bytes) {
+__global__ void __launch_bounds__(32) kv_write_q4_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
+  LLL_KV_ROWS(ra, rb);
   const int t = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
   const float v = x[(size_t)t * row + (size_t)b * QK + lane];
   const float d = q4_0_scale(v, lane), id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
@@ -291,17 +305,36 @@ void check_heads(int n_head, int n_kv_head, int head_dim) {
 
 }  // namespace
 
-void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes,
-              cudaStream_t stream) {
+namespace {
+
+// rows a (and b, when two: the same type) written in one launch
+void write_rows(KvType t, const KvRows& a, const KvRows& b, int n_z, int T, int row, const int32_t* slots,
+                cudaStream_t stream) {
   if (T <= 0) return;
   // the row is quantized as consecutive 32-blocks: the same as per head, since head_dim is whole blocks
   if (t == KvType::F16)
-    kv_write_f16<<<dim3(T, (row + 255) / 256), 256, 0, stream>>>(x, row, slots, pool, row_bytes);
+    kv_write_f16<<<dim3(T, (row + 255) / 256, n_z), 256, 0, stream>>>(a, b, row, slots);
   else if (t == KvType::Q8_0)
-    kv_write_q8_0<<<dim3(T, row / QK), 32, 0, stream>>>(x, row, slots, pool, row_bytes);
+    kv_write_q8_0<<<dim3(T, row / QK, n_z), 32, 0, stream>>>(a, b, row, slots);
   else
-    kv_write_q4_0<<<dim3(T, row / QK), 32, 0, stream>>>(x, row, slots, pool, row_bytes);
+    kv_write_q4_0<<<dim3(T, row / QK, n_z), 32, 0, stream>>>(a, b, row, slots);
   check_launch("kv_write");
+}
+
+}  // namespace
+
+void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, uint8_t* pool, size_t row_bytes,
+              cudaStream_t stream) {
+  const KvRows a{x, pool, row_bytes};
+  write_rows(t, a, a, 1, T, row, slots, stream);
+}
+
+void kv_write_kv(KvType k_type, const float* k, uint8_t* k_pool, size_t k_row_bytes, KvType v_type, const float* v,
+                 uint8_t* v_pool, size_t v_row_bytes, int T, int row, const int32_t* slots, cudaStream_t stream) {
+  const KvRows a{k, k_pool, k_row_bytes}, b{v, v_pool, v_row_bytes};
+  if (k_type == v_type) return write_rows(k_type, a, b, 2, T, row, slots, stream);
+  write_rows(k_type, a, a, 1, T, row, slots, stream);
+  write_rows(v_type, b, b, 1, T, row, slots, stream);
 }
 
 void kv_to_cache(const KvTransformsDev& tf, float* q, float* k, float* v, int n, int n_head, int n_kv_head,
