@@ -503,12 +503,18 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};
     const KvView vview{vp, kv_.v_type, v_row_, v_row_ / c.n_kv_head};
-    if (sb.n_tiles > 0)
+    // the output product's quantized input written by the attention itself, where nothing comes between
+    const bool att_quantized = sb.n_tiles == 0 && !tf.changes_output() && decodes(L.attn_output, T);
+    if (sb.n_tiles > 0) {
       cuda::paged_attention_tiled(shape, rows, sb.tiles, sb.n_tiles, q, kview, vview, att, stream_);
-    else
+    } else if (att_quantized) {
+      const auto [xq, xd] = quantized_input(T, qd);
+      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_, xq, xd);
+    } else {
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
+    }
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
-    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T, false);
+    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T, att_quantized);
     const bool gate_up_decode = decodes(L.ffn_gate, T) && decodes(L.ffn_up, T);
     norm(N.ffn_norm, gate_up_decode);
     products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, gate_up_decode);

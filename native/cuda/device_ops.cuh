@@ -139,9 +139,11 @@ struct AttentionRowsDev {
 };
 // paged_attention (attention.h) on the device: q [T][n_head][head_dim] float; k_cache / v_cache views of one
 // layer's device pools; out [T][n_head][head_dim]. Online softmax over the visible keys (causal, window,
-// soft-cap as AttentionShape says), float accumulation.
+// soft-cap as AttentionShape says), float accumulation. With xq, out is also quantized per 32 into xq [T][n_head *
+// head_dim], xd (quantize_x's bits: the next product's input, in the same launch).
 void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
-                     const KvView& v_cache, float* out, cudaStream_t stream);
+                     const KvView& v_cache, float* out, cudaStream_t stream, int8_t* xq = nullptr,
+                     float* xd = nullptr);
 // paged_attention for prefill (attention_tiles.cu), the same results to float rounding: one thread block per
 // (tile, query head) reads each visible key and value once per tile instead of once per row. tiles [n_tiles] holds
 // row starts: tile i covers the rows tiles[i] + r, r < 16 (ATTENTION_TILE_ROWS), that are below T, of row

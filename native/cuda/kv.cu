@@ -24,6 +24,7 @@
 #include "device_array.cuh"
 #include "device_ops.cuh"
 #include "kv_rows.cuh"
+#include "quantize32.cuh"
 
 namespace lll::cuda {
 namespace {
@@ -219,7 +220,7 @@ constexpr int ATT_STEPS = ATT_MAX_DIM / 32;
 // end through shared memory and the output divided by the total weight, as attention.cpp does.
 __global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(AttentionShape a, AttentionRowsDev rows,
                                                                          const float* q, KvView kc, KvView vc,
-                                                                         float* out) {
+                                                                         float* out, int8_t* xq, float* xd) {
   __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
   __shared__ float sm_acc[ATT_WARPS][ATT_MAX_DIM];
   const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -273,10 +274,12 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(Attenti
     total += sm_l[u] * wt[u];
   }
   const float inv = 1.f / total;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {  // whole warps (D a multiple of 32): quantize32 below
     float o = 0.f;
     for (int u = 0; u < ATT_WARPS; ++u) o += sm_acc[u][d] * wt[u];
-    out[at + d] = o * inv;
+    const float r = o * inv;
+    out[at + d] = r;
+    if (xq) quantize32(r, d % 32, xq + at + d, xd + (at + d) / 32);
   }
 }
 
@@ -374,12 +377,13 @@ void kv_from_cache(const KvTransformsDev& tf, float* att, int n, int n_head, int
 }
 
 void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
-                     const KvView& v_cache, float* out, cudaStream_t stream) {
+                     const KvView& v_cache, float* out, cudaStream_t stream, int8_t* xq, float* xd) {
   if (a.head_dim <= 0 || a.head_dim % 32 || a.head_dim > ATT_MAX_DIM)
     throw std::invalid_argument("paged_attention: head_dim must be a multiple of 32 up to " +
                                 std::to_string(ATT_MAX_DIM) + ", got " + std::to_string(a.head_dim));
   if (rows.T <= 0) return;
-  paged_attention_kernel<<<dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream>>>(a, rows, q, k_cache, v_cache, out);
+  paged_attention_kernel<<<dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream>>>(a, rows, q, k_cache, v_cache, out, xq,
+                                                                                 xd);
   check_launch("paged_attention");
 }
 
