@@ -163,7 +163,13 @@ class CudaStage final : public Stage {
 };
 
 CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
-    : m_(m), first_(first), last_(last), device_(device), kv_(kv), graphs_on_(graphs_enabled()), invariant_(invariant_enabled()) {
+    : m_(m),
+      first_(first),
+      last_(last),
+      device_(device),
+      kv_(kv),
+      graphs_on_(graphs_enabled()),
+      invariant_(invariant_enabled()) {
   std::string error;
   const auto devices = cuda::devices(&error);
   if ((int)devices.size() <= device)
