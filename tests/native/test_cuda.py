@@ -81,12 +81,17 @@ def test_qgemv_rows_do_not_depend_on_n(qt):
     x = rng.standard_normal((309, k), dtype=np.float32)
     x[3, :] = 0.0  # an all-zero row
     x[9, 64:96] *= 3000.0  # a massive activation block
-    alone = np.concatenate([native.testing.cuda_qgemv(int(qt), rows, k, x[c : c + 1]) for c in range(309)])
+    # the rows compared (each computed alone once): every row of the small steps, and some of the large ones' in
+    # each of their 8- and 32-row blocks
+    alone = {
+        c: native.testing.cuda_qgemv(int(qt), rows, k, x[c : c + 1])[0]
+        for c in list(range(27)) + [40, 63, 71, 200, 308]
+    }
     for n in list(range(1, 18)) + [64, 300]:
         for start in (0, 3, 9) if n < 300 else (0, 9):
             y = native.testing.cuda_qgemv(int(qt), rows, k, x[start : start + n])
-            bad = np.nonzero(np.any(y != alone[start : start + n], axis=1))[0]
-            assert bad.size == 0, f"{qt.name}: N={n} from row {start}: rows {bad[:5] + start} differ from alone"
+            bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
+            assert not bad, f"{qt.name}: N={n} from row {start}: rows {bad[:5]} differ from alone"
 
 
 @gpu
