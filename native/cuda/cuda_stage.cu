@@ -86,6 +86,15 @@ bool invariant_enabled() {
   return !(env && std::string(env) == "0");
 }
 
+// The fusions around the decode kernel (a norm, the activation or the attention writing the next product's quantized
+// input; biases and residual adds in the product's store; the products of one input in one launch): the same bits as
+// the kernels apart, fewer launches. LOCALLLM_CUDA_FUSE=0 runs the kernels apart, to tell a fusion's fault from
+// another's on a card.
+bool fuse_enabled() {
+  const char* env = std::getenv("LOCALLLM_CUDA_FUSE");
+  return !(env && std::string(env) == "0");
+}
+
 class CudaStage final : public Stage {
  public:
   CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device);
@@ -135,6 +144,7 @@ class CudaStage final : public Stage {
   // quantized: x's quantization is in quantized_input(n, k) already (its producer wrote it: the decode kernel only)
   void products(std::initializer_list<Product> ps, const float* x, int n, bool quantized = false);
   bool decodes(const WeightView& w, int n) const;  // whether products of n rows run w through qgemv
+  bool fuses(const WeightView& w, int n) const { return fuse_ && decodes(w, n); }  // and the fusions around it
   // where the quantized input of a product of n rows of k lies (xq_, sized by run): int8 values, a float per 32
   std::pair<int8_t*, float*> quantized_input(int n, int k);
   // h += x . W^T + bias, then through the post-norm (nullptr: none) when there is one: fused into the product's
@@ -155,7 +165,7 @@ class CudaStage final : public Stage {
   std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
-  const bool graphs_on_, invariant_;
+  const bool graphs_on_, invariant_, fuse_;
   int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   std::unordered_set<Shape, ShapeHash> seen_;        // run eagerly once since the graphs were last dropped
@@ -169,7 +179,8 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
       device_(device),
       kv_(kv),
       graphs_on_(graphs_enabled()),
-      invariant_(invariant_enabled()) {
+      invariant_(invariant_enabled()),
+      fuse_(fuse_enabled()) {
   std::string error;
   const auto devices = cuda::devices(&error);
   if ((int)devices.size() <= device)
@@ -265,6 +276,14 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
   if (small) {
     const auto [xq, xd] = quantized_input(n, k);
     if (!quantized) cuda::quantize_x(x, n, k, xq, xd, stream_);
+    if (!fuse_) {  // each product its own launch, its bias another
+      for (const Product& p : ps) {
+        if (p.add_to_y) throw std::logic_error("products: add_to_y with the fusions off");
+        cuda::qgemv(p.w->type, weight(*p.w), p.w->row_bytes, p.w->rows, k, xq, xd, n, p.y, nullptr, false, stream_);
+        cuda::add_bias(p.y, p.bias, n, p.w->rows, stream_);
+      }
+      return;
+    }
     cuda::QgemvMat mats[cuda::QGEMV_MAX_MATS];
     int count = 0;
     for (const Product& p : ps) {  // one launch for up to three products of this x
@@ -286,7 +305,7 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
 
 void CudaStage::residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h,
                          float* a, int n, bool quantized) {
-  if (!post_norm && decodes(w, n)) {
+  if (!post_norm && fuses(w, n)) {
     products({{&w, h, bias, true}}, x, n, quantized);
     return;
   }
@@ -473,9 +492,9 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const auto [xq, xd] = quantized_input(T, d);
     cuda::rms_norm_quantize(h, V(w, d), T, d, c.rms_eps, a, xq, xd, stream_);
   };
-  auto qkv_decode = [&](int l) {
+  auto qkv_decode = [&](int l) {  // the norm before them can write their quantized input
     const LayerWeights& L = m_.w.layers[l];
-    return decodes(L.attn_q, T) && decodes(L.attn_k, T) && decodes(L.attn_v, T);
+    return fuses(L.attn_q, T) && fuses(L.attn_k, T) && fuses(L.attn_v, T);
   };
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = m_.w.layers[l];
@@ -510,7 +529,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};
     const KvView vview{vp, kv_.v_type, v_row_, v_row_ / c.n_kv_head};
     // the output product's quantized input written by the attention itself, where nothing comes between
-    const bool att_quantized = sb.n_tiles == 0 && !tf.changes_output() && decodes(L.attn_output, T);
+    const bool att_quantized = sb.n_tiles == 0 && !tf.changes_output() && fuses(L.attn_output, T);
     if (sb.n_tiles > 0) {
       cuda::paged_attention_tiled(shape, rows, sb.tiles, sb.n_tiles, q, kview, vview, att, stream_);
     } else if (att_quantized) {
@@ -521,10 +540,10 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     }
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
     residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T, att_quantized);
-    const bool gate_up_decode = decodes(L.ffn_gate, T) && decodes(L.ffn_up, T);
+    const bool gate_up_decode = fuses(L.ffn_gate, T) && fuses(L.ffn_up, T);
     norm(N.ffn_norm, gate_up_decode);
     products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, gate_up_decode);
-    const bool silu = c.ffn_act == FfnAct::Silu, down_decode = decodes(L.ffn_down, T);
+    const bool silu = c.ffn_act == FfnAct::Silu, down_decode = fuses(L.ffn_down, T);
     if (down_decode) {  // act(g) * u straight into the down product's quantized input
       const auto [xq, xd] = quantized_input(T, c.n_ff);
       cuda::act_mul_quantize(g, u, (size_t)T * c.n_ff, silu, xq, xd, stream_);
