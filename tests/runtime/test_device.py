@@ -443,6 +443,24 @@ def test_a_decode_step_launches_at_most_10_kernels_a_layer():
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("kv", ["f16", "q8_0"])
+def test_fused_kernels_give_the_bits_of_the_kernels_apart(name, kv, monkeypatch):
+    """Each fusion around the decode kernel claims the float operations of the kernels it replaces: the logits of a
+    prefill and three decode steps are the same bits with LOCALLLM_CUDA_FUSE=0 (read when a CUDA stage is made)."""
+    with GGUFFile(model_file(name)) as f:
+        ids = _ids(f)
+        kw = dict(n_blocks=8, threads=2, device="cuda", k_type=kv, v_type=kv)
+        fused = _prompt_logits(Model(f, **kw), ids)
+        monkeypatch.setenv("LOCALLLM_CUDA_FUSE", "0")
+        apart = _prompt_logits(Model(f, **kw), ids)
+        bad = np.nonzero(np.any(fused != apart, axis=1))[0]
+        assert bad.size == 0, f"{name}, kv {kv}: rows {bad[:5]} differ, max |diff| {np.abs(fused - apart).max()}"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
 def test_engine_streams_and_prefix_cache_on_the_device():
     """Four greedy requests at once on the GPU give what each gives alone there, and a follow-up that reuses a
     cached prefix gives what it gives cold."""
