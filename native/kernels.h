@@ -100,6 +100,10 @@ struct KernelTable {
   const char* name;
   UnpackFn unpack[N_TYPE_IDS];        // by QType id; nullptr for float types and unsupported ids
   UnpackFloatFn unpack_f[N_TYPE_IDS]; // F32, F16, BF16
+  // the float tile of the same types: rows 0 .. nr - 1 (nr <= 16, row r at w + r * row_bytes), weights 0 .. kc - 1
+  // (kc <= CHUNK_K) -> wt [kc][16] (row r of weight k at wt[k * 16 + r]), rows nr .. 15 zero; the values unpack_f
+  // gives, moved
+  void (*tile_f[N_TYPE_IDS])(const uint8_t* w, size_t row_bytes, int nr, int kc, float* wt);
   // by GGML type id: this path's small-N kernels want the type's rows repacked at load (repack.h), where
   // repacked_type applies; every path reads the internal layouts (unpack), only the ones asking for them fast
   bool repack[N_TYPE_IDS];

@@ -438,25 +438,19 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
 
 static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
                          const float* x, int n, float* y, ThreadPool& pool) {
-  const UnpackFloatFn unpack = kt.unpack_f[(int)ti.type];
+  const auto tile_f = kt.tile_f[(int)ti.type];
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
-  const size_t scratch_bytes = 2 * padded(sizeof(float) * TILE_M * CHUNK_K) + padded(sizeof(float) * TILE_M * n);
+  const size_t scratch_bytes = padded(sizeof(float) * TILE_M * CHUNK_K) + padded(sizeof(float) * TILE_M * n);
   pool.run(n_tiles, [&](int tile, int) {
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(scratch_bytes);
-    float* rows = carve<float>(cur, TILE_M * CHUNK_K);
     float* wt = carve<float>(cur, TILE_M * CHUNK_K);
     float* acc = carve<float>(cur, (size_t)TILE_M * n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
     std::memset(acc, 0, sizeof(float) * TILE_M * n);
     for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
       const int kc = std::min(CHUNK_K, k - k0);
-      for (int r = 0; r < TILE_M; ++r) {
-        if (r < nr) unpack(w + (size_t)(r0 + r) * row_bytes + (size_t)k0 * ti.type_size, kc, rows + r * kc);
-        else std::memset(rows + r * kc, 0, sizeof(float) * kc);
-      }
-      for (int r = 0; r < TILE_M; ++r)
-        for (int kk = 0; kk < kc; ++kk) wt[kk * TILE_M + r] = rows[r * kc + kk];
+      tile_f(w + (size_t)r0 * row_bytes + (size_t)k0 * ti.type_size, row_bytes, nr, kc, wt);
       kt.fgemm_chunk(wt, kc, n, x + k0, (size_t)k, acc);
     }
     for (int c = 0; c < n; ++c)
