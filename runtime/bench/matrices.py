@@ -22,25 +22,22 @@ from .machine import best_seconds
 STREAM_BYTES = 512 << 20  # working set for N = 1: far past any last-level cache here
 
 
-def quantized_matrices(f: GGUFFile) -> list:
-    """The tensors of an open GGUF file that `bench kernels` times: quantized 2-D matrices of a supported type."""
-    return [
-        t
-        for t in f.tensors.values()
-        if len(t.dims) == 2 and t.type.supported and t.type.name not in ("F32", "F16", "BF16")
-    ]
+def weight_matrices(f: GGUFFile) -> list:
+    """The tensors of an open GGUF file that `bench kernels` times: 2-D matrices of a supported type, quantized or
+    float (an F16 model's, an encoder's)."""
+    return [t for t in f.tensors.values() if len(t.dims) == 2 and t.type.supported]
 
 
 def check_tensor_names(paths: list[Path], names: list[str]) -> None:
-    """ValueError unless every name is a quantized matrix of some model (a misspelt one is not silently
+    """ValueError unless every name is a weight matrix of some model (a misspelt one is not silently
     dropped) and every model holds one of them."""
     found: dict[Path, set[str]] = {}
     for p in paths:
         with GGUFFile(p) as f:
-            found[p] = {t.name for t in quantized_matrices(f)} & set(names)
+            found[p] = {t.name for t in weight_matrices(f)} & set(names)
     unknown = [n for n in names if not any(n in s for s in found.values())]
     if unknown:
-        raise ValueError(f"no quantized matrix named {', '.join(unknown)} in {', '.join(p.name for p in paths)}")
+        raise ValueError(f"no weight matrix named {', '.join(unknown)} in {', '.join(p.name for p in paths)}")
     for p, s in found.items():
         if not s:
             raise ValueError(f"{p.name}: none of the matrices {', '.join(names)}")
@@ -69,7 +66,7 @@ def bench_matrices(
     rng = np.random.default_rng(0)
     with GGUFFile(path) as f:
         by_type: dict[str, list] = {}
-        for t in quantized_matrices(f):
+        for t in weight_matrices(f):
             if tensors is None or t.name in tensors:
                 by_type.setdefault(t.type.name, []).append(t)
         for tname, ts in sorted(by_type.items()):

@@ -19,12 +19,15 @@ from ..model.step_batch import StepBatchBuilder
 
 
 def step_times(path: Path, threads: int, ns: list[int], context: int = 64, seconds: float = 0.4) -> dict[int, float]:
-    """Best ms per step for each N in ns, over about `seconds` each (after a warm-up step). context >= 1."""
+    """Best ms per step for each N in ns, over about `seconds` each (after a warm-up step). context >= 1. An encoder
+    (no decode step: it embeds whole sequences) gives {}."""
     if context < 1 or not ns or min(ns) < 1:
         raise ValueError("context and every N must be positive")
     per_seq = -(-(context + 1) // BLOCK_SIZE)  # blocks a sequence holds: its context and the new token
     n_max = max(ns)
     with LLM(path, n_threads=threads, ctx_size=n_max * per_seq * BLOCK_SIZE) as llm:
+        if llm.encoder:
+            return {}
         return llm.exclusive(lambda _seq: _measure(llm.model, llm.n_vocab, ns, context, seconds, per_seq))
 
 

@@ -595,7 +595,7 @@ def run_kernels(args: argparse.Namespace) -> int:
         print(f"decode step, N sequences of one token at context 64, {th} threads: ms per step (x N = 1)", file=out)
         for p in paths:
             ms = steps[p.name] = step_times(p, th, sorted(set(args.step_n)), seconds=args.seconds)
-            cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items())
+            cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items()) or "an encoder: none"
             print(f"  {p.name[:36]:<36} {cells}", file=out, flush=True)
     if args.json:
         report = {"read_bandwidth_gbs": bw, "int8_peak_gops": peak, "path": native.current_path(), "choices": choices}

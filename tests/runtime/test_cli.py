@@ -144,6 +144,30 @@ def test_bench_kernels_json():
     assert all(t["decode_s"] > 0 and t["prompt_s"] > 0 for t in choice["timings"].values())
 
 
+def test_bench_kernels_times_float_matrices_and_skips_an_encoders_decode_step():
+    """F16 matrices (an encoder's, an F16 model's) are timed like quantized ones; an encoder has no decode step."""
+    path = model_file("all-minilm-l6-v2-f16")
+    r = localllm(
+        "bench",
+        "kernels",
+        str(path),
+        "--tensors",
+        "blk.0.ffn_up.weight",
+        *QUICK_KERNELS,
+        "--n",
+        "1",
+        "2",
+        "--step-n",
+        "1",
+    )
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [row["type"] for row in j["results"]] == ["F16"]
+    assert j["results"][0]["n1_gbs"] > 0 and j["results"][0]["n2_gflops"] > 0
+    assert j["step_ms"][path.name] == {}
+    assert "an encoder: none" in r.stderr
+
+
 def test_bench_parallel_and_multi_turn_json():
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm(
