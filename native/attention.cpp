@@ -44,6 +44,33 @@ struct Scratch {
   std::vector<float> sc;   // [RB][keys]: bidirectional rows' whole score rows
 };
 
+// Pieces both tile kernels run, inlined into each of their clones (always: a call would reach the default clone's
+// code, without FMA).
+// The query rows r0 .. r0 + RB - 1 of a tile (those past nr repeat the last, so the loops below stay unrolled):
+// row r is batch row t0 + r / group, query head kvh * group + r % group.
+__attribute__((always_inline)) inline void query_rows(const AttentionShape& a, const Tile& tile, int kvh, int group,
+                                                      const float* q, int r0, int nr, const float* qr[RB]) {
+  for (int i = 0; i < RB; ++i) {
+    const int r = r0 + std::min(i, nr - 1), t = tile.t0 + r / group;
+    qr[i] = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * a.head_dim;
+  }
+}
+
+// The scores of those rows against 16 keys whose dimension d lies at kt + d * stride: each a sum over d in order,
+// the rows' chains independent (one row's chain of head_dim dependent FMAs was latency-bound).
+__attribute__((always_inline)) inline void scores16(const float* const qr[RB], const float* kt, size_t stride, int D,
+                                                    v8 sv0[RB], v8 sv1[RB]) {
+  for (int i = 0; i < RB; ++i) sv0[i] = sv1[i] = v8{};
+  for (int d = 0; d < D; ++d) {
+    const float* kd = kt + (size_t)d * stride;
+    const v8 k0 = *(const v8u*)kd, k1 = *(const v8u*)(kd + 8);
+    for (int i = 0; i < RB; ++i) {
+      sv0[i] += qr[i][d] * k0;
+      sv1[i] += qr[i][d] * k1;
+    }
+  }
+}
+
 // One tile of query rows against one kv head, online softmax over key chunks (flash-attention order).
 LLL_VECTOR_CLONES
 void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Tile& tile, int kvh, const float* q,
@@ -81,24 +108,13 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       kv_dequantize_row(v_cache.type, v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes, D,
                         S.vc.data() + (size_t)k * D);
     }
-    // scores of RB rows at a time: each row's sum over d in the same order as alone, the rows' chains
-    // independent (one row's chain of head_dim dependent FMAs was latency-bound)
+    // scores of RB rows at a time: each row's sum over d in the same order as alone
     for (int r0 = 0; r0 < R; r0 += RB) {
       const int nr = std::min(RB, R - r0);
       const float* qr[RB];
-      for (int i = 0; i < RB; ++i) {
-        const int r = r0 + std::min(i, nr - 1), t = tile.t0 + r / group;
-        qr[i] = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-      }
-      v8 sv0[RB] = {}, sv1[RB] = {};
-      for (int d = 0; d < D; ++d) {
-        const float* kd = S.kt.data() + (size_t)d * KC;
-        const v8 k0 = *(const v8u*)kd, k1 = *(const v8u*)(kd + 8);
-        for (int i = 0; i < RB; ++i) {
-          sv0[i] += qr[i][d] * k0;
-          sv1[i] += qr[i][d] * k1;
-        }
-      }
+      query_rows(a, tile, kvh, group, q, r0, nr, qr);
+      v8 sv0[RB], sv1[RB];
+      scores16(qr, S.kt.data(), KC, D, sv0, sv1);
       for (int i = 0; i < nr; ++i) {
         const int r = r0 + i, t = tile.t0 + r / group;
         const int hi = last_visible(t);
@@ -194,21 +210,11 @@ void tile_attention_bidi(const AttentionShape& a, const AttentionRows& rows, con
   for (int r0 = 0; r0 < R; r0 += RB) {
     const int nr = std::min(RB, R - r0);
     const float* qr[RB];
-    for (int i = 0; i < RB; ++i) {
-      const int r = r0 + std::min(i, nr - 1), t = tile.t0 + r / group;
-      qr[i] = q + ((size_t)t * a.n_head + (size_t)kvh * group + r % group) * D;
-    }
+    query_rows(a, tile, kvh, group, q, r0, nr, qr);
     // scores, 16 keys of RB rows at a time, each a sum over d in order
     for (int jc = 0; jc < np; jc += KC) {
-      v8 sv0[RB] = {}, sv1[RB] = {};
-      for (int d = 0; d < D; ++d) {
-        const float* kd = S.kt.data() + (size_t)d * np + jc;
-        const v8 k0 = *(const v8u*)kd, k1 = *(const v8u*)(kd + 8);
-        for (int i = 0; i < RB; ++i) {
-          sv0[i] += qr[i][d] * k0;
-          sv1[i] += qr[i][d] * k1;
-        }
-      }
+      v8 sv0[RB], sv1[RB];
+      scores16(qr, S.kt.data() + jc, np, D, sv0, sv1);
       for (int i = 0; i < RB; ++i) {  // all RB (rows past nr repeat the last one): the loop stays unrolled
         *(v8u*)(S.sc.data() + (size_t)i * np + jc) = sv0[i];
         *(v8u*)(S.sc.data() + (size_t)i * np + jc + 8) = sv1[i];
