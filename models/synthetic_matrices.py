@@ -57,16 +57,16 @@ def write(path: Path, mats, rng: np.random.Generator) -> None:
 
 
 def write_subset(src: Path, path: Path, bytes_per_type: int) -> list[tuple[str, str, int, int]]:
-    """Copies src's quantized 2-D matrices, about bytes_per_type of each type, into path; returns
+    """Copies src's 2-D weight matrices (quantized or float), about bytes_per_type of each type, into path; returns
     (name, type, rows, row length) of each copied matrix."""
-    from localllm.bench.matrices import quantized_matrices
+    from localllm.bench.matrices import weight_matrices
     from localllm.model.gguf import GGUFFile
 
     taken: dict[str, int] = {}
     out = []
     with GGUFFile(src) as f:  # opened (and checked) before anything is written
         w = GGUFWriter(str(path), "llama")
-        for t in quantized_matrices(f):  # the matrices bench kernels times
+        for t in weight_matrices(f):  # the matrices bench kernels times
             if t.name == "token_embd.weight" or taken.get(t.type.name, 0) >= bytes_per_type:
                 continue
             view = t.rows()  # a view of the map: only the rows kept are copied
