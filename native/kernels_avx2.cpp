@@ -330,13 +330,20 @@ struct MXFP4Source : BlockSource<DMXFP4> {
   }
 };
 
-struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
+template <class Block>  // Q4_K and Q4_Kx super-blocks: 8 groups of 32, step q is group q
+struct Q4KBlocks {
   static constexpr int G = 32;
   static constexpr bool MIN = true, OFF = false, SIGNED = false, FULL = true;
   const uint8_t* w;
   size_t row_bytes;
   static constexpr int offset() { return 0; }
-  const block_q4_K* sb(int r, int s0) const { return (const block_q4_K*)(w + (size_t)r * row_bytes) + s0 / 8; }
+  const Block* sb(int r, int s0) const { return (const Block*)(w + (size_t)r * row_bytes) + s0 / 8; }
+  __m256i weights(int r, int s0, int q, int) const {  // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high)
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(sb(r, s0)->qs + 32 * (q >> 1)));
+    return _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+  }
+};
+struct Q4KSource : Q4KBlocks<block_q4_K> {
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_K& b = *sb(r, s0);
     prefetch_span(&b, sizeof(b), pf);
@@ -345,9 +352,18 @@ struct Q4KSource {  // 8 groups of 32 a super-block: step q is group q
     m[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))),
                          _mm256_set1_ps(-fp16(b.dmin)));
   }
-  __m256i weights(int r, int s0, int q, int) const {  // 32 bytes hold groups 2j (low nibbles) and 2j + 1 (high)
-    const __m256i v = _mm256_loadu_si256((const __m256i*)(sb(r, s0)->qs + 32 * (q >> 1)));
-    return _mm256_and_si256(q & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+};
+// Q4_Kx (repack.h): the scales as bytes and d, -dmin as floats, so a super-block's scales take two widening loads and
+// two broadcasts where Q4_K's take about 16 instructions (15% of the kernel at N = 1: docs/performance.md)
+struct Q4KxSource : Q4KBlocks<block_q4_kx> {
+  void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
+    const block_q4_kx& b = *sb(r, s0);
+    prefetch_span(&b, sizeof(b), pf);
+    const auto bytes8 = [](const uint8_t* p) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+    };
+    s[0] = _mm256_mul_ps(bytes8(b.sc), _mm256_broadcast_ss(&b.d));
+    m[0] = _mm256_mul_ps(bytes8(b.mn), _mm256_broadcast_ss(&b.mdmin));
   }
 };
 struct Q6KSource {  // 16 groups of 16 a super-block: step q is groups 2q, 2q + 1
@@ -694,6 +710,8 @@ const KernelTable* kernels_avx2() {
     source(QType::IQ4_NL, BlockSource<DIQ4_NL>{});
     source(QType::MXFP4, MXFP4Source{});
     source(QType::Q4_K, Q4KSource{});
+    source(QType::Q4_KX, Q4KxSource{});
+    k.repack[(int)QType::Q4_K] = true;  // measured: docs/performance.md
     source(QType::Q6_K, Q6KSource{});
     k.int8_peak = avx2::int8_peak_avx2;
     k.int8_peak_macs = PEAK_CHAINS * 32;

@@ -84,11 +84,12 @@ const TypeInfo* type_info(int type_id) {
       {QType::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs)},
       {QType::BF16, "BF16", 1, sizeof(bf16_t)},
       {QType::MXFP4, "MXFP4", QK, sizeof(block_mxfp4)},
-      // internal (repack.h): rows of whole 4 blocks
+      // internal (repack.h): the X8 layouts take rows of whole 4 blocks
       {QType::Q4_0X8, "Q4_0x8", 4 * QK, 4 * sizeof(block_q4_0)},
       {QType::Q4_1X8, "Q4_1x8", 4 * QK, 4 * sizeof(block_q4_1)},
       {QType::Q5_0X8, "Q5_0x8", 4 * QK, 4 * sizeof(block_q5_0)},
       {QType::Q5_1X8, "Q5_1x8", 4 * QK, 4 * sizeof(block_q5_1)},
+      {QType::Q4_KX, "Q4_Kx", QK_K, sizeof(block_q4_kx)},
   };
   for (const auto& t : table)
     if ((int)t.type == type_id) return &t;
@@ -110,6 +111,7 @@ QuantLayout quant_layout(QType t) {
     case QType::Q4_1: return {32, 0, true, 15};
     case QType::Q5_1: return {32, 0, true, 31};
     case QType::Q4_K: return {32, 0, true, 15};
+    case QType::Q4_KX: return {32, 0, true, 15};
     case QType::Q5_K: return {32, 0, true, 31};
     case QType::Q2_K: return {16, 0, true, 3};
     case QType::Q3_K: return {16, 4, false, 7};

@@ -17,7 +17,7 @@ enum class QType : int {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
   MXFP4 = 39,
   // internal layouts (never in a file; ids past GGML's): repack.h makes them from a GGML type at load
-  Q5_0X8 = 48, Q4_0X8 = 49, Q4_1X8 = 50, Q5_1X8 = 51,
+  Q5_0X8 = 48, Q4_0X8 = 49, Q4_1X8 = 50, Q5_1X8 = 51, Q4_KX = 52,
 };
 constexpr int N_TYPE_IDS = 64;  // the kernel tables' per-type arrays: GGML's ids (< 40) and the internal ones
 
@@ -58,6 +58,15 @@ static_assert(sizeof(block_q3_K) == 110, "q3_K size");
 // 4.5 bpw: 8 groups of 32; w = d * sc * q - dmin * m, q in [0, 15], 6-bit sc and m in 12 bytes
 struct block_q4_K { f16_t d; f16_t dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
 static_assert(sizeof(block_q4_K) == 144, "q4_K size");
+// Q4_Kx (internal, repack.h): a Q4_K super-block with its scales unpacked, 152 bytes where the file's takes 144:
+//   d      the super-block scale, widened from f16 to float (exactly)
+//   mdmin  -dmin, widened likewise
+//   sc[g], mn[g]  group g's 6-bit scale and min (ggml's get_scale_min_k4), one byte each
+//   qs     as Q4_K's
+// w = d * sc[g] * q + mdmin * mn[g]: the same weights, group scales (d * sc[g] and mdmin * mn[g], float products as the
+// Q4_K decoders form them) and groups, so products give the same bits.
+struct block_q4_kx { float d; float mdmin; uint8_t sc[8]; uint8_t mn[8]; uint8_t qs[QK_K / 2]; };
+static_assert(sizeof(block_q4_kx) == 152, "q4_Kx size");
 // 5.5 bpw: as q4_K with a fifth bit in qh, q in [0, 31]
 struct block_q5_K { f16_t d; f16_t dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 static_assert(sizeof(block_q5_K) == 176, "q5_K size");

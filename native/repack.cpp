@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "matmul.h"
 #include "quant_formats.h"
 #include "thread_pool.h"
 
@@ -74,22 +75,46 @@ void repack_span(const BlockFormat& f, const uint8_t* src, int n, uint8_t* out) 
   }
 }
 
+// a Q4_K super-block -> Q4_Kx (quant_formats.h): the scales as ggml's get_scale_min_k4 unpacks them
+void repack_q4_k(const block_q4_K& b, block_q4_kx& out) {
+  out.d = f16_to_f32(b.d);
+  out.mdmin = -f16_to_f32(b.dmin);
+  for (int g = 0; g < 8; ++g) {
+    const uint8_t* q = b.scales;
+    out.sc[g] = g < 4 ? q[g] & 63 : (uint8_t)((q[g + 4] & 15) | ((q[g - 4] >> 6) << 4));
+    out.mn[g] = g < 4 ? q[g + 4] & 63 : (uint8_t)((q[g + 4] >> 4) | ((q[g] >> 6) << 4));
+  }
+  std::memcpy(out.qs, b.qs, sizeof(out.qs));
+}
+
 }  // namespace
 
 int repacked_type(int type_id, int row_len) {
+  if (row_len <= 0) return -1;
+  if ((QType)type_id == QType::Q4_K) return row_len % QK_K == 0 ? (int)QType::Q4_KX : -1;
   // X8 layouts hold spans of 8 blocks and one last span of 4: rows of a whole number of 4 blocks
   BlockFormat f;
-  if (block_format(type_id, f) && row_len > 0 && row_len % (4 * QK) == 0) return (int)f.x8;
+  if (block_format(type_id, f) && row_len % (4 * QK) == 0) return (int)f.x8;
   return -1;
 }
 
 void repack_rows(int type_id, const uint8_t* src, size_t src_stride, int rows, int row_len, uint8_t* dst) {
-  BlockFormat f;
-  if (repacked_type(type_id, row_len) < 0 || !block_format(type_id, f))
+  const int to = repacked_type(type_id, row_len);
+  if (to < 0)
     throw std::invalid_argument("repack: no internal layout for type id " + std::to_string(type_id) +
                                 " with rows of " + std::to_string(row_len) + " weights");
+  const size_t row_bytes = row_bytes_of(*type_info(to), row_len);
+  if ((QType)to == QType::Q4_KX) {
+    for (int r = 0; r < rows; ++r) {
+      const block_q4_K* b = (const block_q4_K*)(src + (size_t)r * src_stride);
+      block_q4_kx* out = (block_q4_kx*)(dst + (size_t)r * row_bytes);
+      for (int i = 0; i < row_len / QK_K; ++i) repack_q4_k(b[i], out[i]);
+    }
+    return;
+  }
+  BlockFormat f;
+  block_format(type_id, f);
   const int nb = row_len / QK;
-  const size_t row_bytes = (size_t)nb * f.bytes;
   for (int r = 0; r < rows; ++r) {
     const uint8_t* b = src + (size_t)r * src_stride;
     uint8_t* out = dst + (size_t)r * row_bytes;
@@ -123,9 +148,7 @@ WeightView RepackedWeights::view(const KernelTable& kt, const WeightView& w, Thr
   if (!w.present() || w.type < 0 || w.type >= N_TYPE_IDS || !kt.repack[w.type]) return w;
   const int to = repacked_type(w.type, w.row_len);
   if (to < 0) return w;
-  BlockFormat f;
-  block_format(w.type, f);
-  const size_t row_bytes = (size_t)(w.row_len / QK) * f.bytes, bytes = row_bytes * w.rows;
+  const size_t row_bytes = row_bytes_of(*type_info(to), w.row_len), bytes = row_bytes * w.rows;
   if (bytes_ + bytes > budget_) return w;  // past the budget: the file's layout, paged from the map
   uint8_t* p = (uint8_t*)std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();

@@ -1,10 +1,11 @@
 // Weights regrouped at load for the kernels of one CPU path: a GGML type whose blocks a path decodes slowly as they
-// lie in the file is copied once into an internal layout of the same bytes per row (quant_formats.h: the X8 layouts), which
-// that path's small-N kernels decode with fewer instructions. The products give the same bits either way (the
-// weights, scales and groups are unchanged), so a repacked matrix keeps the batch-invariance contract of kernels.h.
+// lie in the file is copied once into an internal layout (quant_formats.h: the X8 layouts, of the same bytes per row;
+// Q4_Kx, 152 bytes per 144 of Q4_K), which that path's small-N kernels decode with fewer instructions. The products
+// give the same bits either way (the weights, scales and groups are unchanged), so a repacked matrix keeps the
+// batch-invariance contract of kernels.h.
 //
-// What the caller does: where kt.repack[type] and repacked_type(type, row_len) >= 0, allocate rows * row_bytes
-// bytes, repack_rows into them, and point the weight's view there (type repacked_type, same row_bytes)
+// What the caller does: where kt.repack[type] and repacked_type(type, row_len) >= 0, allocate rows * row_bytes_of(the
+// internal type) bytes, repack_rows into them, and point the weight's view there (type repacked_type, its row_bytes)
 // (RepackedWeights does all of it). The copy costs anonymous memory for those tensors; where the rows lay in a file
 // map, RepackedWeights then unmaps the pages it read from the process (madvise DONTNEED: they stay in the page cache,
 // and a later read faults them back in), so the process holds those weights once, not twice.
@@ -25,7 +26,7 @@ namespace lll {
 int repacked_type(int type_id, int row_len);
 
 // rows [rows][row_len] of type_id at src (row r at src + r * src_stride, row_bytes(type_id) each) -> dst, rows of the
-// same row_bytes, packed (row r at dst + r * row_bytes). Throws where repacked_type(type_id, row_len) < 0.
+// internal type's row_bytes, packed (row r at dst + r * row_bytes). Throws where repacked_type(type_id, row_len) < 0.
 void repack_rows(int type_id, const uint8_t* src, size_t src_stride, int rows, int row_len, uint8_t* dst);
 
 class ThreadPool;

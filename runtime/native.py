@@ -122,7 +122,7 @@ def check_supported(t: quant_types.QuantType, what: str) -> None:
 
 
 # the kernels' internal weight layouts (native/quant_formats.h, never in a file): id -> name
-INTERNAL_TYPES = {48: "Q5_0x8", 49: "Q4_0x8", 50: "Q4_1x8", 51: "Q5_1x8"}
+INTERNAL_TYPES = {48: "Q5_0x8", 49: "Q4_0x8", 50: "Q4_1x8", 51: "Q5_1x8", 52: "Q4_Kx"}
 
 
 def _check_type_id(type_id: int, what: str) -> None:

@@ -1,5 +1,6 @@
-"""Weights repacked at load (native/repack.h): Q4_0, Q4_1, Q5_0 and Q5_1 rows regrouped into the internal X8 layouts
-(native/quant_formats.h), which the AVX2 path's small-N kernels decode with shifts and masks.
+"""Weights repacked at load (native/repack.h): Q4_0, Q4_1, Q5_0 and Q5_1 rows regrouped into the internal X8 layouts,
+and Q4_K's super-blocks with their scales unpacked (Q4_Kx) (native/quant_formats.h), which the AVX2 path's small-N
+kernels decode with fewer instructions.
 
 Checked against an independent numpy writer of the layout as native/quant_formats.h specifies it, against gguf-py's
 dequantization of the original rows, and, on every path this CPU runs, products of the repacked rows bit-identical to
@@ -21,7 +22,13 @@ X8 = {
     T.Q5_0: (48, "Q5_0x8", None, 2, 6),
     T.Q5_1: (51, "Q5_1x8", 2, 4, 8),
 }
-TYPES = list(X8)
+TYPES = [*X8, T.Q4_K]
+Q4_KX = (52, "Q4_Kx")
+
+
+def cases(x8_ks: tuple[int, ...], q4k_ks: tuple[int, ...]) -> list:
+    """(type, k) pairs: the X8 types take rows of whole 4 blocks of 32, Q4_K whole super-blocks of 256."""
+    return [(qt, k) for qt in X8 for k in x8_ks] + [(T.Q4_K, k) for k in q4k_ks]
 
 
 @pytest.fixture(params=["scalar", "avx2", "avx512"])
@@ -64,18 +71,35 @@ def layout_reference(qt: T, rows: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("k", [128, 256, 384, 896])
+def q4kx_reference(rows: np.ndarray, k: int) -> np.ndarray:
+    """Q4_K rows -> Q4_Kx bytes, written from the format's description (quant_formats.h): per super-block d and -dmin
+    as float32, the 8 six-bit scales and 8 mins (ggml's get_scale_min_k4) a byte each, then qs as they are."""
+    blocks = rows.reshape(rows.shape[0], k // 256, 144)
+    out = []
+    for blk in blocks.reshape(-1, 144):
+        d, dmin = blk[0:4].view(np.float16).astype(np.float32)
+        q = [int(v) for v in blk[4:16]]
+        sc = [q[j] & 63 if j < 4 else (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4) for j in range(8)]
+        mn = [q[j + 4] & 63 if j < 4 else (q[j + 4] >> 4) | ((q[j] >> 6) << 4) for j in range(8)]
+        out.append(np.float32(d).tobytes() + np.float32(-dmin).tobytes() + bytes(sc) + bytes(mn) + bytes(blk[16:]))
+    return np.frombuffer(b"".join(out), dtype=np.uint8).reshape(rows.shape[0], -1)
+
+
+@pytest.mark.parametrize(("qt", "k"), cases((128, 256, 384, 896), (256, 1536)), ids=str)
 def test_layout_matches_its_description(qt, k):
     rows = random_rows(qt, 5, k, np.random.default_rng(k))
     to, packed = native.repack(int(qt), rows, k)
+    if qt == T.Q4_K:
+        assert (to, native.INTERNAL_TYPES[to]) == Q4_KX
+        assert packed.shape == (5, k // 256 * 152)
+        np.testing.assert_array_equal(packed, q4kx_reference(rows, k))
+        return
     assert (to, native.INTERNAL_TYPES[to]) == X8[qt][:2]
     assert packed.shape == rows.shape
     np.testing.assert_array_equal(packed, layout_reference(qt, rows, k))
 
 
-@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("k", [128, 896, 4864])
+@pytest.mark.parametrize(("qt", "k"), cases((128, 896, 4864), (256, 4864)), ids=str)
 def test_repacked_rows_dequantize_to_the_same_weights(path, qt, k):
     native.configure(path)
     rows = random_rows(qt, 19, k, np.random.default_rng(1))
@@ -84,8 +108,7 @@ def test_repacked_rows_dequantize_to_the_same_weights(path, qt, k):
     np.testing.assert_array_equal(native.dequantize_raw(to, packed, k), want)
 
 
-@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("k", [256, 896, 1152])
+@pytest.mark.parametrize(("qt", "k"), cases((256, 896, 1152), (256, 1536)), ids=str)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_products_are_bit_identical_to_the_files_rows_for_every_n(path, qt, k, threads):
     """Same weights, scales and groups: the repacked product is the same float32 bits, N = 1 .. 33 (small-N, fused
@@ -116,11 +139,14 @@ def test_repack_refuses_what_has_no_layout_by_name():
         native.repack(int(T.Q8_0), random_rows(T.Q8_0, 2, 256, rng), 256)
     with pytest.raises(ValueError, match="Q5_0 rows of 96 weights"):  # 3 blocks: not whole spans of 4
         native.repack(int(T.Q5_0), random_rows(T.Q5_0, 2, 96, rng), 96)
+    with pytest.raises(ValueError, match="Q6_K"):
+        native.repack(int(T.Q6_K), random_rows(T.Q6_K, 2, 256, rng), 256)
 
 
 def test_which_paths_ask_for_repacked_rows():
-    """AVX2 decodes Q5_0 as it lies at about half the bytes per second of Q8_0, and the 4-bit types gathering their
-    scales from 8 blocks (docs/performance.md), so it asks; the scalar reference reads the file's layout."""
+    """AVX2 decodes Q5_0 as it lies at about half the bytes per second of Q8_0, the 4-bit types gathering their
+    scales from 8 blocks, and Q4_K unpacking its 6-bit scales (docs/performance.md), so it asks; the scalar reference
+    reads the file's layout."""
     for qt in TYPES:
         assert native.wants_repack("scalar", int(qt)) is False
     if "avx2" in native.available_paths():
