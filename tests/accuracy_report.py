@@ -5,8 +5,9 @@
 For each test model, each teacher-forced sequence of tests/reference/<model>.json (prompt + llama.cpp's 32 greedy
 tokens) goes through the float64 forward over the same dequantized weights (tests/reference_forward.py: the truth
 where llama.cpp and localllm disagree), and through localllm on each CPU path given. At every position: whether the
-top-1 is float64's, and |logit - float64's| over the 10 ids llama.cpp recorded there (the only logits its file
-has). llama.cpp's recorded top 10 are scored the same way. Prints one line per (model, source).
+top-1 is float64's (where not, by how much float64 prefers its own), and |logit - float64's| over the 10 ids
+llama.cpp recorded there (the only logits its file has). llama.cpp's recorded top 10 are scored the same way. Prints one line per (model, source); each localllm line
+adds its mean distance minus llama.cpp's over the same positions, with that difference's standard error.
 """
 
 from __future__ import annotations
@@ -31,17 +32,29 @@ MODELS = [
 ]
 
 
-def score(rows: list[np.ndarray], want: list[np.ndarray], recorded: list[list]) -> tuple[int, int, float]:
-    """(positions whose top-1 is float64's, positions, mean |dlogit| over llama.cpp's recorded ids)."""
-    agree = n = 0
-    diffs = []
+def distances(rows: list[np.ndarray], want: list[np.ndarray], recorded: list[list]) -> tuple[np.ndarray, np.ndarray]:
+    """Per position: (float64's margin of its top-1 over the source's top-1, 0 where they agree; mean |dlogit| over
+    llama.cpp's recorded ids)."""
+    margin, dist = [], []
     for got, w, tops in zip(rows, want, recorded):
         for p, top in enumerate(tops):
             ids = [i for i, _ in top]
-            agree += int(np.argmax(got[p])) == int(np.argmax(w[p]))
-            n += 1
-            diffs.append(np.abs(np.asarray(got[p], dtype=np.float64)[ids] - w[p][ids]))
-    return agree, n, float(np.mean(np.concatenate(diffs)))
+            margin.append(w[p].max() - w[p][int(np.argmax(got[p]))])
+            dist.append(np.mean(np.abs(np.asarray(got[p], dtype=np.float64)[ids] - w[p][ids])))
+    return np.array(margin), np.array(dist)
+
+
+def score(rows: list[np.ndarray], want: list[np.ndarray], recorded: list[list]) -> tuple[int, int, float]:
+    """(positions whose top-1 is float64's, positions, mean |dlogit| over llama.cpp's recorded ids)."""
+    margin, dist = distances(rows, want, recorded)
+    return int((margin == 0).sum()), len(margin), float(dist.mean())
+
+
+def paired(dist: np.ndarray, llama: np.ndarray) -> str:
+    """The mean of dist - llama over the same positions, with its standard error: whether a source is farther from
+    float64 than llama.cpp beyond what the positions' spread allows."""
+    d = dist - llama
+    return f"vs llama.cpp {d.mean():+.3f} +- {d.std(ddof=1) / np.sqrt(len(d)):.3f}"
 
 
 def main() -> None:
@@ -66,16 +79,23 @@ def main() -> None:
             for p, top in enumerate(tops):
                 rows[p, [i for i, _ in top]] = [v for _, v in top]
             llama_rows.append(rows)
-        results = {"llama.cpp": score(llama_rows, want, recorded)}
+        results = {"llama.cpp": distances(llama_rows, want, recorded)}
         for cpu_path in args.paths.split(","):
             native.configure(cpu_path)
             try:
                 with LLM(path, n_threads=2, ctx_size=256) as llm:
-                    results[cpu_path] = score([llm.logits(s) for s in seqs], want, recorded)
+                    results[cpu_path] = distances([llm.logits(s) for s in seqs], want, recorded)
             finally:
                 native.configure()
-        for source, (agree, n, mean) in results.items():
-            print(f"{name:<36} {source:<10} top-1 = float64's at {agree}/{n}, mean |dlogit| {mean:.3f}", flush=True)
+        for source, (margin, dist) in results.items():
+            flips = margin[margin > 0]
+            line = (
+                f"{name:<36} {source:<10} top-1 = float64's at {len(margin) - len(flips)}/{len(margin)}"
+                f" (float64 margins of the others: max {flips.max(initial=0):.2f}), mean |dlogit| {dist.mean():.3f}"
+            )
+            if source != "llama.cpp":
+                line += f", {paired(dist, results['llama.cpp'][1])}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
