@@ -6,8 +6,9 @@ For each test model, each teacher-forced sequence of tests/reference/<model>.jso
 tokens) goes through the float64 forward over the same dequantized weights (tests/reference_forward.py: the truth
 where llama.cpp and localllm disagree), and through localllm on each CPU path given. At every position: whether the
 top-1 is float64's (where not, by how much float64 prefers its own), and |logit - float64's| over the 10 ids
-llama.cpp recorded there (the only logits its file has). llama.cpp's recorded top 10 are scored the same way. Prints one line per (model, source); each localllm line
-adds its mean distance minus llama.cpp's over the same positions, with that difference's standard error.
+llama.cpp recorded there (the only logits its file has). llama.cpp's recorded top 10 are scored the same way.
+Prints one line per (model, source); each localllm line adds its mean distance minus llama.cpp's over the same
+positions, with that difference's standard error.
 """
 
 from __future__ import annotations
