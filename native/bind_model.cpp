@@ -202,6 +202,9 @@ struct PyModel {
     kv.equalize = get_key<bool>(kv_dict, "equalize", "kv");
     std::vector<Model::Placement> place;
     for (const auto& p : placement) place.push_back({p.first, p.second});
+    // the copies and measurements of a load run without the GIL: the caller's other threads (the tokenizer being
+    // read beside it, localllm.llm) go on meanwhile
+    py::gil_scoped_release nogil;
     model.reset(new Model(c, std::move(w), n_blocks, block_size, kv, kt, threads, place));
   }
 

@@ -16,6 +16,7 @@ from localllm.llm import LLM
 from localllm.model.gguf import GGUFFile
 from localllm.model.model import Model
 from localllm.sampling import SamplingParams
+from localllm.text.tokenizer import Tokenizer, TokenizerError
 
 SMOL = "smollm2-135m-instruct-q4_1"
 
@@ -153,12 +154,12 @@ def test_text_that_cannot_fit_is_refused_before_tokenizing(smol):
     assert len(smol.tokenizer.decode([longest], special=True).encode()) <= smol.tokenizer.max_piece_bytes
 
 
-def test_an_unsupported_tensor_type_names_the_file_and_the_tensor(monkeypatch):
+def unsupported_attn_q(monkeypatch) -> None:
+    """GGUFFile.tensor reports blk.0.attn_q.weight as IQ2_XXS, a type the kernels do not compute."""
     import dataclasses
 
     from localllm.model import quant_types
 
-    path = model_file(SMOL)
     real = GGUFFile.tensor
 
     def iq2(self, name):
@@ -166,5 +167,31 @@ def test_an_unsupported_tensor_type_names_the_file_and_the_tensor(monkeypatch):
         return dataclasses.replace(t, type=quant_types.get("IQ2_XXS")) if name == "blk.0.attn_q.weight" else t
 
     monkeypatch.setattr(GGUFFile, "tensor", iq2)
+
+
+def test_an_unsupported_tensor_type_names_the_file_and_the_tensor(monkeypatch):
+    path = model_file(SMOL)
+    unsupported_attn_q(monkeypatch)
     with pytest.raises(ValueError, match=rf"{path}: blk\.0\.attn_q\.weight: tensor type IQ2_XXS is not supported"):
         LLM(path, ctx_size=64)
+
+
+@pytest.mark.parametrize("model_fails_too", [False, True])
+def test_a_tokenizer_error_comes_first_and_the_file_is_closed(monkeypatch, model_fails_too):
+    """The tokenizer is read on a thread beside the model's load: its error is still the one raised (as when it was
+    read first), whether the model loaded or failed too, and the file is closed either way."""
+    path = model_file(SMOL)
+
+    def broken(cls, metadata, name):
+        time.sleep(0.2)  # after the model's load has finished or failed
+        raise TokenizerError(f"{name}: a broken vocabulary")
+
+    monkeypatch.setattr(Tokenizer, "from_metadata", classmethod(broken))
+    if model_fails_too:
+        unsupported_attn_q(monkeypatch)
+    closed = []
+    real_close = GGUFFile.close
+    monkeypatch.setattr(GGUFFile, "close", lambda self: (closed.append(self.path), real_close(self))[1])
+    with pytest.raises(TokenizerError, match="a broken vocabulary"):
+        LLM(path, ctx_size=64)
+    assert closed == [os.fspath(path)]
