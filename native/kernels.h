@@ -130,6 +130,7 @@ struct KernelTable {
                           float* acc);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   int gemv_max_n;     // products of up to this many activation rows run the small-N kernels (where there are some)
+  int gemv_max_n_unpacked;  // the same for a type without a fused kernel (qgemv_chunk over unpack's copy)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]; acc[c][r] += w[k][r] * x[c][k]
   // for k in order, one fused multiply-add a step on a path that has them (AVX2, AVX-512), a product then a sum on
   // the scalar path: the float matrices' whole order, one kernel at every N

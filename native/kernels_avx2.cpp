@@ -619,7 +619,9 @@ static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc,
   }
 }
 
-// rows one at a time (each streamed front to back), columns in pairs
+// rows one at a time (each streamed front to back), columns four at a time, then three, two or one: each pass over
+// the weights decodes them once for its columns (the 1.5B's decode step at N = 3, 4: 77, 93 ms in pairs -> 65, 79,
+// Zen 3, 2 threads; a column's sums are the same whatever its neighbours)
 template <class S>
 static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init, float* acc) {
   const size_t pf = 8 * row_bytes;  // prefetch distance: 8 rows ahead
@@ -628,8 +630,10 @@ static void gemv_source(const S& src, size_t row_bytes, int nr, int kc, int n, c
     for (int r = 0; r < nr; ++r) gemv_row<S, C>(src, pf, r, kc, X, c0, init, acc);
   };
   int c = 0;
-  for (; c + 2 <= n; c += 2) cols(c, std::integral_constant<int, 2>{});
-  if (c < n) cols(c, std::integral_constant<int, 1>{});
+  for (; c + 4 <= n; c += 4) cols(c, std::integral_constant<int, 4>{});
+  if (n - c == 3) cols(c, std::integral_constant<int, 3>{});
+  else if (n - c == 2) cols(c, std::integral_constant<int, 2>{});
+  else if (n - c == 1) cols(c, std::integral_constant<int, 1>{});
 }
 
 template <class S>
@@ -688,7 +692,11 @@ const KernelTable* kernels_avx2() {
     k.qgemm_cb = avx2::CB;
     k.acc_sets = avx2::ACC_SETS;
     k.qgemv_chunk = avx2::qgemv_chunk_avx2;
-    k.gemv_max_n = 4;  // up to 4 activation rows the lanes-along-k kernels beat the tile path (measured)
+    // up to 8 activation rows the fused lanes-along-k kernels beat the tile path from memory (the 1.5B's decode step,
+    // N = 5, 6, 8: 152, 156, 191 ms -> 107, 127, 154, Zen 3, 2 threads); over unpack's copy only up to 4 (Q5_K, Q3_K
+    // at N = 8, in cache: 20-30% slower than the tile path)
+    k.gemv_max_n = 8;
+    k.gemv_max_n_unpacked = 4;
     k.interleave16 = avx2::interleave16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack

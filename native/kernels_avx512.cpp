@@ -648,7 +648,8 @@ const KernelTable* kernels_avx512() {
     k.qgemm_cb = avx512::CB;
     // small N: qgemv_fused_il for every quantized type (the tile micro-kernel without activation packing)
     k.fused_chunk_k = 0;
-    k.gemv_max_n = 16;  // a step of 9-16 rows 1-11% faster than by the tile path (bench kernels --step-n, 2 runs)
+    // a step of 9-16 rows 1-11% faster than by the tile path (bench kernels --step-n, 2 runs)
+    k.gemv_max_n = k.gemv_max_n_unpacked = 16;
     k.int8_peak = avx512::int8_peak_avx512;
     k.int8_peak_macs = PEAK_CHAINS * 64;
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;

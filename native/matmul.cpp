@@ -184,7 +184,9 @@ static inline void reduce_sets16(const float* a, int S, int nr, float* y) {
 
 // whether a product of n activation rows with weights of type_id runs the small-N kernels
 static bool small_n(const KernelTable& kt, int type_id, int n) {
-  return n <= kt.gemv_max_n && kt.unpack[type_id] && (kt.qgemv_fused[type_id] || kt.qgemv_chunk);
+  if (!kt.unpack[type_id]) return false;
+  if (kt.qgemv_fused[type_id]) return n <= kt.gemv_max_n;
+  return kt.qgemv_chunk && n <= kt.gemv_max_n_unpacked;
 }
 
 // small N (small_n: up to the table's gemv_max_n activation rows), no activation packing. Several products sharing x
