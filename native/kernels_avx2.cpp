@@ -354,7 +354,7 @@ struct Q4KSource : Q4KBlocks<block_q4_K> {
   }
 };
 // Q4_Kx (repack.h): the scales as bytes and d, -dmin as floats, so a super-block's scales take two widening loads and
-// two broadcasts where Q4_K's take about 16 instructions (15% of the kernel at N = 1: docs/performance.md)
+// two broadcasts where Q4_K's take about 16 instructions (11-14% more weights a second at N = 1: docs/performance.md)
 struct Q4KxSource : Q4KBlocks<block_q4_kx> {
   void prep(int r, int s0, int, size_t pf, __m256* s, __m256* m) const {
     const block_q4_kx& b = *sb(r, s0);

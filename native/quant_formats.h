@@ -110,6 +110,20 @@ struct TypeInfo {
 // returns nullptr for a type the kernels do not compute
 const TypeInfo* type_info(int type_id);
 
+// a K-quant super-block's 12 packed bytes of 6-bit scales and mins (Q4_K, Q5_K) -> sc[0..7] the scales, sc[8..15] the
+// mins (ggml's get_scale_min_k4); repack.h's Q4_Kx keeps them so
+inline void scales_k4(const uint8_t* q, uint8_t sc[16]) {
+  uint32_t t[4];
+  std::memcpy(t, q, 12);
+  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+  t[3] = ((t[2] >> 4) & km2) | (((t[1] >> 6) & km3) << 4);
+  const uint32_t aux = t[1] & km1;
+  t[1] = (t[2] & km2) | (((t[0] >> 6) & km3) << 4);
+  t[2] = aux;
+  t[0] &= km1;
+  std::memcpy(sc, t, 16);
+}
+
 // exact IEEE half -> float (handles subnormals, inf, nan)
 inline float f16_to_f32(f16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;

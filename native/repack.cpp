@@ -79,11 +79,10 @@ void repack_span(const BlockFormat& f, const uint8_t* src, int n, uint8_t* out) 
 void repack_q4_k(const block_q4_K& b, block_q4_kx& out) {
   out.d = f16_to_f32(b.d);
   out.mdmin = -f16_to_f32(b.dmin);
-  for (int g = 0; g < 8; ++g) {
-    const uint8_t* q = b.scales;
-    out.sc[g] = g < 4 ? q[g] & 63 : (uint8_t)((q[g + 4] & 15) | ((q[g - 4] >> 6) << 4));
-    out.mn[g] = g < 4 ? q[g + 4] & 63 : (uint8_t)((q[g + 4] >> 4) | ((q[g] >> 6) << 4));
-  }
+  uint8_t sc[16];
+  scales_k4(b.scales, sc);
+  std::memcpy(out.sc, sc, 8);
+  std::memcpy(out.mn, sc + 8, 8);
   std::memcpy(out.qs, b.qs, sizeof(out.qs));
 }
 

@@ -104,43 +104,16 @@ class LLM:
         self.path = _model_path(path)
         self._file = GGUFFile(self.path)
         # the tokenizer is read on a thread beside the model's load, whose copies and measurements release the GIL
-        # (a first token about 0.1 s sooner on the 0.5B); its error is raised first, as when it was read first
+        # (LLM() on the 0.5B 0.29-0.30 s instead of 0.33-0.34, Zen 3); its error is raised first, as when it was
+        # read first
         reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localllm-tokenizer")
         reading = reader.submit(Tokenizer.from_metadata, self._file.metadata, name=self.path)
         reader.shutdown(wait=False)
         model = None
         try:
             try:
-                spec = spec_from_gguf(self._file)
-                if spec.position_embd is not None:  # learned positions (BERT): a sequence holds at most that many
-                    ctx_size = min(ctx_size, spec.context_length)
-                spec = spec.for_context(ctx_size)  # LongRoPE's factors follow the context
-                self._encoder, self._arch = spec.encoder, spec.arch
-                capped = False
-                n_blocks = -(-ctx_size // BLOCK_SIZE)
-                if kv_budget_mib is not None:
-                    per_block = kv_block_bytes(spec, self.k_type, self.v_type)
-                    fit = int(kv_budget_mib * (1 << 20)) // per_block
-                    if fit < 1:
-                        raise ValueError(
-                            f"kv_budget_mib {kv_budget_mib} is less than one KV block ({per_block / (1 << 20):.3f} MiB "
-                            f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})"
-                        )
-                    capped = fit < n_blocks
-                    n_blocks = min(n_blocks, fit)
-                _check_kv_memory(n_blocks * kv_block_bytes(spec, self.k_type, self.v_type), ctx_size, capped)
-                model = Model(
-                    self._file,
-                    n_blocks=n_blocks,
-                    spec=spec,
-                    threads=n_threads,
-                    k_type=self.k_type,
-                    v_type=self.v_type,
-                    kv_rotate=kv_rotate,
-                    kv_center=kv_center,
-                    kv_equalize=kv_equalize,
-                    device=device,
-                    gpu_layers=gpu_layers,
+                model, n_blocks, capped = self._load_model(
+                    ctx_size, kv_budget_mib, n_threads, kv_rotate, kv_center, kv_equalize, device, gpu_layers
                 )
             finally:
                 tokenizer = reading.result()  # waited for even when the model failed: the tokenizer's error wins
@@ -189,6 +162,51 @@ class LLM:
                 f"{self.path}: {self._arch} is an encoder-only embedding model: it has no language-model "
                 "head, so it cannot generate or score text; use it for embeddings (LLM.embed, /v1/embeddings)"
             )
+
+    def _load_model(
+        self,
+        ctx_size: int,
+        kv_budget_mib: float | None,
+        n_threads: int,
+        kv_rotate: bool,
+        kv_center: bool,
+        kv_equalize: bool,
+        device: str,
+        gpu_layers: int | None,
+    ) -> tuple[Model, int, bool]:
+        """The open file's Model with its KV pool: (model, KV blocks, whether kv_budget_mib capped them)."""
+        spec = spec_from_gguf(self._file)
+        if spec.position_embd is not None:  # learned positions (BERT): a sequence holds at most that many
+            ctx_size = min(ctx_size, spec.context_length)
+        spec = spec.for_context(ctx_size)  # LongRoPE's factors follow the context
+        self._encoder, self._arch = spec.encoder, spec.arch
+        capped = False
+        n_blocks = -(-ctx_size // BLOCK_SIZE)
+        if kv_budget_mib is not None:
+            per_block = kv_block_bytes(spec, self.k_type, self.v_type)
+            fit = int(kv_budget_mib * (1 << 20)) // per_block
+            if fit < 1:
+                raise ValueError(
+                    f"kv_budget_mib {kv_budget_mib} is less than one KV block ({per_block / (1 << 20):.3f} MiB "
+                    f"= {BLOCK_SIZE} tokens with K {self.k_type}, V {self.v_type})"
+                )
+            capped = fit < n_blocks
+            n_blocks = min(n_blocks, fit)
+        _check_kv_memory(n_blocks * kv_block_bytes(spec, self.k_type, self.v_type), ctx_size, capped)
+        model = Model(
+            self._file,
+            n_blocks=n_blocks,
+            spec=spec,
+            threads=n_threads,
+            k_type=self.k_type,
+            v_type=self.v_type,
+            kv_rotate=kv_rotate,
+            kv_center=kv_center,
+            kv_equalize=kv_equalize,
+            device=device,
+            gpu_layers=gpu_layers,
+        )
+        return model, n_blocks, capped
 
     def _load_draft(self, name, n_blocks: int, n_threads: int | None, chunk: int, device: str) -> DraftModel:
         """The draft model named by `speculative` (a path or store name), its KV pool as large as the target's, all
