@@ -128,6 +128,11 @@ struct KernelTable {
   // offset to the chunk) directly, with no unpacked copy; same acc contract as qgemv_chunk
   void (*qgemv_fused[N_TYPE_IDS])(const uint8_t* w, size_t row_bytes, int nr, int kc, int n, const XLanes& X, bool init,
                           float* acc);
+  // outputs from the small-N kernels' acc (optional: nullptr where the caller's scalar loop serves): acc
+  // [n][16 rows][acc_sets] -> y[c * ldy + r] for r < nr, c < n, each the canonical reduction of its sets (above),
+  // the same bits as that loop. A fused row of 896 weights costs ~130 cycles on Zen 3; the loop's dependent adds
+  // were ~4% of the 0.5B's decode
+  void (*reduce_rows)(const float* acc, int nr, int n, float* y, size_t ldy);
   int fused_chunk_k;  // weights per call of a fused kernel (a multiple of 256), or 0: whole rows
   int gemv_max_n;     // products of up to this many activation rows run the small-N kernels (where there are some)
   int gemv_max_n_unpacked;  // the same for a type without a fused kernel (qgemv_chunk over unpack's copy)

@@ -590,6 +590,42 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
   for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS, a[j]);
 }
 
+// KernelTable::reduce_rows: eight rows at a time, their set vectors transposed (lane i: row i) and added set by set,
+// (((s0 + s1) + s2) + ...) + s7 in every lane: the caller's scalar loop, as lanes
+static void reduce_rows_avx2(const float* acc, int nr, int n, float* y, size_t ldy) {
+  for (int c = 0; c < n; ++c) {
+    const float* a = acc + (size_t)c * TILE_M * ACC_SETS;
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+      __m256 v[8], t[8];
+      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(a + (size_t)(r0 + i) * ACC_SETS);  // rows past nr: unread
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);      // [a0 b0 a1 b1 | a4 b4 a5 b5]
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);  // [a2 b2 a3 b3 | a6 b6 a7 b7]
+      }
+      for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; ++h) {  // rows i..i+3: sets 2h (lanes 0..3) and 2h + 1, in both halves
+          v[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
+          v[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xEE);
+        }
+      // v[0..3]: rows 0..3, sets 0, 1, 2, 3 (low half) and 4, 5, 6, 7 (high); v[4..7] rows 4..7 likewise
+      for (int j = 0; j < 4; ++j) {
+        t[j] = _mm256_permute2f128_ps(v[j], v[4 + j], 0x20);      // set j, rows 0..7
+        t[4 + j] = _mm256_permute2f128_ps(v[j], v[4 + j], 0x31);  // set j + 4
+      }
+      __m256 s = _mm256_add_ps(t[0], t[1]);
+      for (int j = 2; j < 8; ++j) s = _mm256_add_ps(s, t[j]);
+      float* out = y + (size_t)c * ldy + r0;
+      if (nr - r0 >= 8) {
+        _mm256_storeu_ps(out, s);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, s);
+        for (int i = 0; i < nr - r0; ++i) out[i] = tmp[i];
+      }
+    }
+  }
+}
+
 // unpack (kernels.h contract) through a weight source: the tile path and dequantize get the fused decoders too
 template <class S>
 static void unpack_source(const uint8_t* w, size_t row_bytes, int nrows, int kc, uint8_t* u, float* s, float* m,
@@ -697,6 +733,7 @@ const KernelTable* kernels_avx2() {
     // at N = 8, in cache: 20-30% slower than the tile path)
     k.gemv_max_n = 8;
     k.gemv_max_n_unpacked = 4;
+    k.reduce_rows = avx2::reduce_rows_avx2;
     k.interleave16 = avx2::interleave16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack
