@@ -130,7 +130,10 @@ def test_structured_output_through_output_config(client):
         population_millions: float
 
     ask = [{"role": "user", "content": "Describe Paris as JSON."}]
-    parsed = client.messages.parse(model="m", max_tokens=80, messages=ask, output_format=City)
+    # greedy: at the default temperature a sampled string can outrun max_tokens (a flake, seen once)
+    parsed = client.messages.parse(
+        model="m", max_tokens=80, messages=ask, output_format=City, extra_body={"temperature": 0}
+    )
     assert isinstance(parsed.parsed_output, City), parsed  # the SDK's own validation of the reply
     assert parsed.stop_reason == "end_turn"
     schema = {
@@ -141,7 +144,11 @@ def test_structured_output_through_output_config(client):
     }
     streamed = ""
     with client.messages.stream(
-        model="m", max_tokens=40, messages=ask, output_config={"format": {"type": "json_schema", "schema": schema}}
+        model="m",
+        max_tokens=40,
+        messages=ask,
+        extra_body={"temperature": 0},
+        output_config={"format": {"type": "json_schema", "schema": schema}},
     ) as s:
         for text in s.text_stream:
             streamed += text
