@@ -23,17 +23,26 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import llguidance
 import numpy as np
-from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
 
 from ..text.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import llguidance
 
 _JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _VOCABS: weakref.WeakKeyDictionary[Tokenizer, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
 _VOCABS_LOCK = threading.Lock()
+
+
+def _llg():
+    """llguidance, imported on first use: 23 ms (with importlib.metadata) that a reply without a grammar (`localllm
+    run`'s first token) does not wait for."""
+    import llguidance
+
+    return llguidance
 
 
 class _Vocab:
@@ -58,7 +67,7 @@ def _vocabulary(tok: Tokenizer) -> llguidance.LLTokenizer:
     with _VOCABS_LOCK:
         v = _VOCABS.get(tok)
         if v is None:
-            v = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Vocab(tok)), eos_token=sorted(tok.stop_ids) or None)
+            v = _llg().LLTokenizer(_llg().TokenizerWrapper(_Vocab(tok)), eos_token=sorted(tok.stop_ids) or None)
             _VOCABS[tok] = v
         return v
 
@@ -69,7 +78,7 @@ class Grammar:
 
     def __init__(self, spec: str, what: str):
         self.spec, self.what = spec, what
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(spec)
+        is_error, messages = _llg().LLMatcher.validate_grammar_with_warnings(spec)
         if is_error:
             raise ValueError(f"{what}: {messages[0] if messages else 'not a grammar localllm can enforce'}")
 
@@ -85,7 +94,7 @@ class Grammar:
             raise ValueError(f"{what}: a JSON Schema must be an object, got {type(schema).__name__}")
         try:
             # the separators json.dumps writes, and no other whitespace: a model cannot loop on blank space
-            spec = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_LAYOUT)
+            spec = _llg().LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_LAYOUT)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         return cls(spec, what)
@@ -97,15 +106,17 @@ class Grammar:
 
     @classmethod
     def regex(cls, pattern: str, what: str = "regex") -> Grammar:
-        return cls(llguidance.LLMatcher.grammar_from_regex(pattern), what)
+        return cls(_llg().LLMatcher.grammar_from_regex(pattern), what)
 
     @classmethod
     def lark(cls, text: str, what: str = "grammar") -> Grammar:
-        return cls(llguidance.LLMatcher.grammar_from_lark(text), what)
+        return cls(_llg().LLMatcher.grammar_from_lark(text), what)
 
     @classmethod
     def gbnf(cls, text: str, what: str = "grammar") -> Grammar:
         """llama.cpp's GBNF grammars (its `grammar` field), converted to Lark."""
+        from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
+
         try:
             lark = gbnf_to_lark(text)
         except GbnfToLarkError as e:
@@ -120,7 +131,7 @@ class Constraint:
     """One request's position in its grammar. Engine thread only."""
 
     def __init__(self, grammar: Grammar, vocab: llguidance.LLTokenizer):
-        self._m = llguidance.LLMatcher(vocab, grammar.spec, log_level=0)
+        self._m = _llg().LLMatcher(vocab, grammar.spec, log_level=0)
         if self._m.is_error():
             raise ValueError(f"{grammar.what}: {self._m.get_error()}")
         self._n = vocab.vocab_size

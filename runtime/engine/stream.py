@@ -14,13 +14,16 @@ consumer.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import threading
 from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
 from .output import Chunk
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class RequestStream:
@@ -72,6 +75,8 @@ class RequestStream:
                 return self._take(self._queue.get_nowait())
             except queue.Empty:
                 pass
+            import asyncio  # here, in a running loop, already loaded (17 ms a synchronous caller does not pay)
+
             loop = asyncio.get_running_loop()
             fut = loop.create_future()
             with self._lock:
