@@ -590,6 +590,40 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
   for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + ((size_t)(c0 + j) * TILE_M + r) * ACC_SETS, a[j]);
 }
 
+// KernelTable::quantize_row_x, 32 values a block as vectors: the generic loop's arithmetic (amax of |x|, d = amax / 127,
+// id = 127 / amax, x * id rounded to nearest even, the MXCSR default that nearbyint follows), so the same bytes. On the
+// critical path of decode: the generic loop was 0.5% of the 0.5B's samples, on one thread while the other waited
+static void quantize_row_x_avx2(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int b = 0; b < k / 32; ++b) {
+    const float* xb = x + (size_t)b * 32;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    const __m256 m8 = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                                    _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.f, id = d > 0.f ? 127.f / amax : 0.f;
+    dx[b] = d;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i s8 = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      sum16[(size_t)b * 2 + h] = _mm_cvtsi128_si32(s4);
+    }
+    // |q| <= 127, so the saturating packs are plain narrowing; they interleave 128-bit halves, the permute restores order
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i*)(xq + (size_t)b * 32),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
 // KernelTable::reduce_rows: eight rows at a time, their set vectors transposed (lane i: row i) and added set by set,
 // (((s0 + s1) + s2) + ...) + s7 in every lane: the caller's scalar loop, as lanes
 static void reduce_rows_avx2(const float* acc, int nr, int n, float* y, size_t ldy) {
@@ -734,6 +768,7 @@ const KernelTable* kernels_avx2() {
     k.gemv_max_n = 8;
     k.gemv_max_n_unpacked = 4;
     k.reduce_rows = avx2::reduce_rows_avx2;
+    k.quantize_row_x = avx2::quantize_row_x_avx2;
     k.interleave16 = avx2::interleave16_avx2;
     using namespace avx2;
     auto source = [&](QType t, auto src) {  // a weight source serves both the small-N kernel and unpack

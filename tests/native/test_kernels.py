@@ -307,17 +307,23 @@ def test_matmul_multi_rejects_a_product_of_another_row_length():
 
 
 def test_quantize_activations_per_32(path):
-    """x ~= dx * xq per block of 32 (Q8_0-style): dx = amax / 127, xq rounded to nearest, sums of xq per 16
-    exact; an all-zero block gets dx = 0."""
+    """x ~= dx * xq per block of 32 (Q8_0-style): dx = amax / 127, xq = x * (127 / amax) in float32 rounded to
+    nearest even (every path the same bytes), sums of xq per 16 exact; an all-zero block gets dx = 0."""
     native.configure(path=path, threads=2)
     rng = np.random.default_rng(32)
     x = rng.standard_normal((3, 4 * 256), dtype=np.float32)
     x[1, :32] = 0.0
     x[2, 5] = 300.0  # an outlier: its block's scale only
+    x[0, 64:96] = np.arange(-16, 16, dtype=np.float32) + 0.5  # ties: halves ...
+    x[0, 64] = -127.0  # ... kept halves by amax 127 (id = 1)
     xq, dx, s16 = native.testing.quantize_x(x)
     assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // 32) and s16.shape == (3, x.shape[1] // 16)
     amax = np.abs(x.reshape(3, -1, 32)).max(axis=-1)
     np.testing.assert_array_equal(dx, amax / np.float32(127.0))
+    with np.errstate(divide="ignore"):
+        idv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    np.testing.assert_array_equal(xq, np.rint(x * np.repeat(idv, 32, axis=1)).astype(np.int8))
+    assert set(xq[0, 65:96].tolist()) >= {-14, -12, 0, 2, 14}  # halves went to even
     assert dx[1, 0] == 0 and np.all(xq[1, :32] == 0)
     assert np.abs(xq).max() <= 127
     err = np.abs(x - np.repeat(dx, 32, axis=1) * xq.astype(np.float32))
