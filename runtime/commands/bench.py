@@ -528,6 +528,11 @@ def run_model(args: argparse.Namespace) -> int:
         ]
         for label, key in rows:
             print(f"  {label:<22}{r[key]:>10.2f}{lr[key]:>11.2f}{r[key] / lr[key]:>7.2f}x")
+        print(
+            f"  localllm's tg{r['n_gen']} streams {r['weights_streamed_mb']:.0f} MB of weights a token: "
+            f"{r['tg_gbs']:.1f} GB/s, {100 * r['tg_gbs'] / r['read_bandwidth_gbs']:.0f}% of the "
+            f"{r['read_bandwidth_gbs']:.1f} GB/s read bandwidth"
+        )
     else:
         print(f"{r['model']}: {_where(r, threads)}, kv {r['kv']}")
         print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
