@@ -141,7 +141,8 @@ struct KernelTable {
   // the scalar path: the float matrices' whole order, one kernel at every N
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);
-  // x ~= dx * xq with dx = amax / 127 of the 32-block, xq rounded to nearest
+  // x ~= dx * xq with dx = amax / 127 of the 32-block, xq = x * (127 / amax) rounded to nearest even (0 where
+  // 127 / amax overflows); for finite x, every path the same bytes (NaN or infinite x: unspecified bytes)
   void (*quantize_row_x)(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16);
   // the compute roofline of `bench kernels` (optional, nullptr on the scalar path): `iters` steps of
   // PEAK_CHAINS independent chains, each step one multiply-add instruction of this path's int8 products and

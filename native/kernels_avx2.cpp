@@ -591,7 +591,8 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
 }
 
 // KernelTable::quantize_row_x, 32 values a block as vectors: the generic loop's arithmetic (amax of |x|, d = amax / 127,
-// id = 127 / amax, x * id rounded to nearest even, the MXCSR default that nearbyint follows), so the same bytes. On the
+// id = 127 / amax, x * id rounded to nearest even, the MXCSR default that nearbyint follows), so the same bytes
+// for finite x. On the
 // critical path of decode: the generic loop was 0.5% of the 0.5B's samples, on one thread while the other waited
 static void quantize_row_x_avx2(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -599,13 +600,14 @@ static void quantize_row_x_avx2(const float* x, int k, int8_t* xq, float* dx, in
     const float* xb = x + (size_t)b * 32;
     __m256 v[4];
     for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
-    const __m256 m8 = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-                                    _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    // max(a, m) gives m where a is NaN: NaNs are skipped, as the generic loop's a > amax skips them
+    __m256 m8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) m8 = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), m8);
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
     const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.f, id = d > 0.f ? 127.f / amax : 0.f;
+    const float d = amax / 127.f, id = d > 0.f && 127.f / amax <= FLT_MAX ? 127.f / amax : 0.f;
     dx[b] = d;
     const __m256 idv = _mm256_set1_ps(id);
     __m256i q[4];
@@ -631,7 +633,7 @@ static void reduce_rows_avx2(const float* acc, int nr, int n, float* y, size_t l
     const float* a = acc + (size_t)c * TILE_M * ACC_SETS;
     for (int r0 = 0; r0 < nr; r0 += 8) {
       __m256 v[8], t[8];
-      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(a + (size_t)(r0 + i) * ACC_SETS);  // rows past nr: unread
+      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(a + (size_t)(r0 + i) * ACC_SETS);  // past nr: not stored
       for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);      // [a0 b0 a1 b1 | a4 b4 a5 b5]
         t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);  // [a2 b2 a3 b3 | a6 b6 a7 b7]

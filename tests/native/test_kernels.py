@@ -316,14 +316,29 @@ def test_quantize_activations_per_32(path):
     x[2, 5] = 300.0  # an outlier: its block's scale only
     x[0, 64:96] = np.arange(-16, 16, dtype=np.float32) + 0.5  # ties: halves ...
     x[0, 64] = -127.0  # ... kept halves by amax 127 (id = 1)
+    x[0, 96:128] = np.float32(1e-38)  # 127 / amax overflows: zeros, as an all-zero block
     xq, dx, s16 = native.testing.quantize_x(x)
     assert xq.shape == x.shape and dx.shape == (3, x.shape[1] // 32) and s16.shape == (3, x.shape[1] // 16)
-    amax = np.abs(x.reshape(3, -1, 32)).max(axis=-1)
-    np.testing.assert_array_equal(dx, amax / np.float32(127.0))
-    with np.errstate(divide="ignore"):
-        idv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
-    np.testing.assert_array_equal(xq, np.rint(x * np.repeat(idv, 32, axis=1)).astype(np.int8))
+
+    def expected(x):  # (dx, the bytes) in float32 as kernels.h says; amax skips NaNs
+        amax = np.nanmax(np.abs(x.reshape(len(x), -1, 32)), axis=-1)
+        with np.errstate(divide="ignore", over="ignore"):
+            idv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        idv[~np.isfinite(idv)] = 0
+        return amax / np.float32(127.0), np.rint(np.nan_to_num(x) * np.repeat(idv, 32, axis=1)).astype(np.int8)
+
+    want_dx, want_xq = expected(x)
+    np.testing.assert_array_equal(dx, want_dx)
+    np.testing.assert_array_equal(xq, want_xq)
     assert set(xq[0, 65:96].tolist()) >= {-14, -12, 0, 2, 14}  # halves went to even
+    assert not xq[0, 96:128].any() and dx[0, 3] > 0
+    x2 = rng.standard_normal((1, 64), dtype=np.float32)
+    x2[0, 3] = x2[0, 31] = x2[0, 40] = np.nan  # skipped by amax; a NaN's own byte is unspecified
+    xq2, dx2, _ = native.testing.quantize_x(x2)
+    want_dx, want_xq = expected(x2)
+    np.testing.assert_array_equal(dx2, want_dx)
+    finite = np.isfinite(x2)
+    np.testing.assert_array_equal(xq2[finite], want_xq[finite])
     assert dx[1, 0] == 0 and np.all(xq[1, :32] == 0)
     assert np.abs(xq).max() <= 127
     err = np.abs(x - np.repeat(dx, 32, axis=1) * xq.astype(np.float32))
