@@ -39,9 +39,18 @@ def llama_python(arg: str | None) -> str:
 
 
 def bench_llama_cpp(
-    python: str, path: Path, threads: int, ids: list[int], n_gen: int, reps: int, ctx: int, kv: str
+    python: str,
+    path: Path,
+    threads: int,
+    ids: list[int],
+    n_gen: int,
+    reps: int,
+    ctx: int,
+    kv: str,
+    depth_ids: list[int] | None = None,
 ) -> dict:
-    """llama.cpp's load_s, pp_tps, tg_tps, peak_rss_mb and version, from its own process."""
+    """llama.cpp's load_s, pp_tps, tg_tps, peak_rss_mb and version, from its own process (pp and tg after
+    depth_ids, as bench_llm)."""
     args = {
         "mode": "bench",
         "model": str(path),
@@ -51,6 +60,7 @@ def bench_llama_cpp(
         "reps": reps,
         "ctx": ctx,
         "token_ids": [int(i) for i in ids],
+        "depth_ids": [int(i) for i in depth_ids or []],
         "kv": kv,
     }
     r = subprocess.run([python, SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=3600)
@@ -76,17 +86,17 @@ def first_token_s(cmd: list[str], runs: int = 3) -> float:
 
 
 def llama_cpp_rounds(
-    python: str, path: Path, threads: int, ids: list[int], n_gen: int, kv: dict
+    python: str, path: Path, threads: int, ids: list[int], n_gen: int, kv: dict, depth_ids: list[int] | None = None
 ) -> tuple[Callable[[int], None], dict]:
     """-> (between, result): between(rep) runs one llama.cpp repetition (its own process; the best pp, tg and
     load are kept, peak RSS is the largest) into result, a dict bench_llama_cpp's keys fill."""
     if kv["k_type"] not in (None, kv["kv_type"]) or kv["v_type"] not in (None, kv["kv_type"]):
         raise ValueError("--compare runs one KV type for K and V: use --kv-type only")
-    ctx = max(len(ids), n_gen + 1) + 16
+    ctx = len(depth_ids or []) + max(len(ids), n_gen + 1) + 16
     best: dict = {}
 
     def between(rep: int) -> None:
-        lr = bench_llama_cpp(python, path, threads, ids, n_gen, 1, ctx, kv["kv_type"])
+        lr = bench_llama_cpp(python, path, threads, ids, n_gen, 1, ctx, kv["kv_type"], depth_ids)
         if not best:
             best.update(lr)
             return

@@ -2,14 +2,15 @@
 virtual environment), never imported by localllm. Standard library, numpy and llama_cpp only.
 
     python llama_cpp_script.py '{"mode": "bench", "model": PATH, "threads": 2, "n_prompt": 512, "n_gen": 128,
-                                "reps": 2, "ctx": 656, "token_ids": [...], "kv": "f16"}'
+                                "reps": 2, "ctx": 656, "token_ids": [...], "depth_ids": [], "kv": "f16"}'
         -> one JSON line on stdout: load_s, pp_tps, tg_tps, peak_rss_mb, version
     python llama_cpp_script.py '{"mode": "first-token", "model": PATH, "threads": 2, "prompt": "...", "ctx": 256}'
         -> the first generated token's text on stdout, flushed, as soon as it exists (the caller times it)
 
 bench measures what localllm.bench.model.bench_llm does: pp is one evaluation of n_prompt tokens from an empty cache
 (logits for the last), tg is n_gen single-token evaluations from an empty cache, each token the argmax of the
-previous logits; best of reps. kv "q8_0" / "q4_0" set both cache types, with flash attention on, which llama.cpp
+previous logits; best of reps. depth_ids (optional): evaluated once first, untimed; pp and tg then start
+at that depth. kv "q8_0" / "q4_0" set both cache types, with flash attention on, which llama.cpp
 needs for a quantized V.
 """
 
@@ -61,14 +62,18 @@ def bench(a) -> dict:
     llm = load(a)
     load_s = time.perf_counter() - t0
     ids = [int(i) for i in a["token_ids"]]
+    depth_ids = [int(i) for i in a.get("depth_ids", [])]
     n_vocab = llm.n_vocab()
+    llm.reset()
+    if depth_ids:
+        llm.eval(depth_ids)
     pp = tg = float("inf")
     for _ in range(a["reps"]):
-        llm.reset()  # eval drops cached positions from n_tokens (0 now) on
+        llm.n_tokens = len(depth_ids)  # eval drops cached positions from n_tokens on
         t0 = time.perf_counter()
         llm.eval(ids)
         pp = min(pp, time.perf_counter() - t0)
-        llm.reset()  # eval drops cached positions from n_tokens (0 now) on
+        llm.n_tokens = len(depth_ids)
         tok = ids[0]
         t0 = time.perf_counter()
         for _ in range(a["n_gen"]):

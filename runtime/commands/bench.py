@@ -62,6 +62,13 @@ def register(sub) -> None:
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="bench MODEL: prompt tokens (default 512)")
     p.add_argument("-g", "--n-gen", type=int, default=128, help="bench MODEL: generated tokens (default 128)")
     p.add_argument(
+        "-d",
+        "--depth",
+        type=int,
+        default=0,
+        help="bench MODEL: tokens already in the KV cache before pp and tg, as llama-bench's -d (default 0)",
+    )
+    p.add_argument(
         "-r", "--repetitions", "--reps", type=int, default=2, help="bench MODEL and spec: runs per test, best kept"
     )
     p.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all cores)")
@@ -485,6 +492,8 @@ def run_model(args: argparse.Namespace) -> int:
     for name, v in (("--n-prompt", args.n_prompt), ("--n-gen", args.n_gen), ("--repetitions", args.repetitions)):
         if v < 1:
             raise ValueError(f"{name} must be positive")
+    if args.depth < 0:
+        raise ValueError("--depth must be 0 or more")
     if args.threads and len(args.threads) > 1:
         raise ValueError("bench MODEL runs one thread count (--threads N); `bench kernels` takes several")
     path = _resolve(args.what, args.pull)
@@ -494,12 +503,15 @@ def run_model(args: argparse.Namespace) -> int:
     if args.parallel or args.multi_turn:
         if args.compare:
             raise ValueError("--compare measures pp and tg; run it apart from --parallel and --multi-turn")
+        if args.depth:
+            raise ValueError("--depth sets pp and tg's context; run it apart from --parallel and --multi-turn")
         return run_engine(args, path, threads)
     python = llama_python(args.llama_python) if args.compare else None
     ids = model_prompt_ids(path, args.n_prompt)
+    depth_ids = model_prompt_ids(path, args.depth, seed=1).tolist() if args.depth else None
     between, lr = (None, None)
     if python:
-        between, lr = llama_cpp_rounds(python, path, threads, ids.tolist(), args.n_gen, kv_kwargs(args))
+        between, lr = llama_cpp_rounds(python, path, threads, ids.tolist(), args.n_gen, kv_kwargs(args), depth_ids)
     r = bench_llm(
         path,
         threads,
@@ -509,9 +521,11 @@ def run_model(args: argparse.Namespace) -> int:
         args.bandwidth_mib,
         {**kv_kwargs(args), **device_kwargs(args)},
         ids=ids,
+        depth_ids=depth_ids,
         between=between,
         kv_label=kv_label,
     )
+    at = f" @ d{args.depth}" if args.depth else ""
     if python:
         compare_first_token(path, threads, r, python, lr)
     if args.json:
@@ -521,8 +535,8 @@ def run_model(args: argparse.Namespace) -> int:
         print(f"  {'':<22}{'localllm':>10}{'llama.cpp':>11}{'ratio':>8}")
         rows = [
             ("load s", "load_s"),
-            (f"pp{r['n_prompt']} tok/s", "pp_tps"),
-            (f"tg{r['n_gen']} tok/s", "tg_tps"),
+            (f"pp{r['n_prompt']}{at} tok/s", "pp_tps"),
+            (f"tg{r['n_gen']}{at} tok/s", "tg_tps"),
             ("peak RSS MiB", "peak_rss_mb"),
             ("first token s", "first_token_s"),
         ]
@@ -536,9 +550,9 @@ def run_model(args: argparse.Namespace) -> int:
     else:
         print(f"{r['model']}: {_where(r, threads)}, kv {r['kv']}")
         print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
-        print(f"  pp{r['n_prompt']:<10} {r['pp_tps']:.1f} tok/s")
+        print(f"  {'pp' + str(r['n_prompt']) + at:<12} {r['pp_tps']:.1f} tok/s")
         print(
-            f"  tg{r['n_gen']:<10} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
+            f"  {'tg' + str(r['n_gen']) + at:<12} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
             f"{r['tg_gbs']:.1f} GB/s of {r['read_bandwidth_gbs']:.1f} GB/s read bandwidth)"
         )
         print(f"  peak RSS     {r['peak_rss_mb']:.0f} MiB")

@@ -51,6 +51,7 @@ def test_show_text_and_json_agree_with_the_file():
         (["bench", "kernels", "/nonexistent/model.gguf", "--n", "0"], "--n values"),
         (["bench", "/nonexistent/model.gguf", "--threads", "1", "2"], "one thread count"),
         (["bench", "kernels", "/nonexistent/model.gguf", "--step-n", "0"], "--step-n"),
+        (["bench", "/nonexistent/model.gguf", "--depth", "-1"], "--depth"),
     ],
 )
 def test_errors_are_one_line_on_stderr(tmp_path, args, message):
@@ -166,6 +167,18 @@ def test_bench_kernels_times_float_matrices_and_skips_an_encoders_decode_step():
     assert j["results"][0]["n1_gbs"] > 0 and j["results"][0]["n2_gflops"] > 0
     assert j["step_ms"][path.name] == {}
     assert "an encoder: none" in r.stderr
+
+
+def test_bench_depth_puts_pp_and_tg_after_that_many_tokens():
+    """-d as llama-bench's: pp and tg after 600 tokens (more than one prefill step) in a context sized for all three,
+    the depth in the JSON; refused beside --parallel, whose prompts are its own."""
+    path = model_file("smollm2-135m-instruct-q4_1")
+    r = localllm("bench", str(path), "-d", "600", "-p", "8", "-g", "4", "-r", "1", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert (j["depth"], j["n_prompt"], j["n_gen"]) == (600, 8, 4) and j["pp_tps"] > 0 and j["tg_tps"] > 0
+    r = localllm("bench", str(path), "-d", "8", "--parallel", "1")
+    assert r.returncode == 1 and "--depth" in r.stderr
 
 
 def test_bench_parallel_and_multi_turn_json():
