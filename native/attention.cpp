@@ -126,25 +126,37 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
     jlo = std::min(jlo, a.window > 0 ? std::max(0, p - a.window + 1) : 0);
     jhi = std::max(jhi, p);
   }
-  auto k_row = [&](int j) {
-    return k_cache.data + ((size_t)bt[j / bs] * bs + j % bs) * k_cache.row_bytes + kvh * k_cache.head_bytes;
+  // the cache slots of keys jc .. jc + n - 1: a chunk (starting at a multiple of KC) lies in one block when the block
+  // size is a multiple of KC (16, the engine's), so one division a chunk; key by key otherwise
+  auto chunk_slots = [&](int jc, int n, size_t* slots) {
+    if (bs % KC == 0) {
+      const size_t s0 = (size_t)bt[jc / bs] * bs + jc % bs;
+      for (int k = 0; k < n; ++k) slots[k] = s0 + k;
+    } else {
+      for (int k = 0; k < n; ++k) slots[k] = (size_t)bt[(jc + k) / bs] * bs + (jc + k) % bs;
+    }
   };
-  auto v_row = [&](int j) {
-    return v_cache.data + ((size_t)bt[j / bs] * bs + j % bs) * v_cache.row_bytes + kvh * v_cache.head_bytes;
-  };
-  for (int jc = jlo / KC * KC; jc <= jhi; jc += KC) {
+  auto k_row = [&](size_t slot) { return k_cache.data + slot * k_cache.row_bytes + kvh * k_cache.head_bytes; };
+  auto v_row = [&](size_t slot) { return v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes; };
+  size_t slots[2][KC];  // this chunk's and the next one's
+  int cur = 0;
+  if (jlo <= jhi) chunk_slots(jlo / KC * KC, std::min(KC, jhi - jlo / KC * KC + 1), slots[cur]);
+  for (int jc = jlo / KC * KC; jc <= jhi; jc += KC, cur ^= 1) {
     const int nk = std::min(KC, jhi - jc + 1);
     // the next chunk's rows toward the cache: a head's slice of each row is a short strided piece the hardware
     // prefetchers did not run ahead of (the loads stalled decode at 4096 tokens: 14% of its samples, Zen 3)
-    for (int j = jc + KC; j < std::min(jc + 2 * KC, jhi + 1); ++j) {
-      for (size_t off = 0; off < k_cache.head_bytes; off += 64) __builtin_prefetch(k_row(j) + off);
-      for (size_t off = 0; off < v_cache.head_bytes; off += 64) __builtin_prefetch(v_row(j) + off);
+    if (jc + KC <= jhi) {
+      const int nn = std::min(KC, jhi - jc - KC + 1);
+      chunk_slots(jc + KC, nn, slots[cur ^ 1]);
+      for (int k = 0; k < nn; ++k) {
+        for (size_t off = 0; off < k_cache.head_bytes; off += 64) __builtin_prefetch(k_row(slots[cur ^ 1][k]) + off);
+        for (size_t off = 0; off < v_cache.head_bytes; off += 64) __builtin_prefetch(v_row(slots[cur ^ 1][k]) + off);
+      }
     }
     for (int k = 0; k < nk; ++k) {
-      const int j = jc + k;
-      if (j < jlo) continue;
-      kv_dequantize_row(k_cache.type, k_row(j), D, S.kr.data() + (size_t)k * D);
-      kv_dequantize_row(v_cache.type, v_row(j), D, S.vc.data() + (size_t)k * D);
+      if (jc + k < jlo) continue;
+      kv_dequantize_row(k_cache.type, k_row(slots[cur][k]), D, S.kr.data() + (size_t)k * D);
+      kv_dequantize_row(v_cache.type, v_row(slots[cur][k]), D, S.vc.data() + (size_t)k * D);
     }
     transpose_keys(S.kr.data(), D, S.kt.data());
     // scores of RB rows at a time: each row's sum over d in the same order as alone

@@ -94,6 +94,23 @@ def test_tiny_model_matches_reference(tmp_path, arch):
         np.testing.assert_allclose(steps, expected, rtol=0, atol=TINY_ATOL)
 
 
+def test_block_size_changes_no_bit(tmp_path):
+    """The attention reads keys in chunks of 16 whatever the KV block size: one division a chunk where a chunk lies in
+    one block (sizes that are multiples of 16), key by key otherwise; reversed block tables either way. A prompt of
+    45 tokens (three chunks, the last partial) in one step, then three decode steps past it."""
+    path = write_model(tmp_path / "m.gguf", "llama", **TINY_CASES["llama"])
+    ids = [(7 * i + 3) % VOCAB for i in range(48)]
+    with GGUFFile(path) as f:
+        got = {}
+        for bs in (4, 16, 32):
+            model = Model(f, n_blocks=-(-48 // bs), threads=2, block_size=bs)
+            prompt = one_sequence(model, ids[:45])
+            steps = [one_sequence(model, ids[i : i + 1], start=i) for i in range(45, 48)]
+            got[bs] = np.concatenate([prompt, *steps])
+    np.testing.assert_array_equal(got[16], got[4])
+    np.testing.assert_array_equal(got[32], got[4])
+
+
 def test_tiny_model_sliding_window_matters(tmp_path):
     """Positions beyond the window of a sliding layer change nothing; on a global layer they do."""
     for sliding in (True, False):
