@@ -591,9 +591,9 @@ static inline void gemv_row(const S& src, size_t pf, int r, int kc, const XLanes
 }
 
 // KernelTable::quantize_row_x, 32 values a block as vectors: the generic loop's arithmetic (amax of |x|, d = amax / 127,
-// id = 127 / amax, x * id rounded to nearest even, the MXCSR default that nearbyint follows), so the same bytes
-// for finite x. On the
-// critical path of decode: the generic loop was 0.5% of the 0.5B's samples, on one thread while the other waited
+// id = 127 / amax, x * id rounded to nearest even, the MXCSR default that nearbyint follows), so the same bytes for
+// finite x. On decode's critical path: the generic loop was 0.5% of the 0.5B's samples, on one thread while the
+// other waited
 static void quantize_row_x_avx2(const float* x, int k, int8_t* xq, float* dx, int32_t* sum16) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (int b = 0; b < k / 32; ++b) {

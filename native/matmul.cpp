@@ -222,10 +222,10 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
   }
 
   // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), each
-  // 1 / (2 x threads) of what is left (a quarter with two) down to one tile: long ranges first, short ones at the end, so the threads
-  // finish within a tile of each other and a thread the OS delays does not hold up the others. Equal ranges, 8 per
-  // thread, left half of the last one's time idle at every product's end (the 0.5B: ~4% of a decode step); 16 per
-  // thread measured slower on the 1.5B, its ranges too short for the prefetchers
+  // 1 / (2 x threads) of what is left (a quarter with two) down to one tile: long ranges first, short ones at the
+  // end, so the threads finish within a tile of each other and a thread the OS delays does not hold up the others.
+  // Equal ranges, 8 per thread, left half of the last one's time idle at every product's end (the 0.5B: ~4% of a
+  // decode step); 16 per thread measured slower on the 1.5B, its ranges too short for the prefetchers
   struct Part {
     int job, t0, t1;
   };

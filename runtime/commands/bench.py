@@ -550,9 +550,10 @@ def run_model(args: argparse.Namespace) -> int:
     else:
         print(f"{r['model']}: {_where(r, threads)}, kv {r['kv']}")
         print(f"  load         {r['load_s']:.2f} s (model map, tokenizer, KV cache)")
-        print(f"  {'pp' + str(r['n_prompt']) + at:<12} {r['pp_tps']:.1f} tok/s")
+        pp, tg = f"pp{r['n_prompt']}{at}", f"tg{r['n_gen']}{at}"
+        print(f"  {pp:<12} {r['pp_tps']:.1f} tok/s")
         print(
-            f"  {'tg' + str(r['n_gen']) + at:<12} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
+            f"  {tg:<12} {r['tg_tps']:.1f} tok/s  ({r['weights_streamed_mb']:.0f} MB of weights per token: "
             f"{r['tg_gbs']:.1f} GB/s of {r['read_bandwidth_gbs']:.1f} GB/s read bandwidth)"
         )
         print(f"  peak RSS     {r['peak_rss_mb']:.0f} MiB")

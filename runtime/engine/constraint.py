@@ -67,7 +67,8 @@ def _vocabulary(tok: Tokenizer) -> llguidance.LLTokenizer:
     with _VOCABS_LOCK:
         v = _VOCABS.get(tok)
         if v is None:
-            v = _llg().LLTokenizer(_llg().TokenizerWrapper(_Vocab(tok)), eos_token=sorted(tok.stop_ids) or None)
+            llg = _llg()
+            v = llg.LLTokenizer(llg.TokenizerWrapper(_Vocab(tok)), eos_token=sorted(tok.stop_ids) or None)
             _VOCABS[tok] = v
         return v
 
