@@ -185,6 +185,12 @@ double time_products_py(const std::string& path, const py::list& mats, int n, in
 
 void bind_kernels(py::module_& m) {
   m.def("available_paths", &available_paths, "CPU kernel paths this machine can run, best last");
+#if defined(LLL_EMULATED_AVX512)
+  m.attr("EMULATED_AVX512") = true;
+#else
+  m.attr("EMULATED_AVX512") = false;
+#endif
+  m.def("known_paths", &known_paths, "every CPU kernel path a build can have, whatever this machine runs");
   m.def("configure", &configure_kernels, py::arg("path") = "", py::arg("threads") = 0,
         "select the CPU path ('' = best) and the kernel entry points' thread count (0 = every hardware thread)");
   m.def("current_path", [] { return std::string(kernel_context().kernels->name); });

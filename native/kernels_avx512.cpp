@@ -420,6 +420,32 @@ static void unpack_il_q4_K(const uint8_t* w, size_t rb, int nr, int kc, uint8_t*
   }
 }
 
+// Q4_Kx (quant_formats.h, AVX2's repacked Q4_K): the nibbles as unpack_il_q4_K moves them, the scales and mins
+// already bytes and d, -dmin already floats (the products unpack_q4_kx forms)
+static void unpack_il_q4_kx(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float* m) {
+  const Rows16 R(w, rb, nr);
+  const TransposeIdx& X = transpose_idx();
+  for (int i = 0; i < kc / QK_K; ++i) {
+    const size_t b = (size_t)i * sizeof(block_q4_kx);
+    for (int jj = 0; jj < 4; ++jj) {
+      __m512i T[8];
+      t16x32(R, b + offsetof(block_q4_kx, qs) + 32 * jj, X, T);
+      for (int j = 0; j < 8; ++j) {
+        put(u, (size_t)i * 64 + jj * 16 + j, lo4(T[j]));
+        put(u, (size_t)i * 64 + jj * 16 + 8 + j, hi4(T[j]));
+      }
+    }
+    const __m512 d = _mm512_castsi512_ps(R.dword(b + offsetof(block_q4_kx, d)));
+    const __m512 mdmin = _mm512_castsi512_ps(R.dword(b + offsetof(block_q4_kx, mdmin)));
+    for (int g = 0; g < 8; ++g) {
+      const __m512i sc = R.dword(b + offsetof(block_q4_kx, sc) + 4 * (g / 4));
+      const __m512i mn = R.dword(b + offsetof(block_q4_kx, mn) + 4 * (g / 4));
+      _mm512_storeu_ps(s + (i * 8 + g) * 16, _mm512_mul_ps(d, byte_f<false>(sc, g % 4)));
+      _mm512_storeu_ps(m + (i * 8 + g) * 16, _mm512_mul_ps(mdmin, byte_f<false>(mn, g % 4)));
+    }
+  }
+}
+
 static void unpack_il_q6_K(const uint8_t* w, size_t rb, int nr, int kc, uint8_t* u, float* s, float*) {
   const Rows16 R(w, rb, nr);
   const TransposeIdx& X = transpose_idx();
@@ -556,6 +582,59 @@ static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const flo
   }
 }
 
+// ---- AVX2's order on AVX-512 (the avx512s8 path, kernels.h) -------------------------------------------
+// S = 8: group g of a row goes to set g % 8, a set's groups in k order, each step group_madd's
+// fma((float)isum_g, s_g * dx_g, acc) then fma(m_g, xm_g, acc): the float operations of the AVX2 tile kernel, on
+// the same exact isum_g (vpdpbusd from xc, where AVX2 sums |w| * sign(x, w) or widens int16 pairs). So this tile
+// kernel gives the avx2 path's bits, and avx512s8 pairs it with the AVX2 small-N kernels, which decode 2.4x faster
+// than the rows-as-lanes kernel on a Zen 4 (issue 31), while a prompt keeps vpdpbusd. acc: [n_panels * CB][8][16].
+constexpr int SETS = 8;
+
+template <int G, bool MIN, int NC>
+static void qgemm_panel_s8(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
+                           float* acc) {
+  float* const ap = acc + (size_t)p * CB * SETS * TILE_M;
+  const size_t gp = (size_t)p * X.ng + X.g0;
+  const bool first = X.g0 == 0;  // a row's first chunk starts every set at +0 (acc is not zeroed beforehand)
+  for (int set = 0; set < SETS; ++set) {
+    if (set >= ng && !first) continue;  // a short last chunk: the sets it has no group for keep their sums
+    __m512 af[NC];
+    for (int j = 0; j < NC; ++j)
+      af[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ap + ((size_t)j * SETS + set) * TILE_M);
+    for (int g = set; g < ng; g += SETS) group_madd<G, MIN, NC>(w, s, m, g, PanelX<G>{X, gp + g}, af);
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(ap + ((size_t)j * SETS + set) * TILE_M, af[j]);
+  }
+}
+
+template <int G, bool MIN>
+struct PanelS8 {
+  template <int NC>
+  struct K {
+    static void run(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p, float* acc) {
+      qgemm_panel_s8<G, MIN, NC>(w, s, m, ng, X, p, acc);
+    }
+  };
+};
+
+template <int G, bool MIN>
+static void qgemm_layout_s8(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
+  for (int p = 0; p < X.n_panels; ++p) {
+    const int nc = p + 1 == X.n_panels ? X.last_cols : CB;
+    with_nc<PanelS8<G, MIN>::template K>(nc, w, s, m, kc / G, X, p, acc);
+  }
+}
+
+static void qgemm_chunk_avx512_s8(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
+                                  const XGroups& X, float* acc) {
+  if (L.group == 32) {
+    if (L.has_min) qgemm_layout_s8<32, true>(w, s, m, kc, X, acc);
+    else qgemm_layout_s8<32, false>(w, s, m, kc, X, acc);
+  } else {
+    if (L.has_min) qgemm_layout_s8<16, true>(w, s, m, kc, X, acc);
+    else qgemm_layout_s8<16, false>(w, s, m, kc, X, acc);
+  }
+}
+
 // ---- small N: the same micro-kernel over activation rows as they are (qgemv_fused, kernels.h) -------
 // Per 256 weights of the 16 rows: unpack_il into L1, then every column (up to CB at a time) multiplies it. No
 // activation packing, and the products of one step share one dispatch (matmul.cpp, gemv_jobs).
@@ -608,6 +687,7 @@ static void qgemv_fused_il(const uint8_t* w, size_t rb, int nr, int kc, int n, c
   }
 }
 
+#if !defined(LLL_EMULATED_AVX512)  // inline asm on zmm registers: a real AVX-512 build only
 // the int8 peak loop (kernels.h): vpdpbusd on 512 bits, 64 multiply-adds a chain and step
 static uint64_t int8_peak_avx512(int64_t iters) {
   static_assert(PEAK_CHAINS == 12, "the asm below names 12 chains");
@@ -628,6 +708,7 @@ static uint64_t int8_peak_avx512(int64_t iters) {
   const __m512i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
   return lane_sum<uint32_t>(x, PEAK_CHAINS);
 }
+#endif
 
 // a hand-written unpack_il for type t: the tile path's unpack and the small-N kernel over it
 template <class Block, int BW, UnpackIlFn U, int G, bool MIN>
@@ -650,8 +731,10 @@ const KernelTable* kernels_avx512() {
     k.fused_chunk_k = 0;
     // a step of 9-16 rows 1-11% faster than by the tile path (bench kernels --step-n, 2 runs)
     k.gemv_max_n = k.gemv_max_n_unpacked = 16;
+#if !defined(LLL_EMULATED_AVX512)
     k.int8_peak = avx512::int8_peak_avx512;
     k.int8_peak_macs = PEAK_CHAINS * 64;
+#endif
     k.unpack[(int)QType::Q4_0] = avx512::unpack_rows<avx512::unpack_q4_0_v>;
     k.unpack[(int)QType::Q4_1] = avx512::unpack_rows<avx512::unpack_q4_1_v>;
     k.unpack[(int)QType::Q5_0] = avx512::unpack_rows<avx512::unpack_q5_0_v>;
@@ -682,6 +765,28 @@ const KernelTable* kernels_avx512() {
     // MXFP4 through the generic unpack (fill_generic), not run on a machine with AVX-512 yet
     k.qgemv_fused[(int)QType::MXFP4] =
         qgemv_fused_il<block_mxfp4, QK, unpack_il_rows<unpack_rows<unpack_mxfp4>, false>, 32, false>;
+    return k;
+  }();
+  return &t;
+}
+
+// AVX2's table (its order, S = 8, its small-N kernels and repacked layouts) with this file's tile path: the same
+// bits as kernels_avx2() at every N (tests/native/test_batch_invariance.py)
+const KernelTable* kernels_avx512s8() {
+  static KernelTable t = [] {
+    KernelTable k = *kernels_avx2();
+    const KernelTable& a = *kernels_avx512();
+    k.name = "avx512s8";
+    k.qgemm_chunk = avx512::qgemm_chunk_avx512_s8;
+    k.qgemm_cb = avx512::CB;
+    static_assert(avx512::SETS == 8, "the avx2 order's sets");
+    k.interleave16 = a.interleave16;
+    // the tile layout straight from the rows: the types AVX2 reads as they lie in the file (Q8_0, Q6_K, ...) and
+    // its Q4_Kx; its X8 layouts go through its unpack and interleave16
+    for (int i = 0; i < N_TYPE_IDS; ++i) k.unpack_il[i] = a.unpack_il[i];
+    k.unpack_il[(int)QType::Q4_KX] = avx512::unpack_il_q4_kx;
+    k.int8_peak = a.int8_peak;
+    k.int8_peak_macs = a.int8_peak_macs;
     return k;
   }();
   return &t;

@@ -5,7 +5,7 @@
     w = native.dequantize(tensor)         # float32 [n_rows, row_len]
     native.configure(path="avx2", threads=2)
 
-The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512) or the best this CPU runs; the kernel entry
+The CPU path comes from LOCALLLM_CPU (scalar, avx2, avx512s8, avx512) or the best this CPU runs; the kernel entry
 points' threads default to the number of physical cores. One set of worker threads serves the whole process:
 these entry points and every model, each with its own thread count. Besides the kernels the extension holds
 the native model (new_model: localllm.model.model wraps it), the loader's and tokenizer's byte helpers
@@ -55,6 +55,16 @@ def physical_cores() -> int:
 def available_paths() -> list[str]:
     """CPU paths this machine can run, best last."""
     return list(_native.available_paths())
+
+
+# a test build (LOCALLLM_EMULATE_AVX512, CMakeLists.txt): the avx512 paths run over SIMDe on any AVX2 CPU, slowly,
+# and have no int8 peak loop
+EMULATED_AVX512: bool = bool(getattr(_native, "EMULATED_AVX512", False))
+
+
+def known_paths() -> list[str]:
+    """Every CPU path a build can have (scalar, avx2, avx512s8, avx512), whatever this machine runs."""
+    return list(_native.known_paths())
 
 
 _forced_path: str | None = None  # the path configure() was given (or LOCALLLM_CPU names), else None

@@ -18,7 +18,7 @@ from localllm import native
 from localllm.llm import LLM
 from quant_blocks import TYPES, random_rows
 
-PATHS = ["scalar", "avx2", "avx512"]
+PATHS = native.known_paths()
 N_LIST = list(range(1, 18)) + [64, 512]
 # activation rows whose products are also computed alone (N = 1) and compared
 ALONE = list(range(17)) + [40, 63, 300, 511]
@@ -84,6 +84,29 @@ def test_products_sharing_an_input_do_not_depend_on_n(path):
                 assert np.array_equal(y[c], alone[c][j][0]), f"product {j}: row {c} of N={n}"
 
 
+@pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
+def test_avx512s8_gives_the_avx2_bits(qt):
+    """avx512s8 runs the avx2 order (native/kernels.h) with an AVX-512 tile kernel: every product at every N is the
+    avx2 path's bits, the small-N kernels (the same ones) and the tile path (another kernel) alike; rows shorter
+    than a chunk's 8 groups included (k = 96: the sets they leave empty)."""
+    if "avx512s8" not in native.available_paths():
+        pytest.skip("this CPU cannot run the avx512s8 path")
+    rng = np.random.default_rng(900 + int(qt))
+    bs = GGML_QUANT_SIZES[qt][0]
+    try:
+        for k in [96, 896, 4864] if bs < 256 else [256, 4864]:
+            rows = random_rows(qt, 37, k, rng)
+            x = activations(k, rng)
+            for n in (1, 4, 8, 9, 17, 64, 512):
+                native.configure(path="avx2", threads=2)
+                want = native.matmul_raw(int(qt), rows, k, x[:n])
+                native.configure(path="avx512s8", threads=2)
+                got = native.matmul_raw(int(qt), rows, k, x[:n])
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{qt.name} k={k} N={n}"
+    finally:
+        native.configure()
+
+
 # ---- real models --------------------------------------------------------------------------------------
 
 TEXT = (
@@ -143,3 +166,26 @@ def test_qwen_1_5b_massive_activation_position_keeps_its_top1_at_every_n(path):
         for n, r in zip(counts, rows):
             assert np.array_equal(r, rows[0]), f"row 0 with {n} tokens in the step differs from 1 token"
         assert int(np.argmax(rows[0])) == 16
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["smollm2-135m-instruct-q4_1", "qwen2.5-coder-0.5b-instruct-q4_k_m"])
+def test_avx512s8_logits_are_the_avx2_logits(name, restore_path):
+    """A model on avx512s8 (its weights repacked for AVX2's kernels, a prompt through the AVX-512 tile kernel, then
+    tokens through AVX2's) gives the avx2 path's logits bit for bit."""
+    if "avx512s8" not in native.available_paths():
+        pytest.skip("this CPU cannot run the avx512s8 path")
+
+    def steps(seq, ids):  # a prompt of 16 (the tile path), then 4 tokens one by one (the small-N kernels)
+        prompt = seq.step(ids[:16], 0, np.arange(16, dtype=np.int32))
+        return np.concatenate(
+            [prompt, *[seq.step(ids[i : i + 1], i, np.zeros(1, dtype=np.int32)) for i in range(16, 20)]]
+        )
+
+    out = {}
+    for cpu in ("avx2", "avx512s8"):
+        native.configure(cpu)
+        with LLM(model_file(name), n_threads=2, ctx_size=64) as llm:
+            ids = np.array(llm.tokenize(TEXT, add_special=False)[:20], dtype=np.int32)
+            out[cpu] = llm.exclusive(lambda seq, ids=ids: steps(seq, ids))
+    assert np.array_equal(out["avx512s8"].view(np.uint32), out["avx2"].view(np.uint32))

@@ -31,7 +31,7 @@ from quant_blocks import TYPES, random_rows
 
 U = 2.0**-23
 FLOAT_TYPES = {T.F32, T.F16, T.BF16}
-PATHS = ["scalar", "avx2", "avx512"]
+PATHS = native.known_paths()
 N_LIST = list(range(1, 18)) + [64, 512]
 
 
@@ -203,22 +203,27 @@ def test_tile_column_blocks_leave_columns_unchanged(qt, path):
 UNPACK_IL_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q6_K]
 
 
+@pytest.mark.parametrize("il_path", ["avx512", "avx512s8"])
 @pytest.mark.parametrize("qt", UNPACK_IL_TYPES, ids=lambda t: t.name)
-def test_unpack_straight_to_tiles_equals_unpack_and_interleave(qt):
-    """The AVX-512 path unpacks 16 rows' packed bytes straight into the tile layout (unpack_il, used by its tile
-    and small-N kernels): weights, scales and mins must be the bits that unpack + interleave16 give, for whole
-    and partial tiles (lanes past the rows are unspecified)."""
-    if "avx512" not in native.available_paths():
-        pytest.skip("this CPU cannot run the avx512 path")
-    native.configure(path="avx512", threads=1)
+def test_unpack_straight_to_tiles_equals_unpack_and_interleave(qt, il_path):
+    """The AVX-512 paths unpack 16 rows' packed bytes straight into the tile layout (unpack_il, used by avx512's tile
+    and small-N kernels and avx512s8's tile kernel): weights, scales and mins must be the bits that unpack +
+    interleave16 give, for whole and partial tiles (lanes past the rows are unspecified). avx512s8 reads Q4_K in
+    AVX2's repacked layout (Q4_Kx), so it is checked there too."""
+    if il_path not in native.available_paths():
+        pytest.skip(f"this CPU cannot run the {il_path} path")
+    native.configure(path=il_path, threads=1)
     rng = np.random.default_rng(3000 + int(qt))
     bs = GGML_QUANT_SIZES[qt][0]
     try:
         for k in [bs, 2 * bs, 4864] if bs == 256 else [32, 96, 896]:
             for nr in (1, 7, 16):
                 rows = random_rows(qt, nr, k, rng)
-                direct = native.testing.unpack_tile(int(qt), rows, k, True)
-                ref = native.testing.unpack_tile(int(qt), rows, k, False)
+                type_id = int(qt)
+                if il_path == "avx512s8" and qt == T.Q4_K:
+                    type_id, rows = native.repack(type_id, rows, k)
+                direct = native.testing.unpack_tile(type_id, rows, k, True)
+                ref = native.testing.unpack_tile(type_id, rows, k, False)
                 np.testing.assert_array_equal(direct[0][:, :nr], ref[0][:, :nr], err_msg=f"weights k={k} nr={nr}")
                 for a, b, what in ((direct[1], ref[1], "scales"), (direct[2], ref[2], "mins")):
                     np.testing.assert_array_equal(
@@ -438,9 +443,9 @@ def int8_peak_reference(path: str, iters: int) -> int | None:
     bytes starting at c + 1, each step adding 3 * (the sum of the lane's unsigned bytes), wrapping at the lane's
     width (avx2: vpmaddubsw pairs into 16-bit lanes, never saturating: 3 * 2 * 255 < 2^15; avx512: vpdpbusd
     quads into 32-bit lanes); checksum: the lanes' unsigned values summed (16 lanes a chain on either path)."""
-    if path == "scalar":
+    if path == "scalar" or (native.EMULATED_AVX512 and path.startswith("avx512")):
         return None
-    nbytes = {"avx2": 2, "avx512": 4}[path]
+    nbytes = {"avx2": 2, "avx512": 4, "avx512s8": 4}[path]
     total = 0
     for c in range(12):
         v = int.from_bytes(bytes([c + 1] * nbytes), "little")
@@ -464,7 +469,7 @@ def test_int8_peak_loop(path, threads):
                 continue
             macs, checksum = got
             assert checksum == want
-            assert macs == threads * iters * 12 * {"avx2": 32, "avx512": 64}[path]
+            assert macs == threads * iters * 12 * {"avx2": 32, "avx512": 64, "avx512s8": 64}[path]
         with pytest.raises(ValueError, match="iters"):
             native.int8_peak(0)
     finally:

@@ -31,7 +31,7 @@ def cases(x8_ks: tuple[int, ...], q4k_ks: tuple[int, ...]) -> list:
     return [(qt, k) for qt in X8 for k in x8_ks] + [(T.Q4_K, k) for k in q4k_ks]
 
 
-@pytest.fixture(params=["scalar", "avx2", "avx512"])
+@pytest.fixture(params=native.known_paths())
 def path(request):
     if request.param not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {request.param} path")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import model_cache
+from localllm import native
 from localllm.llm import LLM
 from localllm.model.architectures import spec_from_gguf
 from localllm.model.gguf import GGUFFile
@@ -195,7 +196,7 @@ def moe_model(tmp_path_factory):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("cpu", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("cpu", native.known_paths())
 def test_experts_keep_rows_alike_in_one_step_chunked_and_token_by_token(moe_model, cpu):
     """A token's experts see only its own row: grouped with 23 others by expert (one step), with 3 (chunks) or alone
     (decode), its logits are the same bits (the batch-invariance contract, native/kernels.h, for mixtures too)."""

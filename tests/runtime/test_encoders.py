@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import model_cache, model_file
+from localllm import native
 from localllm.engine import ContextLengthError
 from localllm.llm import LLM
 from localllm.model.gguf import GGUFFile
@@ -151,7 +152,7 @@ def test_wordpiece_agrees_with_hugging_face(encoder):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("cpu", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("cpu", native.known_paths())
 def test_whole_sequences_in_one_step_give_the_bits_of_each_alone(bert, cpu):
     """Bidirectional attention sees a row's own sequence only: three sequences of different lengths in one step
     (each whole, in its own blocks) give each one's hidden states bit for bit as alone, on every kernel path."""

@@ -15,7 +15,7 @@ from localllm.llm import LLM
 from localllm.model.gguf import GGUFFile
 from reference_forward import ReferenceModel
 
-PATHS = ["scalar", "avx2", "avx512"]
+PATHS = native.known_paths()
 
 TEXTS = [
     "The capital of France is Paris. The capital of the United States is",
