@@ -364,7 +364,9 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
         xd[slot] = d;
         xc[slot] = -L.offset * sum;
         if (L.has_min) xm[slot] = d * (float)sum;
-        std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, G);
+        // G as a constant: a call to libc's memmove per group was 2-4.5% of a prompt's samples
+        if (G == 32) std::memcpy(xp.data() + slot * 32, X.xq.data() + (size_t)c * k + k0, 32);
+        else std::memcpy(xp.data() + slot * G, X.xq.data() + (size_t)c * k + k0, 16);
       }
     });
     A.packed = L;
