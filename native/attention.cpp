@@ -170,18 +170,25 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
     jlo = std::min(jlo, a.window > 0 ? std::max(0, p - a.window + 1) : 0);
     jhi = std::max(jhi, p);
   }
-  // the cache slots of keys jc .. jc + n - 1: a chunk (starting at a multiple of KC) lies in one block when the block
-  // size is a multiple of KC (16, the engine's), so one division a chunk; key by key otherwise
-  auto chunk_slots = [&](int jc, int n, size_t* slots) {
+  // this head's K and V rows of keys jc .. jc + n - 1: a chunk (starting at a multiple of KC) lies in one block when the
+  // block size is a multiple of KC (16, the engine's), so one division a chunk; key by key otherwise
+  const size_t ks = kv_slot_stride(k_cache), vs = kv_slot_stride(v_cache);
+  auto chunk_rows = [&](int jc, int n, const uint8_t** kp, const uint8_t** vp) {
     if (bs % KC == 0) {
-      const size_t s0 = (size_t)bt[jc / bs] * bs + jc % bs;
-      for (int k = 0; k < n; ++k) slots[k] = s0 + k;
+      const size_t b = (size_t)bt[jc / bs], i = jc % bs;
+      const uint8_t *k0 = kv_block_head(k_cache, b, bs, kvh) + i * ks, *v0 = kv_block_head(v_cache, b, bs, kvh) + i * vs;
+      for (int k = 0; k < n; ++k) {
+        kp[k] = k0 + k * ks;
+        vp[k] = v0 + k * vs;
+      }
     } else {
-      for (int k = 0; k < n; ++k) slots[k] = (size_t)bt[(jc + k) / bs] * bs + (jc + k) % bs;
+      for (int k = 0; k < n; ++k) {
+        const size_t s = (size_t)bt[(jc + k) / bs] * bs + (jc + k) % bs;
+        kp[k] = kv_slot(k_cache, s, bs, kvh);
+        vp[k] = kv_slot(v_cache, s, bs, kvh);
+      }
     }
   };
-  auto k_row = [&](size_t slot) { return k_cache.data + slot * k_cache.row_bytes + kvh * k_cache.head_bytes; };
-  auto v_row = [&](size_t slot) { return v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes; };
 #if defined(LLL_X86)
   // f16 keys and values convert straight into the chunk's layouts (load_chunk_f16); keys a chunk leaves out read
   // zeros (their lanes are dropped; their values are multiplied by 0)
@@ -190,19 +197,20 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
   static const uint16_t zero_row[MAX_F16_DIM] = {};
   const uint8_t* zeros = (const uint8_t*)zero_row;
 #endif
-  size_t slots[2][KC];  // this chunk's and the next one's
+  const uint8_t* krows[2][KC];  // this chunk's rows and the next one's
+  const uint8_t* vrows[2][KC];
   int cur = 0;
-  if (jlo <= jhi) chunk_slots(jlo / KC * KC, std::min(KC, jhi - jlo / KC * KC + 1), slots[cur]);
+  if (jlo <= jhi) chunk_rows(jlo / KC * KC, std::min(KC, jhi - jlo / KC * KC + 1), krows[cur], vrows[cur]);
   for (int jc = jlo / KC * KC; jc <= jhi; jc += KC, cur ^= 1) {
     const int nk = std::min(KC, jhi - jc + 1);
     // the next chunk's rows toward the cache: a head's slice of each row is a short strided piece the hardware
     // prefetchers did not run ahead of (the loads stalled decode at 4096 tokens: 14% of its samples, Zen 3)
     if (jc + KC <= jhi) {
       const int nn = std::min(KC, jhi - jc - KC + 1);
-      chunk_slots(jc + KC, nn, slots[cur ^ 1]);
+      chunk_rows(jc + KC, nn, krows[cur ^ 1], vrows[cur ^ 1]);
       for (int k = 0; k < nn; ++k) {
-        for (size_t off = 0; off < k_cache.head_bytes; off += 64) __builtin_prefetch(k_row(slots[cur ^ 1][k]) + off);
-        for (size_t off = 0; off < v_cache.head_bytes; off += 64) __builtin_prefetch(v_row(slots[cur ^ 1][k]) + off);
+        for (size_t off = 0; off < k_cache.head_bytes; off += 64) __builtin_prefetch(krows[cur ^ 1][k] + off);
+        for (size_t off = 0; off < v_cache.head_bytes; off += 64) __builtin_prefetch(vrows[cur ^ 1][k] + off);
       }
     }
 #if defined(LLL_X86)
@@ -211,8 +219,8 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
       const uint8_t* vp[KC];
       for (int k = 0; k < KC; ++k) {
         const bool in = k < nk && jc + k >= jlo;
-        kp[k] = in ? k_row(slots[cur][k]) : zeros;
-        vp[k] = in ? v_row(slots[cur][k]) : zeros;
+        kp[k] = in ? krows[cur][k] : zeros;
+        vp[k] = in ? vrows[cur][k] : zeros;
       }
       load_chunk_f16(kp, vp, D, S.kt.data(), S.vc.data());
     } else
@@ -220,8 +228,8 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
     {
       for (int k = 0; k < nk; ++k) {
         if (jc + k < jlo) continue;
-        kv_dequantize_row(k_cache.type, k_row(slots[cur][k]), D, S.kr.data() + (size_t)k * D);
-        kv_dequantize_row(v_cache.type, v_row(slots[cur][k]), D, S.vc.data() + (size_t)k * D);
+        kv_dequantize_row(k_cache.type, krows[cur][k], D, S.kr.data() + (size_t)k * D);
+        kv_dequantize_row(v_cache.type, vrows[cur][k], D, S.vc.data() + (size_t)k * D);
       }
       transpose_keys(S.kr.data(), D, S.kt.data());
     }
@@ -330,10 +338,8 @@ void tile_attention_bidi(const AttentionShape& a, const AttentionRows& rows, con
     for (int k = 0; k < nk; ++k) {
       const int j = jc + k;
       const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
-      kv_dequantize_row(k_cache.type, k_cache.data + slot * k_cache.row_bytes + kvh * k_cache.head_bytes, D,
-                        S.kr.data() + (size_t)k * D);
-      kv_dequantize_row(v_cache.type, v_cache.data + slot * v_cache.row_bytes + kvh * v_cache.head_bytes, D,
-                        S.vc.data() + (size_t)j * D);
+      kv_dequantize_row(k_cache.type, kv_slot(k_cache, slot, bs, kvh), D, S.kr.data() + (size_t)k * D);
+      kv_dequantize_row(v_cache.type, kv_slot(v_cache, slot, bs, kvh), D, S.vc.data() + (size_t)j * D);
     }
     for (int d = 0; d < D; ++d) {  // contiguous writes: 16 keys of dimension d
       float* kd = S.kt.data() + (size_t)d * np + jc;

@@ -39,10 +39,15 @@ KvCache::KvCache(int n_layers, int n_blocks, int block_size, int n_kv_head, int 
 void KvCache::write(int layer, const float* k, const float* v, const int32_t* slots, int T) {
   uint8_t* kc = k_[layer].get();
   uint8_t* vc = v_[layer].get();
-  for (int t = 0; t < T; ++t) {  // blocks of 32 never straddle heads: head_dim is whole blocks
-    kv_quantize_row(k_type_, k + (size_t)t * row_, row_, kc + (size_t)slots[t] * k_row_);
-    kv_quantize_row(v_type_, v + (size_t)t * row_, row_, vc + (size_t)slots[t] * v_row_);
-  }
+  const KvView kv = this->k(layer), vv = this->v(layer);
+  const int hd = row_ / n_kv_head_;
+  for (int t = 0; t < T; ++t)  // head by head (blocks of 32 never straddle heads: head_dim is whole blocks)
+    for (int h = 0; h < n_kv_head_; ++h) {
+      kv_quantize_row(k_type_, k + (size_t)t * row_ + (size_t)h * hd, hd,
+                      kc + (kv_slot(kv, slots[t], block_size_, h) - kv.data));
+      kv_quantize_row(v_type_, v + (size_t)t * row_ + (size_t)h * hd, hd,
+                      vc + (kv_slot(vv, slots[t], block_size_, h) - vv.data));
+    }
 }
 
 }  // namespace lll
