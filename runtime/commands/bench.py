@@ -639,7 +639,7 @@ def _path_choice(path, threads: int, bw: float, out) -> dict:
     for name, t in timings.items():
         mark = " <- chosen" if name == choice else ""
         print(
-            f"  {path.name[:36]:<36} {name:<7} decode {t.decode_gbps:5.1f} GB/s ({100 * t.decode_gbps / bw:3.0f}% of "
+            f"  {path.name[:36]:<36} {name:<8} decode {t.decode_gbps:5.1f} GB/s ({100 * t.decode_gbps / bw:3.0f}% of "
             f"read bandwidth, ~{1 / t.decode_s:5.1f} tok/s)  prompt ~{1 / t.prompt_s:6.1f} tok/s{mark}",
             file=out,
         )
