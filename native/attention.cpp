@@ -203,8 +203,8 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
   if (jlo <= jhi) chunk_rows(jlo / KC * KC, std::min(KC, jhi - jlo / KC * KC + 1), krows[cur], vrows[cur]);
   for (int jc = jlo / KC * KC; jc <= jhi; jc += KC, cur ^= 1) {
     const int nk = std::min(KC, jhi - jc + 1);
-    // the next chunk's rows toward the cache: a head's slice of each row is a short strided piece the hardware
-    // prefetchers did not run ahead of (the loads stalled decode at 4096 tokens: 14% of its samples, Zen 3)
+    // the next chunk's rows toward the cache (in the CPU's head-major blocks one span per head; in slot-major ones a
+    // strided slice of each row, whose loads stalled decode at 4096 tokens: 14% of its samples, Zen 3)
     if (jc + KC <= jhi) {
       const int nn = std::min(KC, jhi - jc - KC + 1);
       chunk_rows(jc + KC, nn, krows[cur ^ 1], vrows[cur ^ 1]);
