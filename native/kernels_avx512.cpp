@@ -529,13 +529,24 @@ struct PanelX {
   float m(int j) const { return X.xm[gi * CB + j]; }
 };
 
-template <int G, bool MIN, int NC>
+// acc: [n_panels * CB][S][16]. S = 1 (this path's order): the chunk's groups in k order into the one set (acc zeroed
+// by the caller). S = 8 (the avx2 order, the avx512s8 path): group g into set g % 8, each set loaded and stored once;
+// a row's first chunk starts every set at +0 (acc is not zeroed beforehand), a short last chunk leaves the sets it
+// has no group for as they are.
+template <int G, bool MIN, int S, int NC>
 static void qgemm_panel(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
                         float* acc) {
-  __m512 af[NC];
-  for (int j = 0; j < NC; ++j) af[j] = _mm512_loadu_ps(acc + (p * CB + j) * TILE_M);
-  for (int g = 0; g < ng; ++g) group_madd<G, MIN, NC>(w, s, m, g, PanelX<G>{X, (size_t)p * X.ng + X.g0 + g}, af);
-  for (int j = 0; j < NC; ++j) _mm512_storeu_ps(acc + (p * CB + j) * TILE_M, af[j]);
+  float* const ap = acc + (size_t)p * CB * S * TILE_M;
+  const size_t gp = (size_t)p * X.ng + X.g0;
+  const bool start = S > 1 && X.g0 == 0;
+  for (int set = 0; set < S; ++set) {
+    if (set >= ng && !start) continue;
+    __m512 af[NC];
+    for (int j = 0; j < NC; ++j)
+      af[j] = start ? _mm512_setzero_ps() : _mm512_loadu_ps(ap + ((size_t)j * S + set) * TILE_M);
+    for (int g = set; g < ng; g += S) group_madd<G, MIN, NC>(w, s, m, g, PanelX<G>{X, gp + g}, af);
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(ap + ((size_t)j * S + set) * TILE_M, af[j]);
+  }
 }
 
 // fn<NC>() for NC = nc (1 .. CB)
@@ -553,87 +564,44 @@ static inline void with_nc(int nc, A&&... a) {
   }
 }
 
-template <int G, bool MIN>
+template <int G, bool MIN, int S>
 struct Panel {
   template <int NC>
   struct K {
     static void run(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p, float* acc) {
-      qgemm_panel<G, MIN, NC>(w, s, m, ng, X, p, acc);
+      qgemm_panel<G, MIN, S, NC>(w, s, m, ng, X, p, acc);
     }
   };
 };
 
-template <int G, bool MIN>
+template <int G, bool MIN, int S>
 static void qgemm_layout(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
   for (int p = 0; p < X.n_panels; ++p) {  // the padding columns of the last panel are skipped
     const int nc = p + 1 == X.n_panels ? X.last_cols : CB;
-    with_nc<Panel<G, MIN>::template K>(nc, w, s, m, kc / G, X, p, acc);
+    with_nc<Panel<G, MIN, S>::template K>(nc, w, s, m, kc / G, X, p, acc);
   }
 }
 
+// S accumulator sets per output: 1 (kernels_avx512) or 8 (kernels_avx512s8)
+template <int S>
 static void qgemm_chunk_avx512(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
                                const XGroups& X, float* acc) {
   if (L.group == 32) {
-    if (L.has_min) qgemm_layout<32, true>(w, s, m, kc, X, acc);
-    else qgemm_layout<32, false>(w, s, m, kc, X, acc);
+    if (L.has_min) qgemm_layout<32, true, S>(w, s, m, kc, X, acc);
+    else qgemm_layout<32, false, S>(w, s, m, kc, X, acc);
   } else {
-    if (L.has_min) qgemm_layout<16, true>(w, s, m, kc, X, acc);
-    else qgemm_layout<16, false>(w, s, m, kc, X, acc);
+    if (L.has_min) qgemm_layout<16, true, S>(w, s, m, kc, X, acc);
+    else qgemm_layout<16, false, S>(w, s, m, kc, X, acc);
   }
 }
 
 // ---- AVX2's order on AVX-512 (the avx512s8 path, kernels.h) -------------------------------------------
-// S = 8: group g of a row goes to set g % 8, a set's groups in k order, each step group_madd's
+// qgemm_chunk_avx512<8>: group g of a row goes to set g % 8, a set's groups in k order, each step group_madd's
 // fma((float)isum_g, s_g * dx_g, acc) then fma(m_g, xm_g, acc): the float operations of the AVX2 tile kernel, on
 // the same exact isum_g (vpdpbusd from xc, where AVX2 sums |w| * sign(x, w) or widens int16 pairs). So this tile
 // kernel gives the avx2 path's bits, and avx512s8 pairs it with the AVX2 small-N kernels, which decode 2.4x faster
-// than the rows-as-lanes kernel on a Zen 4 (issue 31), while a prompt keeps vpdpbusd. acc: [n_panels * CB][8][16].
+// than the rows-as-lanes kernel on a Zen 4 (issue 31), while a prompt keeps vpdpbusd.
 constexpr int SETS = 8;
-
-template <int G, bool MIN, int NC>
-static void qgemm_panel_s8(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p,
-                           float* acc) {
-  float* const ap = acc + (size_t)p * CB * SETS * TILE_M;
-  const size_t gp = (size_t)p * X.ng + X.g0;
-  const bool first = X.g0 == 0;  // a row's first chunk starts every set at +0 (acc is not zeroed beforehand)
-  for (int set = 0; set < SETS; ++set) {
-    if (set >= ng && !first) continue;  // a short last chunk: the sets it has no group for keep their sums
-    __m512 af[NC];
-    for (int j = 0; j < NC; ++j)
-      af[j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ap + ((size_t)j * SETS + set) * TILE_M);
-    for (int g = set; g < ng; g += SETS) group_madd<G, MIN, NC>(w, s, m, g, PanelX<G>{X, gp + g}, af);
-    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(ap + ((size_t)j * SETS + set) * TILE_M, af[j]);
-  }
-}
-
-template <int G, bool MIN>
-struct PanelS8 {
-  template <int NC>
-  struct K {
-    static void run(const uint8_t* w, const float* s, const float* m, int ng, const XGroups& X, int p, float* acc) {
-      qgemm_panel_s8<G, MIN, NC>(w, s, m, ng, X, p, acc);
-    }
-  };
-};
-
-template <int G, bool MIN>
-static void qgemm_layout_s8(const uint8_t* w, const float* s, const float* m, int kc, const XGroups& X, float* acc) {
-  for (int p = 0; p < X.n_panels; ++p) {
-    const int nc = p + 1 == X.n_panels ? X.last_cols : CB;
-    with_nc<PanelS8<G, MIN>::template K>(nc, w, s, m, kc / G, X, p, acc);
-  }
-}
-
-static void qgemm_chunk_avx512_s8(const QuantLayout& L, const uint8_t* w, const float* s, const float* m, int kc,
-                                  const XGroups& X, float* acc) {
-  if (L.group == 32) {
-    if (L.has_min) qgemm_layout_s8<32, true>(w, s, m, kc, X, acc);
-    else qgemm_layout_s8<32, false>(w, s, m, kc, X, acc);
-  } else {
-    if (L.has_min) qgemm_layout_s8<16, true>(w, s, m, kc, X, acc);
-    else qgemm_layout_s8<16, false>(w, s, m, kc, X, acc);
-  }
-}
 
 // ---- small N: the same micro-kernel over activation rows as they are (qgemv_fused, kernels.h) -------
 // Per 256 weights of the 16 rows: unpack_il into L1, then every column (up to CB at a time) multiplies it. No
@@ -725,7 +693,7 @@ const KernelTable* kernels_avx512() {
     avx512::fill_generic(k);
     k.name = "avx512";
     k.interleave16 = avx512::interleave16_avx512;
-    k.qgemm_chunk = avx512::qgemm_chunk_avx512;
+    k.qgemm_chunk = avx512::qgemm_chunk_avx512<1>;
     k.qgemm_cb = avx512::CB;
     // small N: qgemv_fused_il for every quantized type (the tile micro-kernel without activation packing)
     k.fused_chunk_k = 0;
@@ -777,7 +745,7 @@ const KernelTable* kernels_avx512s8() {
     KernelTable k = *kernels_avx2();
     const KernelTable& a = *kernels_avx512();
     k.name = "avx512s8";
-    k.qgemm_chunk = avx512::qgemm_chunk_avx512_s8;
+    k.qgemm_chunk = avx512::qgemm_chunk_avx512<avx512::SETS>;
     k.qgemm_cb = avx512::CB;
     static_assert(avx512::SETS == 8, "the avx2 order's sets");
     k.interleave16 = a.interleave16;
