@@ -76,6 +76,20 @@ __attribute__((always_inline)) inline void scores16(const float* const qr[RB], c
   }
 }
 
+// One row's running value sum over 8 * C dims: ar[d] = ar[d] * corr + sum_k p[k] * vc[k * D + d], k in order, in C
+// independent chains of 8 dims (the FMAs' latency shows with fewer than eight)
+template <int C>
+__attribute__((always_inline)) inline void value_sum(float* ar, const float* vc, int D, const float* p, int nk,
+                                                     float corr) {
+  v8 o[C];
+  for (int c = 0; c < C; ++c) o[c] = *(const v8u*)(ar + 8 * c) * corr;
+  for (int k = 0; k < nk; ++k) {
+    const float* vk = vc + (size_t)k * D;
+    for (int c = 0; c < C; ++c) o[c] += p[k] * *(const v8u*)(vk + 8 * c);
+  }
+  for (int c = 0; c < C; ++c) *(v8u*)(ar + 8 * c) = o[c];
+}
+
 // kr [KC][D] (the chunk's keys as they lie) -> kt [D][KC], in 8 x 8 blocks of vector shuffles where D is a multiple of 8
 // (the same values moved: a key's dims by the scalar loop cost ~30% of decode attention at 4096 tokens, Zen 3)
 typedef int v8i __attribute__((vector_size(32)));
@@ -271,33 +285,12 @@ void tile_attention(const AttentionShape& a, const AttentionRows& rows, const Ti
         for (int k = 0; k < KC; ++k) sum += s[k];
         S.m[r] = mx;
         S.l[r] = S.l[r] * corr + sum;
-        // acc = acc * corr + sum_k p_k v_k, in registers 64 dims (eight independent chains: four left the FMAs'
-        // latency showing) or 32 at a time; each dim's sum over k in order either way
+        // acc = acc * corr + sum_k p_k v_k, 64 dims at a time, then 32, 8, 1 (each dim's sum over k in order)
         float* ar = S.acc.data() + (size_t)r * D;
         int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) {
-          v8 o[8];
-          for (int c = 0; c < 8; ++c) o[c] = *(const v8u*)(ar + d0 + 8 * c) * corr;
-          for (int k = 0; k < nk; ++k) {
-            const float* vk = S.vc.data() + (size_t)k * D + d0;
-            for (int c = 0; c < 8; ++c) o[c] += s[k] * *(const v8u*)(vk + 8 * c);
-          }
-          for (int c = 0; c < 8; ++c) *(v8u*)(ar + d0 + 8 * c) = o[c];
-        }
-        for (; d0 + 32 <= D; d0 += 32) {
-          v8 o[4];
-          for (int c = 0; c < 4; ++c) o[c] = *(const v8u*)(ar + d0 + 8 * c) * corr;
-          for (int k = 0; k < nk; ++k) {
-            const float* vk = S.vc.data() + (size_t)k * D + d0;
-            for (int c = 0; c < 4; ++c) o[c] += s[k] * *(const v8u*)(vk + 8 * c);
-          }
-          for (int c = 0; c < 4; ++c) *(v8u*)(ar + d0 + 8 * c) = o[c];
-        }
-        for (; d0 + 8 <= D; d0 += 8) {
-          v8 o0 = *(const v8u*)(ar + d0) * corr;
-          for (int k = 0; k < nk; ++k) o0 += s[k] * *(const v8u*)(S.vc.data() + (size_t)k * D + d0);
-          *(v8u*)(ar + d0) = o0;
-        }
+        for (; d0 + 64 <= D; d0 += 64) value_sum<8>(ar + d0, S.vc.data() + d0, D, s, nk, corr);
+        for (; d0 + 32 <= D; d0 += 32) value_sum<4>(ar + d0, S.vc.data() + d0, D, s, nk, corr);
+        for (; d0 + 8 <= D; d0 += 8) value_sum<1>(ar + d0, S.vc.data() + d0, D, s, nk, corr);
         for (int d = d0; d < D; ++d) {
           float o = ar[d] * corr;
           for (int k = 0; k < nk; ++k) o += s[k] * S.vc[(size_t)k * D + d];

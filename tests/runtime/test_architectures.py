@@ -200,8 +200,6 @@ def moe_model(tmp_path_factory):
 def test_experts_keep_rows_alike_in_one_step_chunked_and_token_by_token(moe_model, cpu):
     """A token's experts see only its own row: grouped with 23 others by expert (one step), with 3 (chunks) or alone
     (decode), its logits are the same bits (the batch-invariance contract, native/kernels.h, for mixtures too)."""
-    from localllm import native
-
     if cpu not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {cpu} path")
     native.configure(cpu)

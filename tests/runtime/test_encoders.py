@@ -156,8 +156,6 @@ def test_wordpiece_agrees_with_hugging_face(encoder):
 def test_whole_sequences_in_one_step_give_the_bits_of_each_alone(bert, cpu):
     """Bidirectional attention sees a row's own sequence only: three sequences of different lengths in one step
     (each whole, in its own blocks) give each one's hidden states bit for bit as alone, on every kernel path."""
-    from localllm import native
-
     if cpu not in native.available_paths():
         pytest.skip(f"this CPU cannot run the {cpu} path")
     native.configure(cpu)
