@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "cuda/cuda_api.h"
+#include "emulated_products.h"
 #include "kernel_context.h"
 #include "kv_format.h"
 #include "matmul.h"
@@ -52,10 +53,19 @@ py::dict cuda_info() {
   return d;
 }
 
-// y[n, m] = x[n, k] @ W[m, k]^T by the decode product (n <= 8, cuda/qgemv.cu) or, Batched, by the tensor-core
-// product (any n >= 1, cuda/gemm.cu)
+// y[n, m] = x[n, k] @ W[m, k]^T by the int8 products (cuda/qgemv.cu; kernel "auto", "qgemv" or "mmq") or,
+// Batched, by the f16 tensor-core product (cuda/gemm.cu)
+int mmq_from(const std::string& kernel) {
+  if (kernel == "auto") return -1;
+  if (kernel == "qgemv") return 0;
+  if (kernel == "mmq") return 1;
+  throw std::invalid_argument("kernel must be 'auto', 'qgemv' or 'mmq', got '" + kernel + "'");
+}
+
 template <bool Batched>
-py::array_t<float> cuda_product_py(int type_id, const py::array& w, int k, const py::array& x_in) {
+py::array_t<float> cuda_product_py(int type_id, const py::array& w, int k, const py::array& x_in,
+                                   const std::string& kernel) {
+  const int from = mmq_from(kernel);
   const KernelTable& kt = *kernel_context().kernels;
   auto x = checked_product(kt, type_id, w, k, x_in);
   const int m = (int)w.shape(0), n = (int)x.shape(0);
@@ -66,10 +76,12 @@ py::array_t<float> cuda_product_py(int type_id, const py::array& w, int k, const
   const float* xp = x.data();
   float* yp = y.mutable_data();
   py::gil_scoped_release release;
-  (Batched ? cuda::qgemm_host : cuda::qgemv_host)(type_id, wp, row_bytes, m, k, xp, n, yp);
+  if (Batched) cuda::qgemm_host(type_id, wp, row_bytes, m, k, xp, n, yp);
+  else cuda::qgemv_host(type_id, wp, row_bytes, m, k, xp, n, yp, from);
 #else
   (void)m;
   (void)n;
+  (void)from;
   throw std::runtime_error("the CUDA backend is not compiled in");
 #endif
   return y;
@@ -279,12 +291,48 @@ py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k) {
 }
 
 
+// the int8 products' device source run on the CPU (emulated_products.h): y[n, m] = x[n, k] @ W[m, k]^T (+ bias)
+// (+ y_in, as the residual stream's add), by the decode kernel ("qgemv") or the tile kernel ("mmq")
+py::array_t<float> cuda_emulated_product_py(int type_id, const py::array& w, int k, const py::array& x_in,
+                                            const std::string& kernel, const std::optional<py::array>& bias_in,
+                                            const std::optional<py::array>& y_in) {
+  if (kernel != "qgemv" && kernel != "mmq") throw std::invalid_argument("kernel must be 'qgemv' or 'mmq', got '" + kernel + "'");
+  const KernelTable& kt = *kernel_context().kernels;
+  auto x = checked_product(kt, type_id, w, k, x_in);
+  const int m = (int)w.shape(0), n = (int)x.shape(0);
+  py::array_t<float> y({(py::ssize_t)n, (py::ssize_t)m});
+  std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>> bias;
+  if (bias_in) {
+    bias.emplace(*bias_in);
+    if (bias->ndim() != 1 || bias->shape(0) != m) throw std::invalid_argument("bias must be float32 [m]");
+  }
+  if (y_in) {
+    py::array_t<float, py::array::c_style | py::array::forcecast> y0(*y_in);
+    if (y0.ndim() != 2 || y0.shape(0) != n || y0.shape(1) != m) throw std::invalid_argument("y_in must be float32 [n, m]");
+    std::memcpy(y.mutable_data(), y0.data(), sizeof(float) * (size_t)n * m);
+  }
+  const uint8_t* wp = static_cast<const uint8_t*>(w.data());
+  const size_t row_bytes = (size_t)w.strides(0);
+  const float* bp = bias ? bias->data() : nullptr;
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  py::gil_scoped_release release;
+  emulated_int8_product(type_id, wp, row_bytes, m, k, xp, n, yp, bp, y_in.has_value(), kernel == "mmq");
+  return y;
+}
+
 }  // namespace
 
 void bind_cuda(py::module_& m, py::module_& testing) {
   m.def("cuda_info", &cuda_info, "the CUDA backend: compiled, devices, versions, the reason when absent");
   testing.def("cuda_qgemv", &cuda_product_py<false>, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
-              "y[n, m] = x[n, k] @ W[m, k]^T on CUDA device 0 (n <= 8): the decode product kernel");
+              py::arg("kernel") = "auto",
+              "y[n, m] = x[n, k] @ W[m, k]^T on CUDA device 0 (any n) by the int8 products: kernel 'qgemv' (decode), "
+              "'mmq' (tensor-core tiles) or 'auto' (LOCALLLM_CUDA_MMQ's choice by n)");
+  testing.def("cuda_emulated_product", &cuda_emulated_product_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
+              py::arg("x"), py::arg("kernel"), py::arg("bias") = py::none(), py::arg("y_in") = py::none(),
+              "y[n, m] = x[n, k] @ W[m, k]^T (+ bias) (+ y_in) by the CUDA int8 products' source run on the CPU (the "
+              "warp emulator): kernel 'qgemv' (decode) or 'mmq' (tensor-core tiles); no device needed");
   testing.def("cuda_kv_write", &cuda_kv_write_py, py::arg("kv_type"), py::arg("x"), py::arg("head_dim"),
               py::arg("slots"), py::arg("pool"),
               "a copy of pool with rows slots[t] = x[t] quantized on CUDA device 0 (kv_write)");
@@ -298,7 +346,11 @@ void bind_cuda(py::module_& m, py::module_& testing) {
               py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),
               py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0,
               "out[T, n_head, head_dim]: causal paged attention over the pools on CUDA device 0");
-  testing.def("cuda_qgemm", &cuda_product_py<true>, py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
+  testing.def("cuda_qgemm",
+              [](int type_id, const py::array& w, int k, const py::array& x) {
+                return cuda_product_py<true>(type_id, w, k, x, "auto");
+              },
+              py::arg("type_id"), py::arg("w"), py::arg("k"), py::arg("x"),
               "y[n, m] = x[n, k] @ W[m, k]^T on CUDA device 0 (any n): the tensor-core batched product");
   testing.def("cuda_dequant_rows", &cuda_dequant_rows_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("ids"), py::arg("scale") = 1.0f,

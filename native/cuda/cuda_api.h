@@ -26,10 +26,12 @@ int runtime_version();  // CUDA runtime the module was built with, e.g. 13000
 int driver_version();   // what the installed driver supports (0 without a driver)
 
 // y [n][m] = x [n][k] . W^T on device 0 for m rows of a quantized type (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K),
-// row_bytes each, k weights a row (a multiple of the type's block), 1 <= n <= 8: the decode product. Copies w and
-// x in, quantizes x per 32 on the device (int8 + scale, as the CPU path), runs the kernel, copies y out. The
-// reference is the CPU's matmul over the same rows.
-void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y);
+// row_bytes each, k weights a row (a multiple of the type's block), any n: the int8 product. Copies w and x in,
+// quantizes x per 32 on the device (int8 + scale, as the CPU path), runs the decode kernel, or the tile kernel from
+// mmq_from rows on (0: never, 1: always, -1: LOCALLLM_CUDA_MMQ's choice), copies y out. The reference is the
+// CPU's matmul over the same rows.
+void qgemv_host(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n, float* y,
+                int mmq_from = -1);
 bool qgemv_supports(int type_id);
 
 // Test entry points of the other device kernels (device_ops.cuh), host arrays in and out: copy in, run on device

@@ -13,12 +13,10 @@
 // aligned, so quantized rows are read with 16-bit loads at most (and F16/BF16 rows likewise). F32 rows are read as
 // floats (4-byte aligned rows: row_bytes a multiple of 4, as a row of floats is).
 #pragma once
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "../quant_formats.h"
+#include "device_compat.cuh"
 
 namespace lll::cuda {
 

@@ -13,6 +13,7 @@
 
 #include "../attention.h"
 #include "../kv_format.h"
+#include "qmat.cuh"
 
 namespace lll::cuda {
 
@@ -57,36 +58,25 @@ void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, 
 void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream);
 // the types the decode product takes (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
 bool qgemv_supports(int type_id);
-// activation rows a thread block of qgemv multiplies at once in a decode-sized step (its registers); a larger step
-// runs blocks of 32 rows (each weight step decoded once for 32), as many as it needs
-constexpr int QGEMV_MAX_N = 8;
-// the most activation rows one qgemv takes (65,535 blocks of QGEMV_MAX_N: the grid's y limit)
-constexpr int QGEMV_MAX_ROWS = 65535 * QGEMV_MAX_N;
-// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_ROWS, x given quantized (quantize_x); each output is computed by
-// the same operations in the same order whatever n is and whichever rows are beside it (the decode order: one
-// warp per weight row, lane i taking k-steps i, i + 32, ..., then a fixed shuffle tree), so a row's products are
-// bit-identical at every step size (the batch-invariance contract, kernels.h); W: m rows of row_bytes, each
-// at a 2-byte aligned address (4 for Q4_1 and Q4_K, whose blocks are whole words): a Q6_K row of an odd number of
-// 210-byte super-blocks (the 0.5B's ffn_down, k = 4864 = 19 x 256) is read with 16-bit loads as it lies
-// In the same launch, as the separate kernels would (one float addition each): bias [m] (nullptr: none) added to
-// each output as add_bias adds it, then, with add_to_y, the result added to y's value as add adds it (y += x . W^T
-// + bias: the residual stream's h += a).
+// y [n][m] = x [n][k] . W^T, 1 <= n <= QGEMV_MAX_ROWS (qmat.cuh), x given quantized (quantize_x); each output is
+// computed by the same operations in the same order whatever n is and whichever rows are beside it, so a row's
+// products are bit-identical at every step size (the batch-invariance contract, kernels.h): the terms of its
+// 32-weight steps, each rounded on its own, summed pairwise within chunks of 32 steps, the chunk sums added in
+// order (qstep.cuh). The decode kernel (qgemv_kernel.cuh: a warp per weight row, lane l taking step 32C + l of
+// chunk C) computes it at small n, the tensor-core tile kernel (mmq_kernel.cuh) from LOCALLLM_CUDA_MMQ rows on
+// (default 128; 0: never), both in that order. W: m rows of row_bytes, each at a 2-byte aligned address (4 for
+// Q4_1 and Q4_K, whose blocks are whole words): a Q6_K row of an odd number of 210-byte super-blocks (the 0.5B's
+// ffn_down, k = 4864 = 19 x 256) is read with 16-bit loads as it lies. In the same launch, as the separate
+// kernels would (one float addition each): bias [m] (nullptr: none) added to each output as add_bias adds it,
+// then, with add_to_y, the result added to y's value as add adds it (y += x . W^T + bias: the residual stream's
+// h += a).
 void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const int8_t* xq, const float* xd, int n,
            float* y, const float* bias, bool add_to_y, cudaStream_t stream);
 // Several products of one quantized x in one launch (q, k and v; gate and up), each as qgemv computes it alone, the
-// matrices of any of its types, each with its own output, bias and add_to_y
-struct QgemvMat {
-  int type;
-  const uint8_t* w;
-  size_t row_bytes;
-  int m;
-  float* y;
-  const float* bias;
-  bool add_to_y;
-};
-constexpr int QGEMV_MAX_MATS = 3;
+// matrices of any of its types, each with its own output, bias and add_to_y (QgemvMat, qmat.cuh). mmq_from: the
+// smallest n the tile kernel takes (0: never; -1: LOCALLLM_CUDA_MMQ's, 128 by default)
 void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, const float* xd, int n,
-                 cudaStream_t stream);
+                 cudaStream_t stream, int mmq_from = -1);
 
 // the types qgemm and dequant_rows take: every type the CPU computes (quant_formats.h)
 bool qgemm_supports(int type_id);

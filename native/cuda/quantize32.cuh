@@ -3,7 +3,7 @@
 // input (quantize_x in qgemv.cu; rms_norm_quantize and act_mul_quantize in ops.cu), so that a fused producer
 // writes the bits the separate kernels would.
 #pragma once
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <cstdint>
 

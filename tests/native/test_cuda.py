@@ -87,11 +87,33 @@ def test_qgemv_rows_do_not_depend_on_n(qt):
         c: native.testing.cuda_qgemv(int(qt), rows, k, x[c : c + 1])[0]
         for c in list(range(27)) + [40, 63, 71, 200, 308]
     }
-    for n in list(range(1, 18)) + [64, 300]:
-        for start in (0, 3, 9) if n < 300 else (0, 9):
-            y = native.testing.cuda_qgemv(int(qt), rows, k, x[start : start + n])
-            bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
-            assert not bad, f"{qt.name}: N={n} from row {start}: rows {bad[:5]} differ from alone"
+    # "auto" takes the tensor-core tiles from 128 rows (LOCALLLM_CUDA_MMQ); "mmq" forces them at every N
+    runs = [("auto", n, start) for n in list(range(1, 18)) + [64, 300] for start in ((0, 3, 9) if n < 300 else (0, 9))]
+    runs += [("mmq", n, start) for n in (1, 9, 64, 300) for start in (0, 9)]
+    for kernel, n, start in runs:
+        y = native.testing.cuda_qgemv(int(qt), rows, k, x[start : start + n], kernel=kernel)
+        bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
+        assert not bad, f"{qt.name} {kernel}: N={n} from row {start}: rows {bad[:5]} differ from alone"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["qgemv", "mmq"])
+@pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
+def test_the_card_computes_the_emulators_bits(qt, kernel):
+    """The int8 kernels on the card give the bits of their source run on the CPU by the warp emulator
+    (tests/native/test_cuda_emulated.py), which checks them against float64 and each other in every build: so a
+    difference here is the emulator's model of the device (mma's fragment layout, the _rn arithmetic) or a race
+    the emulator cannot show."""
+    rng = np.random.default_rng(40 + int(qt))
+    m, k = 70, 2560
+    rows = random_rows(qt, m, k, rng)
+    for n in (1, 9, 70):
+        x = rng.standard_normal((n, k), dtype=np.float32)
+        y = native.testing.cuda_qgemv(int(qt), rows, k, x, kernel=kernel)
+        emulated = native.testing.cuda_emulated_product(int(qt), rows, k, x, kernel)
+        diff = np.argwhere(y != emulated)
+        assert not len(diff), f"{qt.name} {kernel} n={n}: {len(diff)} outputs differ, first at {diff[0]}"
 
 
 @gpu

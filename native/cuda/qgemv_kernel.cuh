@@ -1,0 +1,106 @@
+// The decode product's kernels (launched by qgemv.cu; the tests also run this source on the CPU): activations
+// quantized per 32, then y [n][m] = x . W^T by a warp per weight row. Lane l takes step 32C + l of each chunk C of
+// 32 steps (qstep.cuh): decodes it once into eight words of int8 weights, multiplies them with each activation
+// row's int8 values by __dp4a (exact int32 sums), turns the sums into the step's term (step_term), and the warp's
+// xor-shuffle tree at offsets 1, 2, 4, 8, 16 sums the chunk's 32 terms pairwise in step order; the chunk sums are
+// added to the output in chunk order. That is the order of mmq_kernel.cuh, so the two give the same bits.
+#pragma once
+#include <cstdint>
+
+#include "../quant_formats.h"
+#include "device_compat.cuh"
+#include "qmat.cuh"
+#include "qstep.cuh"
+#include "quantize32.cuh"
+
+namespace lll::cuda {
+
+constexpr int QGEMV_WARPS = 4;  // warps per thread block, one weight row each
+
+// activations: xq [n][k] int8, xd [n][k / 32]; grid (n, k / 32), a warp each
+__global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) {
+  const int c = blockIdx.x, b = blockIdx.y, i = threadIdx.x;  // row c (up to 2^31 - 1), block b
+  const size_t at = (size_t)c * k + (size_t)b * 32 + i;
+  quantize32(x[at], i, xq + at, xd + (size_t)c * (k / 32) + b);
+}
+
+// The products of one launch: matrix i takes the thread blocks [end[i - 1], end[i]) of the grid's x (end[-1] = 0)
+struct QgemvMats {
+  QgemvMat m[QGEMV_MAX_MATS];
+  int end[QGEMV_MAX_MATS];
+  int count;
+};
+
+// Weight row `row` of M (a warp) times activation rows c0 = NC blockIdx.y .. c0 + NC - 1 (those below n); NC = 8
+// for decode-sized steps, 32 beyond (each step's weights decoded once for 32 rows). Every activation row's output
+// takes the same operations whichever NC, slot, neighbours and launch it has.
+template <int T, int NC>
+__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const QuantX& x, int n) {
+  const int steps = x.k / 32, lane = threadIdx.x;
+  const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
+  const int8_t* xq = x.q + (size_t)c0 * x.k;
+  const float* xd = x.d + (size_t)c0 * steps;
+  const uint8_t* r = M.w + (size_t)row * M.row_bytes;
+  float acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+  for (int base = 0; base < steps; base += 32) {
+    const int s = base + lane;
+    int u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    StepScales sc{0.0f, 0.0f};
+    if (s < steps) decode_step<T>(r, s, u, sc);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      float t = 0.0f;  // a short last chunk's missing terms
+      if (s < steps) {
+        const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
+        int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s0 = __dp4a(u[j], v[j], s0);
+          x0 = __dp4a(0x01010101, v[j], x0);
+          s1 = __dp4a(u[j + 4], v[j + 4], s1);
+          x1 = __dp4a(0x01010101, v[j + 4], x1);
+        }
+        t = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
+      }
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+      acc[c] = __fadd_rn(acc[c], t);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      // add_bias's one addition, then add's (the residual stream's h += a)
+      float* out = M.y + (size_t)(c0 + c) * M.m + row;
+      const float t = M.bias ? __fadd_rn(acc[c], M.bias[row]) : acc[c];
+      *out = M.add_to_y ? __fadd_rn(*out, t) : t;
+    }
+  }
+}
+
+// Thread block (blockIdx.x, blockIdx.y), QGEMV_WARPS warps: rows QGEMV_WARPS b + threadIdx.y of the matrix whose
+// blocks hold blockIdx.x (b counted from its first), against the activation rows of blockIdx.y; the type's step
+// functions picked per block (uniform, so no divergence)
+template <int NC>
+__global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats, QuantX x, int n) {
+  int i = 0;
+  while (i + 1 < mats.count && (int)blockIdx.x >= mats.end[i]) ++i;
+  const QgemvMat& M = mats.m[i];
+  const int row = ((int)blockIdx.x - (i ? mats.end[i - 1] : 0)) * QGEMV_WARPS + threadIdx.y;
+  if (row >= M.m) return;
+  switch ((QType)M.type) {
+    case QType::Q4_0: qgemv_row<(int)QType::Q4_0, NC>(M, row, x, n); break;
+    case QType::Q4_1: qgemv_row<(int)QType::Q4_1, NC>(M, row, x, n); break;
+    case QType::Q5_0: qgemv_row<(int)QType::Q5_0, NC>(M, row, x, n); break;
+    case QType::Q8_0: qgemv_row<(int)QType::Q8_0, NC>(M, row, x, n); break;
+    case QType::Q4_K: qgemv_row<(int)QType::Q4_K, NC>(M, row, x, n); break;
+    case QType::Q6_K: qgemv_row<(int)QType::Q6_K, NC>(M, row, x, n); break;
+    default: break;  // refused on the host
+  }
+}
+
+}  // namespace lll::cuda

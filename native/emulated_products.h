@@ -1,0 +1,17 @@
+// The CUDA backend's int8 products run on the CPU by the warp emulator (warp_emulator.h), for tests: the source of
+// native/cuda/qgemv_kernel.cuh and mmq_kernel.cuh compiled for the host, so that kernels a card has not run yet are
+// still run, and their bits compared (tests/native/test_cuda_emulated.py). Slow (every barrier a fiber switch):
+// shapes of a few hundred rows.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace lll {
+
+// y [n][m] = x [n][k] . W^T (+ bias [m] when given; + y's own values when add_to_y) for W of m rows of row_bytes of
+// a type the device's int8 products take (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K): quantize_x, then the decode
+// kernel (qgemv) at the geometry qgemv.cu gives n rows, or the tile kernel (mmq) when mmq
+void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
+                           float* y, const float* bias, bool add_to_y, bool mmq);
+
+}  // namespace lll

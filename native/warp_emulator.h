@@ -1,0 +1,40 @@
+// Runs the source of a CUDA kernel on the CPU, for tests: the device code of native/cuda/*.cuh compiled for the host
+// (native/cuda/emulated.cuh maps CUDA's built-ins onto this), so that a kernel that has never met a card has still
+// run, its indexing, shared memory, barriers and warp collectives included, and its bits can be compared with
+// another kernel's (tests/native/test_cuda_emulated.py).
+//
+// Every thread of a block is a fiber on the calling thread. A fiber runs until it reaches a barrier: __syncthreads
+// (the block's live threads) or a warp collective (the 32 lanes of its warp: __shfl_xor_sync, mma), which
+// exchanges each lane's value through the warp's scratch. Blocks run one after another, so a kernel's __shared__
+// arrays can be static. Semantics, not speed, and not everything CUDA allows: warps are whole (blockDim a multiple
+// of 32), every lane of a warp reaches each collective, no atomics, no dynamic shared memory. A kernel that
+// deadlocks (threads waiting at different barriers) or exits with lanes still in a collective is a
+// std::logic_error; an exception a thread throws ends the launch and is rethrown by launch().
+#pragma once
+#include <cstddef>
+#include <functional>
+
+namespace lll::emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// the running thread's coordinates (valid inside launch's body)
+const Dim3& thread_idx();
+const Dim3& block_idx();
+const Dim3& block_dim();
+const Dim3& grid_dim();
+// the running thread's lane in its warp (linear thread index % 32)
+int lane();
+
+// __syncthreads: wait until every live thread of the block has reached it
+void sync_block();
+// A warp collective: every lane of the running thread's warp gives `bytes` bytes (at most 64) of `mine`; each gets
+// all 32 lanes' in `all` (lane i's at all + i * bytes)
+void warp_exchange(const void* mine, size_t bytes, void* all);
+
+// Runs body once per thread of every block of the grid, block by block in x, y, z order.
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body);
+
+}  // namespace lll::emu

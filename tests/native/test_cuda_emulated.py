@@ -1,0 +1,92 @@
+"""The CUDA backend's int8 products run on the CPU: the source of native/cuda/qgemv_kernel.cuh (the decode kernel)
+and mmq_kernel.cuh (the tensor-core tile kernel) compiled for the host and run by the warp emulator
+(native/warp_emulator.h: a fiber per thread, barriers, shuffles and mma fragments as the PTX ISA lays them out).
+So kernels no card has run yet still run in every build: against the float64 product of gguf's dequantized
+weights, and against each other bit for bit, which is what lets the device choose either at any step size without
+a row's bits depending on the step (the batch-invariance contract, kernels.h). tests/native/test_cuda.py checks on
+a card that the device computes the emulator's bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize as ref_dequantize
+from localllm import native
+from quant_blocks import random_rows
+
+U = 2.0**-23
+GPU_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
+KERNELS = ["qgemv", "mmq"]
+
+
+def product(qt, rows, k, x, kernel, **kw):
+    return native.testing.cuda_emulated_product(int(qt), rows, k, x, kernel, **kw)
+
+
+def activations(rng, n, k):
+    x = rng.standard_normal((n, k), dtype=np.float32) * np.exp(rng.standard_normal(k)).astype(np.float32)
+    x[min(3, n - 1), :] = 0.0  # an all-zero row
+    x[n // 2, 64:96] *= 3000.0  # a massive activation block
+    return x
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
+def test_emulated_products_match_the_float64_product(qt, kernel):
+    rng = np.random.default_rng(int(qt) * 10 + len(kernel))
+    # 40 and 48 steps: a whole chunk of 32 and a short one; 70 rows: a whole tile of 64 and a partial one
+    k = 1536 if qt in (T.Q4_K, T.Q6_K) else 1280
+    m = 70
+    rows = random_rows(qt, m, k, rng)
+    w64 = ref_dequantize(rows, qt).reshape(m, k).astype(np.float64)
+    for n in (1, 9, 70):
+        x = activations(rng, n, k)
+        y = product(qt, rows, k, x, kernel)
+        x64 = x.astype(np.float64)
+        dx = np.abs(x64).reshape(n, -1, 32).max(axis=2) / 127
+        act_err = np.repeat(dx, 32, axis=1) / 2 + 8 * U * np.abs(x64)  # int8 rounding per 32, as on the CPU
+        bound = act_err @ np.abs(w64).T + (k / 16 + 16) * U * ((np.abs(x64) + act_err) @ np.abs(w64).T)
+        err = np.abs(y - x64 @ w64.T)
+        assert np.all(err <= bound), f"{qt.name} {kernel} n={n}: max excess {np.max(err - bound)}"
+
+
+@pytest.mark.parametrize("qt", GPU_TYPES, ids=lambda t: t.name)
+def test_mmq_gives_the_decode_kernels_bits_at_every_n(qt):
+    """Each output of either kernel, among any rows at any step size, is the decode kernel's bits for that row
+    alone: 80 steps (two chunks of 32 and a short one), 70 weight rows (a tile and a part), steps of 1 to 140 rows
+    (8-row and 32-row decode blocks, 1 to 3 tiles of 64)."""
+    rng = np.random.default_rng(900 + int(qt))
+    m, k = 70, 2560
+    rows = random_rows(qt, m, k, rng)
+    x = activations(rng, 140, k)
+    alone = {c: product(qt, rows, k, x[c : c + 1], "qgemv")[0] for c in (0, 3, 8, 40, 70, 100, 139)}
+    for kernel, start, n in [("qgemv", 0, 9), ("qgemv", 3, 40), ("mmq", 0, 1), ("mmq", 3, 5), ("mmq", 0, 140)]:
+        y = product(qt, rows, k, x[start : start + n], kernel)
+        bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
+        assert not bad, f"{qt.name} {kernel}: N={n} from row {start}: rows {bad} differ from the row alone"
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_bias_and_the_residual_are_added_as_the_separate_kernels_add_them(kernel):
+    """qgemv's store adds the bias, then the result to y (the residual stream's h += a), one float32 addition each:
+    the bits of add_bias and add run apart."""
+    rng = np.random.default_rng(5)
+    qt, m, k, n = T.Q8_0, 70, 512, 70
+    rows = random_rows(qt, m, k, rng)
+    x = activations(rng, n, k)
+    bias = rng.standard_normal(m).astype(np.float32)
+    h = rng.standard_normal((n, m)).astype(np.float32)
+    plain = product(qt, rows, k, x, kernel)
+    both = product(qt, rows, k, x, kernel, bias=bias, y_in=h)
+    assert np.array_equal(both, h + (plain + bias))
+    assert np.array_equal(product(qt, rows, k, x, kernel, bias=bias), plain + bias)
+
+
+def test_the_emulated_product_refuses_what_the_device_does_not_take():
+    rows = random_rows(T.Q5_K, 4, 256, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="int8 products take"):
+        product(T.Q5_K, rows, 256, np.ones((1, 256), np.float32), "qgemv")
+    rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="kernel must be"):
+        product(T.Q8_0, rows, 64, np.ones((1, 64), np.float32), "wmma")
