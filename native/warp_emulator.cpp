@@ -2,6 +2,7 @@
 // a kernel's millions of barrier waits stay cheap); elsewhere ucontext.
 #include "warp_emulator.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -77,6 +78,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<Barrier> warp_barriers;
   std::vector<unsigned char> scratch;  // [warp][lane][MAX_EXCHANGE]
+  std::vector<std::max_align_t> shared;  // dynamic shared memory
   Barrier block_barrier;
   int live = 0;
   unsigned long progress = 0;  // arrivals and exits: a scheduler pass without any is a deadlock
@@ -205,7 +207,17 @@ void warp_exchange(const void* mine, size_t bytes, void* all) {
   wait(b.warp_barriers[f.warp], WARP);  // every lane has read, so the scratch may be written again
 }
 
-void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
+void sync_warp() {
+  Fiber& f = me();
+  wait(g_block->warp_barriers[f.warp], WARP);
+}
+
+void* dynamic_shared() {
+  me();
+  return g_block->shared.data();
+}
+
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem) {
   if (g_block) throw std::logic_error("warp emulator: a launch inside a launch");
   const size_t threads = (size_t)block.x * block.y * block.z;
   if (!threads || threads % WARP || threads > 1024)
@@ -226,6 +238,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         b.index = {x, y, z};
+        b.shared.assign((smem + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
         b.live = (int)threads;
         b.block_barrier = {};
         for (Barrier& w : b.warp_barriers) w = {};

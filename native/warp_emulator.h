@@ -34,7 +34,13 @@ void sync_block();
 // all 32 lanes' in `all` (lane i's at all + i * bytes)
 void warp_exchange(const void* mine, size_t bytes, void* all);
 
-// Runs body once per thread of every block of the grid, block by block in x, y, z order.
-void launch(Dim3 grid, Dim3 block, const std::function<void()>& body);
+// __syncwarp: wait until every lane of the running thread's warp has reached it
+void sync_warp();
+// the block's dynamic shared memory (launch's smem bytes, 16-byte aligned; zeroed before each block)
+void* dynamic_shared();
+
+// Runs body once per thread of every block of the grid, block by block in x, y, z order, with smem bytes of
+// dynamic shared memory per block.
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem = 0);
 
 }  // namespace lll::emu

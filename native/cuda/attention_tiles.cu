@@ -23,8 +23,7 @@
 // at least 99 KB a block). K is stored as float4 groups, group c of key k at c ^ (k & 7), so that the 32 lanes'
 // 16-byte loads of group c of 32 different keys hit distinct banks in each quarter-warp; q reads are broadcasts,
 // V reads consecutive.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -57,7 +56,7 @@ size_t smem_bytes(int head_dim) { return sizeof(float) * (size_t)(ATTENTION_TILE
 __global__ void __launch_bounds__(32 * WARPS) tiled_attention_kernel(AttentionShape a, AttentionRowsDev rows,
                                                                      const int32_t* tiles, const float* q, KvView kc,
                                                                      KvView vc, float* out) {
-  extern __shared__ float4 sm[];
+  LLL_DYNAMIC_SHARED(float4, sm);
   const int D = a.head_dim, D4 = D / 4, steps = D / 32, bs = a.block_size;
   float4* qs = sm;                                     // [ATTENTION_TILE_ROWS][D / 4]
   float4* ks = qs + ATTENTION_TILE_ROWS * D4;          // [KC][D / 4], group c of key k at c ^ (k & 7)
@@ -197,7 +196,7 @@ void paged_attention_tiled(const AttentionShape& a, const AttentionRowsDev& rows
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(tiled_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
           "paged_attention_tiled shared memory");
-  tiled_attention_kernel<<<dim3(n_tiles, a.n_head), 32 * WARPS, smem, stream>>>(a, rows, tiles, q, k_cache, v_cache,
+  LLL_LAUNCH(tiled_attention_kernel, dim3(n_tiles, a.n_head), 32 * WARPS, smem, stream)(a, rows, tiles, q, k_cache, v_cache,
                                                                                  out);
   check_launch("paged_attention_tiled");
 }

@@ -9,7 +9,7 @@
 // device), every layer runs on one stream, and either the hidden state or the logits rows come back.
 // Products: n <= 8 rows by qgemv (int8 dot products, activations quantized on the device), more by qgemm (tensor
 // cores over f16 tiles). Decode-sized steps replay CUDA graphs (GRAPH_* below).
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <algorithm>
 #include <cstdio>

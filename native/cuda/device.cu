@@ -1,6 +1,6 @@
 // Device discovery: what `localllm.backends()` reports. Never throws: a machine without a driver or a GPU gets an
 // empty list and the CUDA error string.
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include "cuda_api.h"
 

@@ -1,7 +1,7 @@
 // Device memory for the host test entry points (cuda_api.h): count elements of P, copied in from the host when
 // given, freed on scope exit (exceptions included).
 #pragma once
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <algorithm>
 #include <cstddef>

@@ -1,7 +1,9 @@
-// What the device code of native/cuda/*.cuh includes instead of the CUDA headers, so that the same source also
+// What the CUDA sources (native/cuda/*.cu, *.cuh) include instead of the CUDA headers, so that the same source also
 // compiles for the host under LLL_CUDA_EMULATED (native/cuda/emulated.cuh over native/warp_emulator.h), where the
-// tests run it on the CPU (tests/native/test_cuda_emulated.py); and the one tensor-core instruction the products
-// use, in both forms.
+// tests run it on the CPU: the int8 products in every build (tests/native/test_cuda_emulated.py), the whole
+// backend in a LOCALLLM_CUDA=EMULATED build (docs/cuda.md). Launches are spelt LLL_LAUNCH(kernel, grid, block,
+// smem, stream)(args...) and dynamic shared memory LLL_DYNAMIC_SHARED(type, name); and the one int8 tensor-core
+// instruction the products use is here in both forms.
 #pragma once
 #include <cstdint>
 
@@ -10,6 +12,8 @@
 #else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#define LLL_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define LLL_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
 namespace lll::cuda {

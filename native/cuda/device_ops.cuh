@@ -3,7 +3,7 @@
 // std::runtime_error carrying the CUDA error string (check_launch). Shapes are checked by the caller (the Model
 // checks the batch and the weights before a stage runs).
 #pragma once
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <cstddef>
 #include <cstdint>

@@ -26,9 +26,10 @@
 //
 // dequant_rows: one thread per 8 weights of an output row, decode8 and one float product with the scale: the
 // same bits as the CPU's dequantize followed by its embedding scale (cpu_stage.cpp).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
+#ifndef LLL_CUDA_EMULATED
 #include <mma.h>
+#endif
 
 #include <stdexcept>
 #include <string>
@@ -255,7 +256,7 @@ void qgemm(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
            cudaStream_t stream) {
   const dim3 grid((m + TILE - 1) / TILE, (n + TILE - 1) / TILE);
   const bool known = with_type(type_id, [&](auto t) {
-    qgemm_kernel<decltype(t)::value><<<grid, THREADS, 0, stream>>>(w, row_bytes, m, k, x, n, y);
+    LLL_LAUNCH(qgemm_kernel<decltype(t)::value>, grid, THREADS, 0, stream)(w, row_bytes, m, k, x, n, y);
   });
   if (!known) throw std::invalid_argument("qgemm: type " + std::to_string(type_id) + " is not supported on CUDA");
   check_launch("qgemm launch");
@@ -265,7 +266,7 @@ void dequant_rows(int type_id, const uint8_t* w, size_t row_bytes, int k, const 
                   float* out, cudaStream_t stream) {
   const dim3 grid(n, (k + 8 * DEQ_THREADS - 1) / (8 * DEQ_THREADS));
   const bool known = with_type(type_id, [&](auto t) {
-    dequant_rows_kernel<decltype(t)::value><<<grid, DEQ_THREADS, 0, stream>>>(w, row_bytes, k, ids, scale, out);
+    LLL_LAUNCH(dequant_rows_kernel<decltype(t)::value>, grid, DEQ_THREADS, 0, stream)(w, row_bytes, k, ids, scale, out);
   });
   if (!known)
     throw std::invalid_argument("dequant_rows: type " + std::to_string(type_id) + " is not supported on CUDA");

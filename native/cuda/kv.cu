@@ -11,8 +11,7 @@
 //
 // Alignment: q8_0 / q4_0 blocks are 34 / 18 bytes, so only 2-byte aligned; every row and head of a pool starts at
 // an even offset (whole blocks or f16 values), so a block's f16 scale is read and written as one uint16_t.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -167,7 +166,7 @@ struct HeadOps {
 // power of two dividing hd, each stage's pairs independent, so any thread order gives the CPU's values) and its
 // scale 1 / sqrt(m), then x += add.
 __global__ void head_transform(float* x, int heads, int hd, HeadOps op) {
-  extern __shared__ float v[];
+  LLL_DYNAMIC_SHARED(float, v);
   const int h = blockIdx.x % heads;
   float* xv = x + (size_t)blockIdx.x * hd;
   const size_t own = (size_t)h * hd, kv = (size_t)(h / op.group) * hd;
@@ -203,7 +202,7 @@ __global__ void head_transform(float* x, int heads, int hd, HeadOps op) {
 constexpr int TRANSFORM_THREADS = 128;
 
 void launch_head_transform(float* x, int n_vec, int heads, int hd, const HeadOps& op, cudaStream_t stream) {
-  head_transform<<<n_vec, TRANSFORM_THREADS, (size_t)hd * sizeof(float), stream>>>(x, heads, hd, op);
+  LLL_LAUNCH(head_transform, n_vec, TRANSFORM_THREADS, (size_t)hd * sizeof(float), stream)(x, heads, hd, op);
   check_launch("kv transform");
 }
 
@@ -316,11 +315,11 @@ void write_rows(KvType t, const KvRows& a, const KvRows& b, int n_z, int T, int 
   if (T <= 0) return;
   // the row is quantized as consecutive 32-blocks: the same as per head, since head_dim is whole blocks
   if (t == KvType::F16)
-    kv_write_f16<<<dim3(T, (row + 255) / 256, n_z), 256, 0, stream>>>(a, b, row, slots);
+    LLL_LAUNCH(kv_write_f16, dim3(T, (row + 255) / 256, n_z), 256, 0, stream)(a, b, row, slots);
   else if (t == KvType::Q8_0)
-    kv_write_q8_0<<<dim3(T, row / QK, n_z), 32, 0, stream>>>(a, b, row, slots);
+    LLL_LAUNCH(kv_write_q8_0, dim3(T, row / QK, n_z), 32, 0, stream)(a, b, row, slots);
   else
-    kv_write_q4_0<<<dim3(T, row / QK, n_z), 32, 0, stream>>>(a, b, row, slots);
+    LLL_LAUNCH(kv_write_q4_0, dim3(T, row / QK, n_z), 32, 0, stream)(a, b, row, slots);
   check_launch("kv_write");
 }
 
@@ -382,7 +381,7 @@ void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, cons
     throw std::invalid_argument("paged_attention: head_dim must be a multiple of 32 up to " +
                                 std::to_string(ATT_MAX_DIM) + ", got " + std::to_string(a.head_dim));
   if (rows.T <= 0) return;
-  paged_attention_kernel<<<dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream>>>(a, rows, q, k_cache, v_cache, out, xq,
+  LLL_LAUNCH(paged_attention_kernel, dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream)(a, rows, q, k_cache, v_cache, out, xq,
                                                                                  xd);
   check_launch("paged_attention");
 }

@@ -1,7 +1,7 @@
 // Reading the KV cache's rows on the device (kv_format.h's formats), shared by the attention kernels (kv.cu,
 // attention_tiles.cu).
 #pragma once
-#include <cuda_fp16.h>
+#include "device_compat.cuh"
 
 #include <cstddef>
 #include <cstdint>

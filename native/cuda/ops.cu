@@ -2,7 +2,7 @@
 // gelu_tanh_mul, softcap) plus the glue of the step (bias and residual adds, gathering the logits rows). The CPU
 // functions are the reference; reductions here sum in a different order (float per thread, then a tree), so
 // results agree to rounding. rms_norm sums squares in double as the CPU does.
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <stdexcept>
 
@@ -96,7 +96,7 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, i
 
 void rms_norm(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out, nullptr, nullptr);
+  LLL_LAUNCH(rms_norm_kernel, rows, THREADS, 0, stream)(x, w, n, eps, out, nullptr, nullptr);
   check_launch("rms_norm");
 }
 
@@ -104,19 +104,19 @@ void rms_norm_quantize(const float* x, const float* w, int rows, int n, float ep
                        cudaStream_t stream) {
   if (rows <= 0) return;
   if (n % 32) throw std::invalid_argument("rms_norm_quantize: n must be a multiple of 32");
-  rms_norm_kernel<<<rows, THREADS, 0, stream>>>(x, w, n, eps, out, xq, xd);
+  LLL_LAUNCH(rms_norm_kernel, rows, THREADS, 0, stream)(x, w, n, eps, out, xq, xd);
   check_launch("rms_norm_quantize");
 }
 
 void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream) {
   if (!bias || rows <= 0) return;
-  add_bias_kernel<<<blocks_for((size_t)rows * n), THREADS, 0, stream>>>(y, bias, rows, n);
+  LLL_LAUNCH(add_bias_kernel, blocks_for((size_t)rows * n), THREADS, 0, stream)(y, bias, rows, n);
   check_launch("add_bias");
 }
 
 void add(float* h, const float* a, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), THREADS, 0, stream>>>(h, a, n);
+  LLL_LAUNCH(add_kernel, blocks_for(n), THREADS, 0, stream)(h, a, n);
   check_launch("add");
 }
 
@@ -124,13 +124,13 @@ void rope(float* x, int x_heads, float* y, int y_heads, int T, int head_dim, int
           const float* sn, cudaStream_t stream) {
   const size_t n = (size_t)T * (x_heads + y_heads) * (n_rot / 2);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, T, x_heads, y, y_heads, head_dim, n_rot, neox, cs, sn);
+  LLL_LAUNCH(rope_kernel, blocks_for(n), THREADS, 0, stream)(x, T, x_heads, y, y_heads, head_dim, n_rot, neox, cs, sn);
   check_launch("rope");
 }
 
 void act_mul(float* g, const float* u, size_t n, bool silu, cudaStream_t stream) {
   if (n == 0) return;
-  act_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu);
+  LLL_LAUNCH(act_mul_kernel, blocks_for(n), THREADS, 0, stream)(g, u, n, silu);
   check_launch("act_mul");
 }
 
@@ -138,19 +138,19 @@ void act_mul_quantize(const float* g, const float* u, size_t n, bool silu, int8_
                       cudaStream_t stream) {
   if (n == 0) return;
   if (n % 32) throw std::invalid_argument("act_mul_quantize: n must be a multiple of 32");
-  act_mul_quantize_kernel<<<blocks_for(n), THREADS, 0, stream>>>(g, u, n, silu, xq, xd);
+  LLL_LAUNCH(act_mul_quantize_kernel, blocks_for(n), THREADS, 0, stream)(g, u, n, silu, xq, xd);
   check_launch("act_mul_quantize");
 }
 
 void softcap(float* x, size_t n, float cap, cudaStream_t stream) {
   if (n == 0) return;
-  softcap_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, n, cap);
+  LLL_LAUNCH(softcap_kernel, blocks_for(n), THREADS, 0, stream)(x, n, cap);
   check_launch("softcap");
 }
 
 void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  gather_rows_kernel<<<blocks_for((size_t)n * d), THREADS, 0, stream>>>(x, rows, n, d, out);
+  LLL_LAUNCH(gather_rows_kernel, blocks_for((size_t)n * d), THREADS, 0, stream)(x, rows, n, d, out);
   check_launch("gather_rows");
 }
 

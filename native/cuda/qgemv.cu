@@ -2,7 +2,7 @@
 // or, for steps of LOCALLLM_CUDA_MMQ rows or more, the tensor-core tile kernel (mmq_kernel.cuh). The two compute
 // every output in the same order from the same integer sums (qstep.cuh), so the choice changes the speed, not the
 // bits; tests/native/test_cuda_emulated.py runs both kernels' source on the CPU and compares them bit for bit.
-#include <cuda_runtime.h>
+#include "device_compat.cuh"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -34,7 +34,7 @@ int mmq_from_env() {
 template <int T>
 void launch_mmq(const QgemvMat& M, const QuantX& x, int n, cudaStream_t stream) {
   const dim3 grid((M.m + MMQ_ROWS - 1) / MMQ_ROWS, (n + MMQ_COLS - 1) / MMQ_COLS);
-  mmq_kernel<T><<<grid, MMQ_THREADS, 0, stream>>>(M, x, n);
+  LLL_LAUNCH(mmq_kernel<T>, grid, MMQ_THREADS, 0, stream)(M, x, n);
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ bool qgemv_supports(int type_id) {
 }
 
 void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_t stream) {
-  quantize_x_kernel<<<dim3(n, k / 32), 32, 0, stream>>>(x, k, xq, xd);
+  LLL_LAUNCH(quantize_x_kernel, dim3(n, k / 32), 32, 0, stream)(x, k, xq, xd);
   check_launch("quantize_x");
 }
 
@@ -90,8 +90,8 @@ void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, cons
   }
   const int nc = n > QGEMV_MAX_N ? QGEMV_WIDE_N : QGEMV_MAX_N;  // activation rows a block takes
   const dim3 grid(blocks, (n + nc - 1) / nc), block(32, QGEMV_WARPS);
-  if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N><<<grid, block, 0, stream>>>(ms, xs, n);
-  else qgemv_kernel<QGEMV_MAX_N><<<grid, block, 0, stream>>>(ms, xs, n);
+  if (nc == QGEMV_WIDE_N) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n);
+  else LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n);
   check_launch("qgemv");
 }
 

@@ -23,8 +23,10 @@
 //   sort:   each candidate's place is the count of candidates before it in (key descending, index ascending),
 //           a total order on distinct indices, so the slots' order from the counter does not matter.
 // Reads the row 5 times (4 passes and the collection), from L2 after the first.
+#ifndef LLL_CUDA_EMULATED
 #include <cub/block/block_scan.cuh>
-#include <cuda_runtime.h>
+#endif
+#include "device_compat.cuh"
 
 #include <cstdint>
 #include <stdexcept>
@@ -215,7 +217,7 @@ void check_args(const char* what, int n, int stride, int n_valid, int k) {
 
 void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream) {
   check_args("top_k", n, stride, n_valid, k);
-  top_k_kernel<<<n, THREADS, 0, stream>>>(x, stride, n_valid, k, ids, vals);
+  LLL_LAUNCH(top_k_kernel, n, THREADS, 0, stream)(x, stride, n_valid, k, ids, vals);
   check_launch("top_k launch");
 }
 
