@@ -217,6 +217,17 @@ void* dynamic_shared() {
   return g_block->shared.data();
 }
 
+void warp_exchange_one(const void* mine, size_t bytes, int src, void* theirs) {
+  Fiber& f = me();
+  Block& b = *g_block;
+  if (bytes > (size_t)MAX_EXCHANGE) throw std::logic_error("warp emulator: more than 64 bytes a lane in one collective");
+  unsigned char* w = b.scratch.data() + (size_t)f.warp * WARP * MAX_EXCHANGE;
+  std::memcpy(w + (size_t)f.lane * MAX_EXCHANGE, mine, bytes);
+  wait(b.warp_barriers[f.warp], WARP);
+  std::memcpy(theirs, w + (size_t)(src & (WARP - 1)) * MAX_EXCHANGE, bytes);
+  wait(b.warp_barriers[f.warp], WARP);
+}
+
 void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem) {
   if (g_block) throw std::logic_error("warp emulator: a launch inside a launch");
   const size_t threads = (size_t)block.x * block.y * block.z;

@@ -33,6 +33,8 @@ void sync_block();
 // A warp collective: every lane of the running thread's warp gives `bytes` bytes (at most 64) of `mine`; each gets
 // all 32 lanes' in `all` (lane i's at all + i * bytes)
 void warp_exchange(const void* mine, size_t bytes, void* all);
+// the same collective when a lane wants one lane's value: lane src's bytes into *theirs
+void warp_exchange_one(const void* mine, size_t bytes, int src, void* theirs);
 
 // __syncwarp: wait until every lane of the running thread's warp has reached it
 void sync_warp();

@@ -7,8 +7,9 @@
 // paged layout and row formats. One step: the batch's index arrays and RoPE angles (computed on the host as the
 // CPU computes them) go up in one copy each, the hidden state goes up (or the embedding is looked up on the
 // device), every layer runs on one stream, and either the hidden state or the logits rows come back.
-// Products: n <= 8 rows by qgemv (int8 dot products, activations quantized on the device), more by qgemm (tensor
-// cores over f16 tiles). Decode-sized steps replay CUDA graphs (GRAPH_* below).
+// Products: the int8 kernels (qgemv.cu: activations quantized on the device; the decode kernel, or tensor-core
+// tiles from LOCALLLM_CUDA_MMQ rows, the same bits) for the types they take at every step size, qgemm (tensor cores
+// over f16 tiles) for the rest. Decode-sized steps replay CUDA graphs (GRAPH_* below).
 #include "device_compat.cuh"
 
 #include <algorithm>
@@ -87,8 +88,8 @@ bool invariant_enabled() {
 }
 
 // The fusions around the decode kernel (a norm, the activation or the attention writing the next product's quantized
-// input; biases and residual adds in the product's store; the products of one input in one launch): the same bits as
-// the kernels apart, fewer launches. LOCALLLM_CUDA_FUSE=0 runs the kernels apart, to tell a fusion's fault from
+// input; biases and residual adds in the product's store; the products of one input in one launch; rope with the K
+// and V writes): the same bits as the kernels apart, fewer launches. LOCALLLM_CUDA_FUSE=0 runs the kernels apart, to tell a fusion's fault from
 // another's on a card.
 bool fuse_enabled() {
   const char* env = std::getenv("LOCALLLM_CUDA_FUSE");
@@ -511,7 +512,6 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     const int r = ropes.of_layer[l - first_];
     const float* cs = sb.angles + (size_t)r * 2 * T * half;
     const float* sn = cs + (size_t)T * half;
-    cuda::rope(q, c.n_head, k, c.n_kv_head, T, hd, c.n_rot, c.neox, cs, sn, stream_);
     cuda::KvTransformsDev dtf;
     dtf.rotate_k = tf.rotate_k();
     dtf.rotate_v = tf.rotate_v();
@@ -520,10 +520,17 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     dtf.k_scale = tf.equalize_k() ? V(tf.k_scale(l).data(), kvd) : nullptr;
     dtf.k_bias = V(N.k_bias, kvd);
     dtf.v_bias = V(N.v_bias, kvd);
-    cuda::kv_to_cache(dtf, q, k, v, T, c.n_head, c.n_kv_head, hd, stream_);
     uint8_t* kp = static_cast<uint8_t*>(k_pool_[l - first_]->get());
     uint8_t* vp = static_cast<uint8_t*>(v_pool_[l - first_]->get());
-    cuda::kv_write_kv(kv_.k_type, k, kp, k_row_, kv_.v_type, v, vp, v_row_, T, kvd, sb.slots, stream_);
+    const bool transforms = dtf.rotate_k || dtf.rotate_v || dtf.center_k || dtf.center_v || dtf.k_scale;
+    if (fuse_ && !transforms) {  // rope of q and k and the K and V writes in one launch
+      cuda::rope_kv_write(q, c.n_head, k, v, c.n_kv_head, T, hd, c.n_rot, c.neox, cs, sn, kv_.k_type, kp, k_row_,
+                          kv_.v_type, vp, v_row_, sb.slots, stream_);
+    } else {
+      cuda::rope(q, c.n_head, k, c.n_kv_head, T, hd, c.n_rot, c.neox, cs, sn, stream_);
+      cuda::kv_to_cache(dtf, q, k, v, T, c.n_head, c.n_kv_head, hd, stream_);
+      cuda::kv_write_kv(kv_.k_type, k, kp, k_row_, kv_.v_type, v, vp, v_row_, T, kvd, sb.slots, stream_);
+    }
     const AttentionShape shape{c.n_head,      c.n_kv_head,    hd, kv_.block_size, c.attn_scale,
                                c.attn_softcap, L.sliding ? c.sliding_window : 0};
     const KvView kview{kp, kv_.k_type, k_row_, k_row_ / c.n_kv_head};

@@ -104,6 +104,13 @@ void kv_write(KvType t, const float* x, int T, int row, const int32_t* slots, ui
 void kv_write_kv(KvType k_type, const float* k, uint8_t* k_pool, size_t k_row_bytes, KvType v_type, const float* v,
                  uint8_t* v_pool, size_t v_row_bytes, int T, int row, const int32_t* slots, cudaStream_t stream);
 
+// rope of q and k, then kv_write_kv of k and v, in one launch (where no KV transform comes between), the same bits
+// as the three apart: q [T][n_head][head_dim] rotated in place; k [T][n_kv_head][head_dim] rotated on its way into
+// k_pool (k itself is left unrotated); v written as it is. cs, sn [T][n_rot / 2] as rope takes them.
+void rope_kv_write(float* q, int n_head, const float* k, const float* v, int n_kv_head, int T, int head_dim, int n_rot,
+                   bool neox, const float* cs, const float* sn, KvType k_type, uint8_t* k_pool, size_t k_row_bytes,
+                   KvType v_type, uint8_t* v_pool, size_t v_row_bytes, const int32_t* slots, cudaStream_t stream);
+
 // One layer's KV transforms (kv_transforms.h), as KvTransforms::to_cache / from_cache do them on the CPU.
 struct KvTransformsDev {
   bool rotate_k = false, rotate_v = false, center_k = false, center_v = false;

@@ -136,32 +136,31 @@ inline void __syncthreads() { ::lll::emu::sync_block(); }
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::lll::emu::sync_warp(); }
 // the warp collectives: every lane of the warp takes part (the backend's kernels pass full masks)
 template <class T>
+inline T shfl_from(T v, int src) {
+  T out;
+  ::lll::emu::warp_exchange_one(&v, sizeof v, src, &out);
+  return out;
+}
+template <class T>
 inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
-  T all[32];
-  ::lll::emu::warp_exchange(&v, sizeof v, all);
   const int lane = ::lll::emu::lane();
-  return all[(lane & ~(width - 1)) + (src & (width - 1))];
+  return shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)));
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int o, int width = 32) {
-  T all[32];
-  ::lll::emu::warp_exchange(&v, sizeof v, all);
   const int lane = ::lll::emu::lane(), to = lane ^ o;
-  return all[(to & ~(width - 1)) == (lane & ~(width - 1)) ? to : lane];
+  return shfl_from(v, (to & ~(width - 1)) == (lane & ~(width - 1)) ? to : lane);
 }
 template <class T>
 inline T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
-  T all[32];
-  ::lll::emu::warp_exchange(&v, sizeof v, all);
   const int lane = ::lll::emu::lane(), in = lane % width;
-  return in >= (int)d ? all[lane - (int)d] : v;
+  const T got = shfl_from(v, in >= (int)d ? lane - (int)d : lane);
+  return got;
 }
 template <class T>
 inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32) {
-  T all[32];
-  ::lll::emu::warp_exchange(&v, sizeof v, all);
   const int lane = ::lll::emu::lane(), in = lane % width;
-  return in + (int)d < width ? all[lane + (int)d] : v;
+  return shfl_from(v, in + (int)d < width ? lane + (int)d : lane);
 }
 template <class T>
 inline unsigned __match_any_sync(unsigned, T v) {

@@ -24,6 +24,7 @@
 #include "device_ops.cuh"
 #include "kv_rows.cuh"
 #include "quantize32.cuh"
+#include "rope_pair.cuh"
 
 namespace lll::cuda {
 namespace {
@@ -61,18 +62,22 @@ __global__ void kv_write_f16(KvRows a, KvRows b, int row, const int32_t* slots) 
   y[i] = f2h(x[(size_t)t * row + i]);
 }
 
-// q8_0: one warp per 32-value block b of row t, lane j quantizing value j (kv_quantize_row's q8_0 branch:
-// d = amax / 127, q = roundf(x * (1 / d)))
-__global__ void __launch_bounds__(32) kv_write_q8_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
-  LLL_KV_ROWS(ra, rb);
-  const int t = blockIdx.x, b = blockIdx.y, j = threadIdx.x;
-  const float v = x[(size_t)t * row + (size_t)b * QK + j];
+// q8_0: the 32-value block whose value j is v of lane j into blk (kv_quantize_row's q8_0 branch: d = amax / 127,
+// q = roundf(x * (1 / d)))
+__device__ __forceinline__ void q8_0_block(float v, int j, uint8_t* blk) {
   float amax = fabsf(v);  // a max: exact in any order
   for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, o));
   const float d = __fdiv_rn(amax, 127.f), id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
-  uint8_t* blk = pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q8_0);
   if (j == 0) *reinterpret_cast<uint16_t*>(blk) = f2h(d);
   blk[2 + j] = (uint8_t)(int8_t)(int)roundf(__fmul_rn(v, id));
+}
+
+// one warp per 32-value block b of row t
+__global__ void __launch_bounds__(32) kv_write_q8_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
+  LLL_KV_ROWS(ra, rb);
+  const int t = blockIdx.x, b = blockIdx.y, j = threadIdx.x;
+  q8_0_block(x[(size_t)t * row + (size_t)b * QK + j], j,
+             pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q8_0));
 }
 
 // the sum of (x_j - d16 * q_j)^2 in double, j = 0 .. 31 in order, q_j = clamp(lround(x_j / d16), -8, 7) with x_j
@@ -130,20 +135,76 @@ __device__ float q4_0_scale(float xl, int lane) {
   return best_d;
 }
 
-// q4_0: one warp per 32-value block b of row t (kv_quantize_row's q4_0 branch): the searched scale d, then lane
-// j < 16 packs values j (low nibble) and j + 16 (high nibble), q = clamp(lround(x * (1 / d)) + 8, 0, 15)
-__global__ void __launch_bounds__(32) kv_write_q4_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
-  LLL_KV_ROWS(ra, rb);
-  const int t = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
-  const float v = x[(size_t)t * row + (size_t)b * QK + lane];
+// q4_0: the 32-value block whose value j is v of lane j into blk (kv_quantize_row's q4_0 branch): the searched
+// scale d, then lane j < 16 packs values j (low nibble) and j + 16 (high nibble), q = clamp(lround(x * (1 / d)) +
+// 8, 0, 15)
+__device__ __forceinline__ void q4_0_block(float v, int lane, uint8_t* blk) {
   const float d = q4_0_scale(v, lane), id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
   const float v_hi = __shfl_down_sync(FULL, v, 16);  // value lane + 16 (for lanes < 16)
-  uint8_t* blk = pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q4_0);
   if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = f2h(d);
   if (lane < QK / 2) {
     const int q0 = clampi((int)lroundf(__fmul_rn(v, id)) + 8, 0, 15);
     const int q1 = clampi((int)lroundf(__fmul_rn(v_hi, id)) + 8, 0, 15);
     blk[2 + lane] = (uint8_t)(q0 | q1 << 4);
+  }
+}
+
+// one warp per 32-value block b of row t
+__global__ void __launch_bounds__(32) kv_write_q4_0(KvRows ra, KvRows rb, int row, const int32_t* slots) {
+  LLL_KV_ROWS(ra, rb);
+  const int t = blockIdx.x, b = blockIdx.y, lane = threadIdx.x;
+  q4_0_block(x[(size_t)t * row + (size_t)b * QK + lane], lane,
+             pool + (size_t)slots[t] * row_bytes + (size_t)b * sizeof(block_q4_0));
+}
+
+// ---- rope and the KV writes in one launch ----
+
+// rope_kv_write's arguments: q [T][n_head][hd] rotated in place; k, v [T][n_kv_head * hd] written to the pools,
+// K rotated on the way (k itself left as it was)
+struct RopeKv {
+  float* q;
+  const float *k, *v;
+  int n_head, n_kv_head, hd, n_rot;
+  bool neox;
+  const float *cs, *sn;  // [T][n_rot / 2]
+  uint8_t *k_pool, *v_pool;
+  size_t k_row_bytes, v_row_bytes;
+  KvType k_type, v_type;
+  const int32_t* slots;
+};
+
+// Block (t, u, part), one warp: part 0 rotates q's pairs 32u .. 32u + 31 of row t (rope's arithmetic); parts 1 and 2
+// write values 32u .. 32u + 31 of K (rotated: rope_value) and V of row t as kv_write writes them, a lane a value (a
+// quantized type's block is those 32)
+__global__ void __launch_bounds__(32) rope_kv_write_kernel(RopeKv p) {
+  const int t = blockIdx.x, u = blockIdx.y, part = blockIdx.z, lane = threadIdx.x, half = p.n_rot / 2;
+  const float* cs = p.cs + (size_t)t * half;
+  const float* sn = p.sn + (size_t)t * half;
+  if (part == 0) {
+    const int i = u * 32 + lane;
+    if (i >= p.n_head * half) return;
+    float* xh = p.q + ((size_t)t * p.n_head + i / half) * p.hd;
+    const int pp = i % half, ia = p.neox ? pp : 2 * pp, ib = p.neox ? pp + half : 2 * pp + 1;
+    const float a = xh[ia], b = xh[ib];
+    xh[ia] = rope_first(a, b, cs[pp], sn[pp]);
+    xh[ib] = rope_second(a, b, cs[pp], sn[pp]);
+    return;
+  }
+  const int row = p.n_kv_head * p.hd;
+  if (u * 32 >= row) return;  // the whole warp
+  const int i = u * 32 + lane;
+  const bool is_k = part == 1;
+  const float* x = (is_k ? p.k : p.v) + (size_t)t * row;
+  const KvType type = is_k ? p.k_type : p.v_type;
+  uint8_t* dst = (is_k ? p.k_pool : p.v_pool) + (size_t)p.slots[t] * (is_k ? p.k_row_bytes : p.v_row_bytes);
+  float val = 0.f;
+  if (i < row) val = is_k ? rope_value(x + (size_t)(i / p.hd) * p.hd, i % p.hd, p.n_rot, p.neox, cs, sn) : x[i];
+  if (type == KvType::F16) {
+    if (i < row) reinterpret_cast<uint16_t*>(dst)[i] = f2h(val);
+  } else if (type == KvType::Q8_0) {
+    q8_0_block(val, lane, dst + (size_t)u * sizeof(block_q8_0));
+  } else {
+    q4_0_block(val, lane, dst + (size_t)u * sizeof(block_q4_0));
   }
 }
 
@@ -337,6 +398,17 @@ void kv_write_kv(KvType k_type, const float* k, uint8_t* k_pool, size_t k_row_by
   if (k_type == v_type) return write_rows(k_type, a, b, 2, T, row, slots, stream);
   write_rows(k_type, a, a, 1, T, row, slots, stream);
   write_rows(v_type, b, b, 1, T, row, slots, stream);
+}
+
+void rope_kv_write(float* q, int n_head, const float* k, const float* v, int n_kv_head, int T, int head_dim, int n_rot,
+                   bool neox, const float* cs, const float* sn, KvType k_type, uint8_t* k_pool, size_t k_row_bytes,
+                   KvType v_type, uint8_t* v_pool, size_t v_row_bytes, const int32_t* slots, cudaStream_t stream) {
+  if (T <= 0) return;
+  const int row = n_kv_head * head_dim, q_units = (n_head * (n_rot / 2) + 31) / 32, kv_units = (row + 31) / 32;
+  const RopeKv p{q,      k,      v,      n_head,      n_kv_head,   head_dim, n_rot, neox,  cs,
+                 sn,     k_pool, v_pool, k_row_bytes, v_row_bytes, k_type,   v_type, slots};
+  LLL_LAUNCH(rope_kv_write_kernel, dim3(T, std::max(q_units, kv_units), 3), 32, 0, stream)(p);
+  check_launch("rope_kv_write");
 }
 
 void kv_to_cache(const KvTransformsDev& tf, float* q, float* k, float* v, int n, int n_head, int n_kv_head,

@@ -8,6 +8,7 @@
 
 #include "device_ops.cuh"
 #include "quantize32.cuh"
+#include "rope_pair.cuh"
 
 namespace lll::cuda {
 namespace {
@@ -67,8 +68,8 @@ __global__ void rope_kernel(float* x, int T, int n_heads, float* y, int y_heads,
   float* xh = x + th * head_dim;
   const int ia = neox ? p : 2 * p, ib = neox ? p + half : 2 * p + 1;
   const float a = xh[ia], b = xh[ib], c = cs[(size_t)t * half + p], s = sn[(size_t)t * half + p];
-  xh[ia] = a * c - b * s;
-  xh[ib] = a * s + b * c;
+  xh[ia] = rope_first(a, b, c, s);
+  xh[ib] = rope_second(a, b, c, s);
 }
 
 __global__ void act_mul_kernel(float* g, const float* u, size_t n, bool silu) {

@@ -224,11 +224,31 @@ def _assert_top1s(got: np.ndarray, want: np.ndarray, margin: float, what: str) -
             assert int(np.argmax(got[r])) == int(top2[1]), f"{what}: row {r} top-1 differs"
 
 
-def _assert_top1_agrees(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    """top-1 equal where the CPU's margin is at least 0.1, and every logit within 5% of the largest."""
-    _assert_top1s(got, want, 0.1, what)
+def _assert_top1_agrees(got: np.ndarray, want: np.ndarray, what: str, second_path=None) -> None:
+    """top-1 equal where the CPU's margin is at least 0.1, and every logit within 5% of the largest. With
+    second_path (a function giving the same rows by another CPU path, asked only when a row's top-1 differs), a row
+    whose CPU margin lies within twice the distance between the two CPU paths is excused: two correct CPU paths can
+    disagree there too. On gemma-3-270m's real weights the scalar and avx2 paths lie up to 0.92 apart on a scale
+    of 33, and at a row whose avx2 margin is 0.104 the scalar path picks another token (as the device did, run by
+    the CUDA emulator, docs/cuda.md)."""
+    try:
+        _assert_top1s(got, want, 0.1, what)
+    except AssertionError:
+        if second_path is None:
+            raise
+        apart = float(np.abs(second_path() - want).max())
+        _assert_top1s(got, want, max(0.1, 2 * apart), f"{what} (two CPU paths {apart:.3f} apart)")
     scale = float(np.abs(want).max())
     assert float(np.abs(got - want).max()) < 0.05 * scale, f"{what}: logits far from the CPU's"
+
+
+def _scalar_logits(f: GGUFFile, ids: list[int]) -> np.ndarray:
+    """_prompt_logits by the CPU's scalar path (the default path's second opinion)."""
+    native.configure("scalar", native.physical_cores())
+    try:
+        return _prompt_logits(Model(f, n_blocks=8, threads=2), ids)
+    finally:
+        native.configure()
 
 
 def _ids(f: GGUFFile) -> list[int]:
@@ -245,7 +265,7 @@ def test_cuda_logits_match_the_cpu(name):
         cpu = _prompt_logits(Model(f, n_blocks=8, threads=2), ids)
         cuda_model = Model(f, n_blocks=8, threads=2, device="cuda")
         assert cuda_model.stages == [("cuda:0", 0, cuda_model.spec.n_layers)]
-        _assert_top1_agrees(_prompt_logits(cuda_model, ids), cpu, f"{name} on cuda")
+        _assert_top1_agrees(_prompt_logits(cuda_model, ids), cpu, f"{name} on cuda", lambda: _scalar_logits(f, ids))
 
 
 def _assert_quantized_kv_agrees(got: dict, want: dict, what: str) -> None:
@@ -424,12 +444,12 @@ def test_a_cpu_stage_has_no_graph(tmp_path):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.model
-def test_a_decode_step_launches_at_most_10_kernels_a_layer():
+def test_a_decode_step_launches_at_most_9_kernels_a_layer():
     """The kernels a decode step of Qwen 0.5B (f16 KV) launches, counted in its CUDA graph: per layer the fused norm
-    and quantization, q/k/v in one launch with their biases, rope of q and k, the K and V writes, attention writing
-    the output product's quantized input, that product (added into h), norm, gate and up in one launch, act into
-    the down product's input, down (added into h): 10, from about 24 before the fusions (issue 32 aims at 8); plus
-    the embedding and the head."""
+    and quantization, q/k/v in one launch with their biases, rope of q and k with the K and V writes, attention
+    writing the output product's quantized input, that product (added into h), norm, gate and up in one launch, act
+    into the down product's input, down (added into h): 9, from about 24 before the fusions (issue 32 aims at 8);
+    plus the embedding and the head. The CUDA emulator's graphs count 221 for the 0.5B's 24 layers."""
     with GGUFFile(model_file(QWEN)) as f:
         ids = _ids(f)
         m = Model(f, n_blocks=8, threads=2, device="cuda")
@@ -439,7 +459,7 @@ def test_a_decode_step_launches_at_most_10_kernels_a_layer():
         (nodes,) = m.graph_nodes
         n_layers = m.spec.n_layers
         print(f"decode step: {nodes} kernels, {nodes / n_layers:.1f} a layer")
-        assert 0 < nodes <= 10 * n_layers + 12, f"{nodes} kernels for {n_layers} layers"
+        assert 0 < nodes <= 9 * n_layers + 12, f"{nodes} kernels for {n_layers} layers"
 
 
 @gpu
