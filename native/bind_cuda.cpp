@@ -321,6 +321,49 @@ py::array_t<float> cuda_emulated_product_py(int type_id, const py::array& w, int
   return y;
 }
 
+// the decode kernel with a follow-up in its tail, its source run on the CPU (emulated_int8_then): with up, the
+// products gate = x @ W^T and up = x @ U^T and their gated activation; without, y = y_in + x @ W^T and its RMSNorm by
+// norm (eps). Returns (y, up's y or None, the norm's output or None, xq [n, m] int8, xd [n, m / 32]).
+py::tuple cuda_emulated_then_py(int type_id, const py::array& w, int k, const py::array& x_in,
+                                const std::optional<py::array>& up, bool silu, const std::optional<py::array>& norm_in,
+                                float eps, const std::optional<py::array>& y_in) {
+  const KernelTable& kt = *kernel_context().kernels;
+  auto x = checked_product(kt, type_id, w, k, x_in);
+  const int m = (int)w.shape(0), n = (int)x.shape(0);
+  if (up.has_value() == norm_in.has_value()) throw std::invalid_argument("give up (the gated activation) or norm, one of them");
+  if (up && (up->ndim() != 2 || up->shape(0) != m || up->strides(0) != w.strides(0) || up->dtype().itemsize() != 1 ||
+             !(up->flags() & py::array::c_style)))
+    throw std::invalid_argument("up must be laid out as w: uint8 [m, row_bytes]");
+  std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>> norm;
+  if (norm_in) {
+    norm.emplace(*norm_in);
+    if (norm->ndim() != 1 || norm->shape(0) != m) throw std::invalid_argument("norm must be float32 [m]");
+  }
+  if (m % 32) throw std::invalid_argument("m must be a multiple of 32");
+  py::array_t<float> y({(py::ssize_t)n, (py::ssize_t)m}), out({(py::ssize_t)n, (py::ssize_t)m});
+  py::array_t<float> y2({(py::ssize_t)n, (py::ssize_t)m}), xd({(py::ssize_t)n, (py::ssize_t)(m / 32)});
+  py::array_t<int8_t> xq({(py::ssize_t)n, (py::ssize_t)m});
+  std::memset(y.mutable_data(), 0, sizeof(float) * (size_t)n * m);
+  if (y_in) {
+    if (up) throw std::invalid_argument("y_in goes with norm (the residual stream)");
+    py::array_t<float, py::array::c_style | py::array::forcecast> y0(*y_in);
+    if (y0.ndim() != 2 || y0.shape(0) != n || y0.shape(1) != m) throw std::invalid_argument("y_in must be float32 [n, m]");
+    std::memcpy(y.mutable_data(), y0.data(), sizeof(float) * (size_t)n * m);
+  }
+  const uint8_t* wp = static_cast<const uint8_t*>(w.data());
+  const uint8_t* up_p = up ? static_cast<const uint8_t*>(up->data()) : nullptr;
+  const size_t row_bytes = (size_t)w.strides(0);
+  const float* xp = x.data();
+  const float* np = norm ? norm->data() : nullptr;
+  float *yp = y.mutable_data(), *y2p = y2.mutable_data(), *op = out.mutable_data(), *dp = xd.mutable_data();
+  int8_t* qp = xq.mutable_data();
+  {
+    py::gil_scoped_release release;
+    emulated_int8_then(type_id, wp, up_p, row_bytes, m, k, xp, n, yp, y2p, silu, np, eps, op, qp, dp);
+  }
+  return py::make_tuple(y, up ? py::object(y2) : py::none(), norm ? py::object(out) : py::none(), xq, xd);
+}
+
 }  // namespace
 
 void bind_cuda(py::module_& m, py::module_& testing) {
@@ -333,6 +376,12 @@ void bind_cuda(py::module_& m, py::module_& testing) {
               py::arg("x"), py::arg("kernel"), py::arg("bias") = py::none(), py::arg("y_in") = py::none(),
               "y[n, m] = x[n, k] @ W[m, k]^T (+ bias) (+ y_in) by the CUDA int8 products' source run on the CPU (the "
               "warp emulator): kernel 'qgemv' (decode) or 'mmq' (tensor-core tiles); no device needed");
+  testing.def("cuda_emulated_then", &cuda_emulated_then_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
+              py::arg("x"), py::kw_only(), py::arg("up") = py::none(), py::arg("silu") = true,
+              py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("y_in") = py::none(),
+              "the CUDA decode kernel with a follow-up in its tail, run on the CPU: with up, gate and up's products "
+              "and act(gate) * up quantized per 32; with norm, y_in + x @ W^T and its RMSNorm, quantized. Returns "
+              "(y, up_y or None, normed or None, xq, xd)");
   testing.def("cuda_kv_write", &cuda_kv_write_py, py::arg("kv_type"), py::arg("x"), py::arg("head_dim"),
               py::arg("slots"), py::arg("pool"),
               "a copy of pool with rows slots[t] = x[t] quantized on CUDA device 0 (kv_write)");

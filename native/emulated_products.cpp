@@ -13,21 +13,63 @@
 
 namespace lll {
 
-void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
-                           float* y, const float* bias, bool add_to_y, bool mmq) {
-  using namespace cuda;
+namespace {
+
+void check_shape(int type_id, int m, int k, int n) {
   switch ((QType)type_id) {
-    case QType::Q4_0: case QType::Q4_1: case QType::Q5_0: case QType::Q8_0: case QType::Q4_K: case QType::Q6_K:
+    case QType::Q4_0: case QType::Q4_1: case QType::Q5_0: case QType::Q8_0:
+    case QType::Q4_K: case QType::Q6_K:
       break;
     default:
       throw std::invalid_argument("emulated int8 product: type " + std::to_string(type_id) + " is not one the device's int8 products take");
   }
   if (m < 1 || n < 1 || k < 32 || k % 32) throw std::invalid_argument("emulated int8 product: bad shape");
-  std::vector<int8_t> xq((size_t)n * k);
-  std::vector<float> xd((size_t)n * (k / 32));
+}
+
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+};
+
+Quantized quantize(const float* x, int n, int k) {
+  Quantized out{std::vector<int8_t>((size_t)n * k), std::vector<float>((size_t)n * (k / 32))};
   emu::launch({(unsigned)n, (unsigned)(k / 32), 1}, {32, 1, 1},
-              [&] { quantize_x_kernel(x, k, xq.data(), xd.data()); });
-  const QuantX xs{xq.data(), xd.data(), k};
+              [&] { cuda::quantize_x_kernel(x, k, out.q.data(), out.d.data()); });
+  return out;
+}
+
+struct Mats {
+  const cuda::QgemvMat* m;
+  unsigned count;
+};
+
+// the decode kernel over these matrices, launched as qgemv_multi launches it
+void run_qgemv(Mats mats, const cuda::QuantX& xs, int n, const cuda::QgemvThen& then) {
+  using namespace cuda;
+  QgemvMats ms{};
+  ms.count = (int)mats.count;
+  int blocks = 0;
+  for (unsigned i = 0; i < mats.count; ++i) {
+    ms.m[i] = mats.m[i];
+    blocks += (mats.m[i].m + QGEMV_WARPS - 1) / QGEMV_WARPS;
+    ms.end[i] = blocks;
+  }
+  const int nc = qgemv_row_group(n);
+  const emu::Dim3 grid{(unsigned)blocks, (unsigned)((n + nc - 1) / nc), 1};
+  emu::launch(grid, {32, QGEMV_WARPS, 1}, [&] {
+    if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N>(ms, xs, n, then);
+    else qgemv_kernel<QGEMV_MAX_N>(ms, xs, n, then);
+  });
+}
+
+}  // namespace
+
+void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
+                           float* y, const float* bias, bool add_to_y, bool mmq) {
+  using namespace cuda;
+  check_shape(type_id, m, k, n);
+  const Quantized q = quantize(x, n, k);
+  const QuantX xs{q.q.data(), q.d.data(), k};
   const QgemvMat M{type_id, w, row_bytes, m, y, bias, add_to_y};
   if (mmq) {
     const emu::Dim3 grid{(unsigned)((m + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)((n + MMQ_COLS - 1) / MMQ_COLS), 1};
@@ -43,16 +85,31 @@ void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int 
     });
     return;
   }
-  QgemvMats ms{};
-  ms.count = 1;
-  ms.m[0] = M;
-  ms.end[0] = (m + QGEMV_WARPS - 1) / QGEMV_WARPS;
-  const int nc = n > QGEMV_MAX_N ? QGEMV_WIDE_N : QGEMV_MAX_N;
-  const emu::Dim3 grid{(unsigned)ms.end[0], (unsigned)((n + nc - 1) / nc), 1};
-  emu::launch(grid, {32, QGEMV_WARPS, 1}, [&] {
-    if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N>(ms, xs, n);
-    else qgemv_kernel<QGEMV_MAX_N>(ms, xs, n);
-  });
+  run_qgemv({&M, 1}, xs, n, QgemvThen{});
+}
+
+void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t row_bytes, int m, int k,
+                        const float* x, int n, float* y, float* y2, bool silu, const float* norm_w, float eps,
+                        float* out, int8_t* xq_out, float* xd_out) {
+  using namespace cuda;
+  check_shape(type_id, m, k, n);
+  if (m % 32) throw std::invalid_argument("emulated int8 product: a follow-up needs m a multiple of 32");
+  const Quantized q = quantize(x, n, k);
+  const QuantX xs{q.q.data(), q.d.data(), k};
+  std::vector<int> counters(qgemv_then_counters(m, n), 0);
+  QgemvThen then;
+  then.silu = silu;
+  then.w = norm_w;
+  then.eps = eps;
+  then.out = out;
+  then.xq = xq_out;
+  then.xd = xd_out;
+  then.counters = counters.data();
+  QgemvMat mats[2] = {{type_id, w, row_bytes, m, y, nullptr, !w2}, {type_id, w2, row_bytes, m, y2, nullptr, false}};
+  then.kind = w2 ? QgemvThen::ACT_MUL : QgemvThen::RMS_NORM;
+  run_qgemv({mats, w2 ? 2u : 1u}, xs, n, then);
+  for (size_t i = 0; i < counters.size(); ++i)
+    if (counters[i]) throw std::logic_error("emulated qgemv follow-up: counter " + std::to_string(i) + " left at " + std::to_string(counters[i]));
 }
 
 }  // namespace lll

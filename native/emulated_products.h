@@ -14,4 +14,13 @@ namespace lll {
 void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
                            float* y, const float* bias, bool add_to_y, bool mmq);
 
+// The decode kernel with a follow-up in its tail (QgemvThen, cuda/qmat.cuh), launched at qgemv's geometry for n
+// rows whatever n: with w2 (gate W, up w2, both m rows of row_bytes, one launch), y and y2 the two products, then
+// the gated activation (SiLU when silu, else GELU) quantized; without, y += x . W^T (the residual stream), then
+// y's RMSNorm by norm_w [m] (eps) into out [n][m], quantized. The quantization per 32 into xq [n][m], xd [n][m / 32].
+// m a multiple of 32. Throws where a piece's counter is not back to 0 after the launch.
+void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t row_bytes, int m, int k,
+                        const float* x, int n, float* y, float* y2, bool silu, const float* norm_w, float eps,
+                        float* out, int8_t* xq_out, float* xd_out);
+
 }  // namespace lll

@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -88,8 +89,9 @@ bool invariant_enabled() {
 }
 
 // The fusions around the decode kernel (a norm, the activation or the attention writing the next product's quantized
-// input; biases and residual adds in the product's store; the products of one input in one launch; rope with the K
-// and V writes): the same bits as the kernels apart, fewer launches. LOCALLLM_CUDA_FUSE=0 runs the kernels apart, to tell a fusion's fault from
+// input; biases and residual adds in the product's store; the products of one input in one launch; the activation
+// and the next norm in the products' tail (QgemvThen); rope with the K and V writes): the same bits as the kernels
+// apart, fewer launches. LOCALLLM_CUDA_FUSE=0 runs the kernels apart, to tell a fusion's fault from
 // another's on a card.
 bool fuse_enabled() {
   const char* env = std::getenv("LOCALLLM_CUDA_FUSE");
@@ -142,16 +144,25 @@ class CudaStage final : public Stage {
     const float* bias = nullptr;
     bool add_to_y = false;
   };
-  // quantized: x's quantization is in quantized_input(n, k) already (its producer wrote it: the decode kernel only)
-  void products(std::initializer_list<Product> ps, const float* x, int n, bool quantized = false);
+  // slot >= 0: x's quantization is in quantized_input(n, k, slot) already (its producer wrote it: the decode kernel
+  // only); -1: x is quantized into slot 0 first (where the decode kernel runs). then: the kernel after the products,
+  // fused into the decode kernel's tail (qgemv_multi), its output in the other slot (the products read theirs while
+  // the follow-up writes)
+  void products(std::initializer_list<Product> ps, const float* x, int n, int slot = -1,
+                const cuda::QgemvThen* then = nullptr);
   bool decodes(const WeightView& w, int n) const;  // whether products of n rows run w through qgemv
   bool fuses(const WeightView& w, int n) const { return fuse_ && decodes(w, n); }  // and the fusions around it
-  // where the quantized input of a product of n rows of k lies (xq_, sized by run): int8 values, a float per 32
-  std::pair<int8_t*, float*> quantized_input(int n, int k);
-  // h += x . W^T + bias, then through the post-norm (nullptr: none) when there is one: fused into the product's
-  // store where qgemv runs it and no norm comes between, else through a (the CPU's order either way)
-  void residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h, float* a,
-                int n, bool quantized);
+  // where the quantized input of a product of n rows of k lies in slot 0 or 1 (xq_, sized by run): int8 values, a
+  // float per 32
+  std::pair<int8_t*, float*> quantized_input(int n, int k, int slot);
+  // h += x . W^T + bias (x's quantization in slot, -1: none), then through the post-norm (nullptr: none) when there
+  // is one: fused into the product's store where qgemv runs it and no norm comes between, else through a (the CPU's
+  // order either way). With next_norm, then a = rms_norm(h, next_norm), quantized when quantize (in the product's
+  // tail where it can): returns the slot of a's quantization, -1 where a holds floats only.
+  int residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h, float* a,
+               int n, int slot, const float* next_norm, bool quantize);
+  // a = rms_norm(h [n][d], w), quantized into slot 0 when quantize: returns that slot, or -1
+  int norm(const float* h, const float* w, int n, float* a, bool quantize);
   void check_type(const WeightView& w, const std::string& name) const;
 
   const ModelParts& m_;
@@ -166,6 +177,7 @@ class CudaStage final : public Stage {
   std::vector<std::unique_ptr<DeviceBuffer>> k_pool_, v_pool_;              // [last - first]
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
+  DeviceBuffer counters_;  // the decode kernel's follow-ups' (QgemvThen), zero between launches
   const bool graphs_on_, invariant_, fuse_;
   int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
@@ -265,18 +277,21 @@ bool CudaStage::decodes(const WeightView& w, int n) const {
   return (invariant_ || n <= cuda::QGEMV_MAX_N) && cuda::qgemv_supports(w.type);
 }
 
-std::pair<int8_t*, float*> CudaStage::quantized_input(int n, int k) {
-  uint8_t* q = static_cast<uint8_t*>(xq_.get());  // sized by run for its largest product
+std::pair<int8_t*, float*> CudaStage::quantized_input(int n, int k, int slot) {
+  uint8_t* q = static_cast<uint8_t*>(xq_.get()) + (slot ? xq_.bytes() / 2 : 0);  // halves sized by run
   return {reinterpret_cast<int8_t*>(q), reinterpret_cast<float*>(q + ((size_t)n * k + 255) / 256 * 256)};
 }
 
-void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n, bool quantized) {
+void CudaStage::products(std::initializer_list<Product> ps, const float* x, int n, int slot,
+                         const cuda::QgemvThen* then) {
   const int k = ps.begin()->w->row_len;  // one x: the row lengths agree (checked at load)
   const bool small = std::all_of(ps.begin(), ps.end(), [&](const Product& p) { return decodes(*p.w, n); });
-  if (quantized && !small) throw std::logic_error("products: a quantized input needs the decode kernel");
+  if (slot >= 0 && !small) throw std::logic_error("products: a quantized input needs the decode kernel");
+  if (then && (!small || !fuse_ || ps.size() > cuda::QGEMV_MAX_MATS))
+    throw std::logic_error("products: a follow-up needs the fused decode kernel, in one launch");
   if (small) {
-    const auto [xq, xd] = quantized_input(n, k);
-    if (!quantized) cuda::quantize_x(x, n, k, xq, xd, stream_);
+    const auto [xq, xd] = quantized_input(n, k, std::max(slot, 0));
+    if (slot < 0) cuda::quantize_x(x, n, k, xq, xd, stream_);
     if (!fuse_) {  // each product its own launch, its bias another
       for (const Product& p : ps) {
         if (p.add_to_y) throw std::logic_error("products: add_to_y with the fusions off");
@@ -294,7 +309,7 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
         count = 0;
       }
     }
-    if (count) cuda::qgemv_multi(mats, count, k, xq, xd, n, stream_);
+    if (count) cuda::qgemv_multi(mats, count, k, xq, xd, n, stream_, -1, then);
     return;
   }
   for (const Product& p : ps) {
@@ -304,16 +319,40 @@ void CudaStage::products(std::initializer_list<Product> ps, const float* x, int 
   }
 }
 
-void CudaStage::residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h,
-                         float* a, int n, bool quantized) {
-  if (!post_norm && fuses(w, n)) {
-    products({{&w, h, bias, true}}, x, n, quantized);
-    return;
+int CudaStage::norm(const float* h, const float* w, int n, float* a, bool quantize) {
+  const int d = m_.cfg.d_model;
+  if (!quantize) {
+    cuda::rms_norm(h, w, n, d, m_.cfg.rms_eps, a, stream_);
+    return -1;
   }
-  products({{&w, a, bias}}, x, n, quantized);
+  const auto [xq, xd] = quantized_input(n, d, 0);
+  cuda::rms_norm_quantize(h, w, n, d, m_.cfg.rms_eps, a, xq, xd, stream_);
+  return 0;
+}
+
+int CudaStage::residual(const WeightView& w, const float* bias, const float* post_norm, const float* x, float* h,
+                        float* a, int n, int slot, const float* next_norm, bool quantize) {
   const int d = w.rows;
-  if (post_norm) cuda::rms_norm(a, post_norm, n, d, m_.cfg.rms_eps, a, stream_);
-  cuda::add(h, a, (size_t)n * d, stream_);
+  if (!post_norm && fuses(w, n)) {
+    if (next_norm && quantize && d % 32 == 0) {  // the norm in the product's tail
+      const int out = slot == 1 ? 0 : 1;
+      cuda::QgemvThen then;
+      then.kind = cuda::QgemvThen::RMS_NORM;
+      then.w = next_norm;
+      then.eps = m_.cfg.rms_eps;
+      then.out = a;
+      std::tie(then.xq, then.xd) = quantized_input(n, d, out);
+      then.counters = static_cast<int*>(counters_.get());
+      products({{&w, h, bias, true}}, x, n, slot, &then);
+      return out;
+    }
+    products({{&w, h, bias, true}}, x, n, slot);
+  } else {
+    products({{&w, a, bias}}, x, n, slot);
+    if (post_norm) cuda::rms_norm(a, post_norm, n, d, m_.cfg.rms_eps, a, stream_);
+    cuda::add(h, a, (size_t)n * d, stream_);
+  }
+  return next_norm ? norm(h, next_norm, n, a, quantize) : -1;
 }
 
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
@@ -408,7 +447,12 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   // the largest quantized input a product of this step takes, sized before any capture (no growth inside one)
   const size_t k_max = std::max({(size_t)d, (size_t)c.n_head * c.head_dim, (size_t)c.n_ff});
   const size_t n_max = invariant_ ? std::max(T, nl) : std::min(std::max(T, nl), cuda::QGEMV_MAX_N);  // xq_: qgemv's
-  grow(xq_, n_max * k_max + n_max * k_max / 32 * sizeof(float) + 512);  // int8 values, then a float per 32
+  const size_t slot_bytes = (n_max * k_max + n_max * k_max / 32 * sizeof(float) + 767) / 256 * 256;
+  grow(xq_, 2 * slot_bytes);  // two slots of int8 values, then a float per 32
+  const size_t n_counters = cuda::qgemv_then_counters(std::max(c.n_ff, d), (int)n_max);
+  const void* counted = counters_.get();
+  if (grow(counters_, n_counters * sizeof(int)) != counted)
+    check(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), stream_), "cudaMemset (counters)");
   const StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
   if (!angles.empty())
@@ -487,24 +531,19 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
   }
   const cuda::AttentionRowsDev rows{T, sb.pos, sb.seq, sb.bt, sh.pitch};
   auto V = [&](const float* p, size_t n) { return vec(p, n); };
-  // a = rms_norm(h, w), quantized in the same launch when the products that read it all run through qgemv
-  auto norm = [&](const float* w, bool quantize) {
-    if (!quantize) return cuda::rms_norm(h, V(w, d), T, d, c.rms_eps, a, stream_);
-    const auto [xq, xd] = quantized_input(T, d);
-    cuda::rms_norm_quantize(h, V(w, d), T, d, c.rms_eps, a, xq, xd, stream_);
-  };
   auto qkv_decode = [&](int l) {  // the norm before them can write their quantized input
     const LayerWeights& L = m_.w.layers[l];
     return fuses(L.attn_q, T) && fuses(L.attn_k, T) && fuses(L.attn_v, T);
   };
+  // where the q, k, v products' quantized input lies (-1: a holds the normed floats)
+  int qkv_slot = first_ < last_ ? norm(h, V(m_.norms[first_].attn_norm, d), T, a, qkv_decode(first_)) : -1;
   for (int l = first_; l < last_; ++l) {
     const LayerWeights& L = m_.w.layers[l];
     const LayerNorms& N = m_.norms[l];
-    if (l == first_) norm(N.attn_norm, qkv_decode(l));
     products({{&L.attn_q, q, V(N.q_bias, qd)},
               {&L.attn_k, k, V(N.k_bias, kvd)},
               {&L.attn_v, v, V(tf.v_bias(N.v_bias), kvd)}},
-             a, T, qkv_decode(l));
+             a, T, qkv_slot);
     if (N.q_norm) {
       cuda::rms_norm(q, V(N.q_norm, hd), T * c.n_head, hd, c.rms_eps, q, stream_);
       cuda::rms_norm(k, V(N.k_norm, hd), T * c.n_kv_head, hd, c.rms_eps, k, stream_);
@@ -540,25 +579,38 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     if (sb.n_tiles > 0) {
       cuda::paged_attention_tiled(shape, rows, sb.tiles, sb.n_tiles, q, kview, vview, att, stream_);
     } else if (att_quantized) {
-      const auto [xq, xd] = quantized_input(T, qd);
+      const auto [xq, xd] = quantized_input(T, qd, 0);
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_, xq, xd);
     } else {
       cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
     }
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
-    residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T, att_quantized);
     const bool gate_up_decode = fuses(L.ffn_gate, T) && fuses(L.ffn_up, T);
-    norm(N.ffn_norm, gate_up_decode);
-    products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, gate_up_decode);
+    const int ffn_slot = residual(L.attn_output, V(N.o_bias, d), V(N.post_attn, d), att, h, a, T,
+                                  att_quantized ? 0 : -1, V(N.ffn_norm, d), gate_up_decode);
     const bool silu = c.ffn_act == FfnAct::Silu, down_decode = fuses(L.ffn_down, T);
-    if (down_decode) {  // act(g) * u straight into the down product's quantized input
-      const auto [xq, xd] = quantized_input(T, c.n_ff);
-      cuda::act_mul_quantize(g, u, (size_t)T * c.n_ff, silu, xq, xd, stream_);
+    int down_slot = -1;
+    if (gate_up_decode && down_decode && c.n_ff % 32 == 0) {  // act(g) * u in the products' tail
+      down_slot = ffn_slot == 1 ? 0 : 1;
+      cuda::QgemvThen then;
+      then.kind = cuda::QgemvThen::ACT_MUL;
+      then.silu = silu;
+      std::tie(then.xq, then.xd) = quantized_input(T, c.n_ff, down_slot);
+      then.counters = static_cast<int*>(counters_.get());
+      products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, ffn_slot, &then);
     } else {
-      cuda::act_mul(g, u, (size_t)T * c.n_ff, silu, stream_);
+      products({{&L.ffn_gate, g}, {&L.ffn_up, u}}, a, T, ffn_slot);
+      if (down_decode) {  // act(g) * u straight into the down product's quantized input
+        down_slot = 0;
+        const auto [xq, xd] = quantized_input(T, c.n_ff, 0);
+        cuda::act_mul_quantize(g, u, (size_t)T * c.n_ff, silu, xq, xd, stream_);
+      } else {
+        cuda::act_mul(g, u, (size_t)T * c.n_ff, silu, stream_);
+      }
     }
-    residual(L.ffn_down, nullptr, V(N.post_ffn, d), g, h, a, T, down_decode);
-    if (l + 1 < last_) norm(m_.norms[l + 1].attn_norm, qkv_decode(l + 1));
+    const bool last = l + 1 == last_;
+    qkv_slot = residual(L.ffn_down, nullptr, V(N.post_ffn, d), g, h, a, T, down_slot,
+                        last ? nullptr : V(m_.norms[l + 1].attn_norm, d), !last && qkv_decode(l + 1));
   }
   if (nl > 0) {  // logits = rms_norm(h, output_norm) @ output.T (soft-capped) for the rows asked for
     cuda::gather_rows(h, sb.rows, nl, d, sb.x, stream_);

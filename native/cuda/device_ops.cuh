@@ -74,9 +74,12 @@ void qgemv(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const 
            float* y, const float* bias, bool add_to_y, cudaStream_t stream);
 // Several products of one quantized x in one launch (q, k and v; gate and up), each as qgemv computes it alone, the
 // matrices of any of its types, each with its own output, bias and add_to_y (QgemvMat, qmat.cuh). mmq_from: the
-// smallest n the tile kernel takes (0: never; -1: LOCALLLM_CUDA_MMQ's, 128 by default)
+// smallest n the tile kernel takes (0: never; -1: LOCALLLM_CUDA_MMQ's, 128 by default). then (nullptr: nothing):
+// the kernel that follows the products (QgemvThen, qmat.cuh), in the decode kernel's tail where it runs them (an
+// RMSNorm there only up to QGEMV_THEN_NORM_ROWS rows, which its last block normalizes one after another), else
+// launched after them
 void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, const float* xd, int n,
-                 cudaStream_t stream, int mmq_from = -1);
+                 cudaStream_t stream, int mmq_from = -1, const QgemvThen* then = nullptr);
 
 // the types qgemm and dequant_rows take: every type the CPU computes (quant_formats.h)
 bool qgemm_supports(int type_id);

@@ -111,6 +111,12 @@ inline T atomicAdd(T* p, T v) {  // fibers switch only at barriers, so a plain r
   *p = old + v;
   return old;
 }
+// a load around L1, and a fence: one memory here, and blocks that run one after another
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+inline void __threadfence() {}
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

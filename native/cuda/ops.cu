@@ -20,23 +20,10 @@ int blocks_for(size_t n) { return (int)((n + THREADS - 1) / THREADS); }
 // one block per row: out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w; with xq (n a multiple of 32, so that
 // values 32j .. 32j + 31 fall to one warp), also out[r]'s quantization per 32 (quantize_x's bits)
 __global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out, int8_t* xq, float* xd) {
-  const float* xr = x + (size_t)blockIdx.x * n;
-  float* o = out + (size_t)blockIdx.x * n;
-  double ss = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-  __shared__ double part[THREADS];
-  part[threadIdx.x] = ss;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float inv = (float)(1.0 / sqrt(part[0] / n + eps));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = xr[i] * inv * w[i];
-    o[i] = v;
-    if (xq) quantize32(v, i % 32, xq + (size_t)blockIdx.x * n + i, xd + ((size_t)blockIdx.x * n + i) / 32);
-  }
+  __shared__ double part[RMS_PARTS];
+  const size_t at = (size_t)blockIdx.x * n;
+  rms_norm_row(x + at, w, n, eps, out + at, xq ? xq + at : nullptr, xq ? xd + at / 32 : nullptr, threadIdx.x, THREADS,
+               part);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int rows, int n) {

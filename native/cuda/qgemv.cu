@@ -53,8 +53,34 @@ void quantize_x(const float* x, int n, int k, int8_t* xq, float* xd, cudaStream_
   check_launch("quantize_x");
 }
 
+namespace {
+
+void check_then(const QgemvThen& then, const QgemvMat* mats, int n_mats) {
+  const char* bad = nullptr;
+  if (then.kind == QgemvThen::ACT_MUL && (n_mats != 2 || mats[0].m != mats[1].m))
+    bad = "the gated activation follows two products of one size (gate, up)";
+  else if (then.kind == QgemvThen::RMS_NORM && (n_mats != 1 || !then.w || !then.out))
+    bad = "an RMSNorm follows one product, with its weights and output";
+  else if (mats[0].m % 32)
+    bad = "a follow-up quantizes per 32: m must be a multiple of 32";
+  else if (!then.xq || !then.xd || !then.counters)
+    bad = "a follow-up needs its quantized output and its counters";
+  if (bad) throw std::invalid_argument(std::string("qgemv: ") + bad);
+}
+
+// the follow-up as its own kernel, after products its tail did not take
+void launch_then(const QgemvThen& then, const QgemvMat* mats, int n, cudaStream_t stream) {
+  const int m = mats[0].m;
+  if (then.kind == QgemvThen::ACT_MUL)
+    act_mul_quantize(mats[0].y, mats[1].y, (size_t)n * m, then.silu, then.xq, then.xd, stream);
+  else
+    rms_norm_quantize(mats[0].y, then.w, n, m, then.eps, then.out, then.xq, then.xd, stream);
+}
+
+}  // namespace
+
 void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, const float* xd, int n,
-                 cudaStream_t stream, int mmq_from) {
+                 cudaStream_t stream, int mmq_from, const QgemvThen* then_in) {
   if (n < 1 || n > QGEMV_MAX_ROWS)
     throw std::invalid_argument("qgemv: n must be in [1, " + std::to_string(QGEMV_MAX_ROWS) + "], got " +
                                 std::to_string(n));
@@ -64,9 +90,20 @@ void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, cons
   for (int i = 0; i < n_mats; ++i)
     if (!qgemv_supports(mats[i].type))
       throw std::invalid_argument("qgemv: type " + std::to_string(mats[i].type) + " is not supported on CUDA");
+  QgemvThen then;
+  if (then_in && then_in->kind != QgemvThen::NONE) {
+    check_then(*then_in, mats, n_mats);
+    then = *then_in;
+  }
   const QuantX xs{xq, xd, k};
   if (mmq_from < 0) mmq_from = mmq_from_env();
-  if (mmq_from > 0 && n >= mmq_from) {  // a launch per matrix: at this size a launch is cheap against its work
+  const bool mmq = mmq_from > 0 && n >= mmq_from;
+  if (then.kind != QgemvThen::NONE && (mmq || (then.kind == QgemvThen::RMS_NORM && n > QGEMV_THEN_NORM_ROWS))) {
+    qgemv_multi(mats, n_mats, k, xq, xd, n, stream, mmq_from);  // the products, then the follow-up's own kernel
+    launch_then(then, mats, n, stream);
+    return;
+  }
+  if (mmq) {  // a launch per matrix: at this size a launch is cheap against its work
     for (int i = 0; i < n_mats; ++i) {
       switch ((QType)mats[i].type) {
         case QType::Q4_0: launch_mmq<(int)QType::Q4_0>(mats[i], xs, n, stream); break;
@@ -88,10 +125,10 @@ void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, cons
     blocks += (mats[i].m + QGEMV_WARPS - 1) / QGEMV_WARPS;
     ms.end[i] = blocks;
   }
-  const int nc = n > QGEMV_MAX_N ? QGEMV_WIDE_N : QGEMV_MAX_N;  // activation rows a block takes
+  const int nc = qgemv_row_group(n);
   const dim3 grid(blocks, (n + nc - 1) / nc), block(32, QGEMV_WARPS);
-  if (nc == QGEMV_WIDE_N) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n);
-  else LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n);
+  if (nc == QGEMV_WIDE_N) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n, then);
+  else LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n, then);
   check_launch("qgemv");
 }
 

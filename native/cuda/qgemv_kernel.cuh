@@ -82,25 +82,70 @@ __device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const Quan
   }
 }
 
+// The follow-up (QgemvThen) after a block's rows are stored: the block counts itself into its piece, and the last of
+// the piece's blocks runs the follow-up on it. The writers' fence, the barrier and the count order their stores
+// before the count; the last block reads them around L1 (__ldcg), where a line it cached earlier could be stale.
+// b: the block's index among its matrix's; y0, y1: matrices 0 and 1's outputs, m outputs a row
+template <int NC>
+__device__ __forceinline__ void qgemv_then(int b, int m, const float* y0, const float* y1, int n, const QgemvThen& then) {
+  __shared__ int last;
+  __shared__ double part[RMS_PARTS];
+  const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
+  const int t = threadIdx.y * 32 + threadIdx.x, warp = threadIdx.y, lane = threadIdx.x;
+  int piece, blocks;
+  if (then.kind == QgemvThen::ACT_MUL) {  // 32 outputs of gate and up: 32 / QGEMV_WARPS blocks of each
+    piece = b * QGEMV_WARPS / 32 * (int)gridDim.y + (int)blockIdx.y;
+    blocks = 2 * 32 / QGEMV_WARPS;
+  } else {  // every block of the grid's x
+    piece = blockIdx.y;
+    blocks = gridDim.x;
+  }
+  __threadfence();
+  __syncthreads();
+  if (t == 0) {
+    last = atomicAdd(then.counters + piece, 1) == blocks - 1;
+    if (last) then.counters[piece] = 0;  // for the next launch, which the stream orders after this one
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (then.kind == QgemvThen::ACT_MUL) {  // act_mul_quantize's work on values 32j .. 32j + 31 of these rows
+    const float *g = y0, *u = y1;
+    const int j = (piece - (int)blockIdx.y) / (int)gridDim.y;
+    for (int c = warp; c < nc; c += QGEMV_WARPS) {
+      const size_t at = (size_t)(c0 + c) * m + 32 * j + lane;
+      quantize32(act_times(__ldcg(g + at), __ldcg(u + at), then.silu), lane, then.xq + at, then.xd + at / 32);
+    }
+  } else {  // rms_norm_quantize's, row after row
+    for (int c = 0; c < nc; ++c) {
+      const size_t at = (size_t)(c0 + c) * m;
+      rms_norm_row(y0 + at, then.w, m, then.eps, then.out + at, then.xq + at, then.xd + at / 32, t,
+                   32 * QGEMV_WARPS, part);
+    }
+  }
+}
+
 // Thread block (blockIdx.x, blockIdx.y), QGEMV_WARPS warps: rows QGEMV_WARPS b + threadIdx.y of the matrix whose
 // blocks hold blockIdx.x (b counted from its first), against the activation rows of blockIdx.y; the type's step
-// functions picked per block (uniform, so no divergence)
+// functions picked per block (uniform, so no divergence); then the follow-up, if any
 template <int NC>
-__global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats, QuantX x, int n) {
+__global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats, QuantX x, int n, QgemvThen then) {
   int i = 0;
   while (i + 1 < mats.count && (int)blockIdx.x >= mats.end[i]) ++i;
   const QgemvMat& M = mats.m[i];
-  const int row = ((int)blockIdx.x - (i ? mats.end[i - 1] : 0)) * QGEMV_WARPS + threadIdx.y;
-  if (row >= M.m) return;
-  switch ((QType)M.type) {
-    case QType::Q4_0: qgemv_row<(int)QType::Q4_0, NC>(M, row, x, n); break;
-    case QType::Q4_1: qgemv_row<(int)QType::Q4_1, NC>(M, row, x, n); break;
-    case QType::Q5_0: qgemv_row<(int)QType::Q5_0, NC>(M, row, x, n); break;
-    case QType::Q8_0: qgemv_row<(int)QType::Q8_0, NC>(M, row, x, n); break;
-    case QType::Q4_K: qgemv_row<(int)QType::Q4_K, NC>(M, row, x, n); break;
-    case QType::Q6_K: qgemv_row<(int)QType::Q6_K, NC>(M, row, x, n); break;
-    default: break;  // refused on the host
+  const int b = (int)blockIdx.x - (i ? mats.end[i - 1] : 0), row = b * QGEMV_WARPS + threadIdx.y;
+  if (row < M.m) {
+    switch ((QType)M.type) {
+      case QType::Q4_0: qgemv_row<(int)QType::Q4_0, NC>(M, row, x, n); break;
+      case QType::Q4_1: qgemv_row<(int)QType::Q4_1, NC>(M, row, x, n); break;
+      case QType::Q5_0: qgemv_row<(int)QType::Q5_0, NC>(M, row, x, n); break;
+      case QType::Q8_0: qgemv_row<(int)QType::Q8_0, NC>(M, row, x, n); break;
+      case QType::Q4_K: qgemv_row<(int)QType::Q4_K, NC>(M, row, x, n); break;
+      case QType::Q6_K: qgemv_row<(int)QType::Q6_K, NC>(M, row, x, n); break;
+      default: break;  // refused on the host
+    }
   }
+  if (then.kind != QgemvThen::NONE) qgemv_then<NC>(b, mats.m[0].m, mats.m[0].y, mats.m[1].y, n, then);
 }
 
 }  // namespace lll::cuda

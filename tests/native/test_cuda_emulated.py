@@ -90,3 +90,80 @@ def test_the_emulated_product_refuses_what_the_device_does_not_take():
     rows = random_rows(T.Q8_0, 4, 64, np.random.default_rng(0))
     with pytest.raises(ValueError, match="kernel must be"):
         product(T.Q8_0, rows, 64, np.ones((1, 64), np.float32), "wmma")
+
+
+def then(qt, rows, k, x, **kw):
+    return native.testing.cuda_emulated_then(int(qt), rows, k, x, **kw)
+
+
+def quantized(v):
+    """quantize_x's per-32 quantization of float32 values (kernels.h), in float32 as the device computes it."""
+    b = v.reshape(v.shape[0], -1, 32)
+    amax = np.abs(b).max(axis=2, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    q = np.rint(b * inv).astype(np.int8).reshape(v.shape)
+    return q, (amax / np.float32(127.0)).astype(np.float32)[:, :, 0]
+
+
+@pytest.mark.parametrize("silu", [True, False], ids=["silu", "gelu"])
+@pytest.mark.parametrize("qt", [T.Q4_0, T.Q6_K], ids=lambda t: t.name)
+def test_the_gated_activation_in_the_decode_kernels_tail(qt, silu):
+    """Gate and up in one launch, then the last block to finish each 32 outputs of its rows quantizes act(gate) * up
+    for the down product (act_mul_quantize's work): the products are the plain product's bits, the quantization is
+    the float32 activation's (to the last place of the library's exp or tanh), and it does not depend on the rows
+    beside it (steps of 1 to 40 rows: one or two blocks of rows, 3 pieces of 32 outputs)."""
+    rng = np.random.default_rng(77 + int(qt))
+    m, k = 96, 512
+    gate, up = random_rows(qt, m, k, rng), random_rows(qt, m, k, rng)
+    x = activations(rng, 40, k)
+    alone = [then(qt, gate, k, x[c : c + 1], up=up, silu=silu) for c in range(40)]
+    for n in (1, 5, 9, 40):
+        g, u, none, xq, xd = then(qt, gate, k, x[:n], up=up, silu=silu)
+        assert none is None
+        assert np.array_equal(g, product(qt, gate, k, x[:n], "qgemv"))
+        assert np.array_equal(u, product(qt, up, k, x[:n], "qgemv"))
+        for c in range(n):
+            assert np.array_equal(xq[c], alone[c][3][0]) and np.array_equal(xd[c], alone[c][4][0]), f"n={n} row {c}"
+        g64, u64 = g.astype(np.float64), u.astype(np.float64)
+        if silu:
+            act = g64 * (0.5 + 0.5 * np.tanh(g64 / 2)) * u64
+        else:
+            act = 0.5 * g64 * (1 + np.tanh(0.7978845608028654 * (g64 + 0.044715 * g64**3))) * u64
+        q_ref, d_ref = quantized(act.astype(np.float32))
+        np.testing.assert_allclose(xd, d_ref, rtol=1e-5)
+        assert np.abs(xq.astype(int) - q_ref).max() <= 1 and np.mean(xq != q_ref) < 0.01, f"n={n}"
+
+
+@pytest.mark.parametrize("qt", [T.Q8_0, T.Q4_K], ids=lambda t: t.name)
+def test_the_norm_in_the_residual_products_tail(qt):
+    """h += x . W^T, then the last block of the launch normalizes h's rows (RMSNorm, squares summed in double) and
+    quantizes them for the next products: h is the residual product's bits, the norm the float64 RMSNorm's to float32
+    rounding, its quantization exactly that of the normed values, and each row's bits the row's alone."""
+    rng = np.random.default_rng(31 + int(qt))
+    m, k = 320, 512  # 320 outputs: a norm of more values than the block's 128 threads, and 80 blocks to count
+    rows = random_rows(qt, m, k, rng)
+    x = activations(rng, 40, k)
+    h = rng.standard_normal((40, m)).astype(np.float32)
+    w = (1 + rng.standard_normal(m) / 4).astype(np.float32)
+    alone = [then(qt, rows, k, x[c : c + 1], norm=w, eps=1e-6, y_in=h[c : c + 1]) for c in range(40)]
+    for n in (1, 2, 9, 40):
+        y, none, out, xq, xd = then(qt, rows, k, x[:n], norm=w, eps=1e-6, y_in=h[:n])
+        assert none is None
+        assert np.array_equal(y, product(qt, rows, k, x[:n], "qgemv", y_in=h[:n]))
+        y64 = y.astype(np.float64)
+        ref = y64 / np.sqrt(np.mean(y64**2, axis=1, keepdims=True) + 1e-6) * w
+        np.testing.assert_allclose(out, ref, rtol=4 * U, atol=1e-30)
+        q_ref, d_ref = quantized(out)
+        assert np.array_equal(xq, q_ref) and np.array_equal(xd, d_ref), f"n={n}"
+        for c in range(n):
+            assert np.array_equal(out[c], alone[c][2][0]) and np.array_equal(xq[c], alone[c][3][0]), f"n={n} row {c}"
+
+
+def test_a_follow_up_is_refused_where_it_cannot_run():
+    rows = random_rows(T.Q8_0, 48, 64, np.random.default_rng(0))
+    x = np.ones((1, 64), np.float32)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        then(T.Q8_0, rows, 64, x, norm=np.ones(48, np.float32))
+    with pytest.raises(ValueError, match="one of them"):
+        then(T.Q8_0, rows[:32], 64, x)
