@@ -2,16 +2,18 @@
 sampler, the detokenizer and the stream cost per token with the forward step stubbed out, with whole logits rows
 and with the step's candidates (localllm.model.candidates); and, with the real step, whether candidates pay on the CPU.
 
-    python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3]
+    python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3] [--streams 1,4,16]
 
 Stubbed: the forward returns a fixed row (or K candidates) whose argmax moves each step, so every token is a new
-one and nothing else runs; one stream. Real: greedy and top-k 40 replies of 96 tokens from the same prompt with
+one and nothing else runs; one stream, then greedy candidate replies from --streams clients at once (a thread each),
+the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md). Real: greedy and top-k 40 replies of 96 tokens from the same prompt with
 the engine asking for candidates and not, alternated, tokens/s after the first token, best of --reps.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 
 import numpy as np
@@ -75,6 +77,36 @@ def stubbed(path, tokens: int, reps: int) -> dict:
     return out
 
 
+def _read(llm: LLM, i: int, params: SamplingParams, got: list[int]) -> None:
+    for chunk in llm.generate(f"def quicksort_{i}(arr):", params):
+        got[i] += len(chunk.token_ids)
+
+
+def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
+    """{n: ms per step} of n greedy candidate replies decoded together, the forward stubbed: the wall time from the
+    requests to the last token over the tokens each reply has (every step carries all n rows), best of reps."""
+    out = {}
+    with LLM(path, ctx_size=tokens + 64, parallel=max(counts), speculative="off") as llm:
+        llm.model.forward = _stub(llm.n_vocab)
+        llm.model.supports_candidates = True
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
+        for n in counts:
+            best = float("inf")
+            for _ in range(reps):
+                llm.reset_caches()
+                got = [0] * n
+
+                clients = [threading.Thread(target=_read, args=(llm, i, params, got)) for i in range(n)]
+                t0 = time.perf_counter()
+                for c in clients:
+                    c.start()
+                for c in clients:
+                    c.join()
+                best = min(best, (time.perf_counter() - t0) / max(got) * 1e3)
+            out[n] = best
+    return out
+
+
 def real(path, reps: int) -> dict:
     """{(chain, mode): tokens/s} with the real step, whole rows and candidates alternated."""
     out: dict = {}
@@ -93,12 +125,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model")
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--streams", default="1,4,16", help="comma-separated counts of replies decoded together")
     a = p.parse_args(argv)
     if a.tokens < 2 or a.reps < 1:
         p.error("--tokens must be at least 2 and --reps positive")
+    try:
+        counts = [int(x) for x in a.streams.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        p.error(f"--streams must be positive counts separated by commas, got {a.streams!r}")
     print("host cost per token, forward stubbed (ms):")
     for (chain, mode), ms in stubbed(a.model, a.tokens, a.reps).items():
         print(f"  {chain:<16} {mode:<11} {ms:.3f}")
+    print("host cost per step of n greedy candidate rows, forward stubbed (ms):")
+    for n, ms in streams(a.model, a.tokens, a.reps, counts).items():
+        print(f"  {n:>3} streams  {ms:.3f} a step, {ms / n:.3f} a token")
     print("the real step on this CPU (tokens/s, best of alternated runs):")
     for (chain, mode), tps in real(a.model, a.reps).items():
         print(f"  {chain:<16} {mode:<11} {tps:.1f}")

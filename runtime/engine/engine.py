@@ -385,7 +385,7 @@ class Engine:
         while j < len(rows):
             s = out.sampled_seqs[j]
             k = out.num_drafts[s]
-            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist()
+            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist() if k else []
             seq_id = out.seqs[s].seq_id
             run = active[seq_id].verify(logits[j : j + k + 1], drafts)
             if k:

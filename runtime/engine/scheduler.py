@@ -237,15 +237,17 @@ class Scheduler:
         for s, tok in zip(output.sampled_seqs, sampled_tokens):
             rows.setdefault(s, []).append(tok)
         runs: dict[int, list[int]] = {}
-        ends = np.cumsum(output.num_scheduled)
+        ends = None
         for s, toks in rows.items():
-            m = next((i for i, t in enumerate(toks) if t is None), len(toks))
+            m = toks.index(None) if None in toks else len(toks)
             if m == 0 or any(t is not None for t in toks[m:]):
                 raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its rows' tokens {toks} are not a run then None")
             run = runs[s] = [int(t) for t in toks[:m]]
-            k = output.num_drafts[s]
-            if run[:-1] != output.batch.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
-                raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
+            if m > 1:  # the tokens before the last must be the drafts the rows were computed on
+                ends = np.cumsum(output.num_scheduled) if ends is None else ends
+                k = output.num_drafts[s]
+                if run[:-1] != output.batch.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
+                    raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
         self._pending = None
         advanced = []
         for s, (seq, n) in enumerate(zip(output.seqs, output.num_scheduled)):

@@ -46,3 +46,43 @@ def test_bad_additions_are_refused_naming_what_is_wrong():
         b.add([1, 2], 0, [0], logits=[2])
     with pytest.raises(ValueError, match="block_size"):
         StepBatchBuilder(0)
+
+
+def test_random_steps_follow_the_slot_formula():
+    """Steps of random sequences (prompts, chunks, decode rows, rows that cross blocks) against the module's formula
+    written token by token: slot = block_tables[s, p // block_size] * block_size + p % block_size."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        bs = int(rng.integers(1, 33))
+        b = StepBatchBuilder(bs)
+        want_tokens, want_pos, want_seq, want_slots, want_rows, tables, lens = [], [], [], [], [], [], []
+        for s in range(int(rng.integers(1, 6))):
+            n, start = int(rng.integers(1, 80)), int(rng.integers(0, 200))
+            table = rng.permutation(1000)[: -(-(start + n) // bs) + int(rng.integers(0, 3))].tolist()
+            rows = sorted(rng.choice(n, size=int(rng.integers(0, min(n, 4) + 1)), replace=False).tolist())
+            toks = rng.integers(0, 50_000, n)
+            assert b.add(toks if s % 2 else toks.tolist(), start, tuple(table), logits=rows) == s
+            want_rows += [len(want_tokens) + r for r in rows]
+            for i in range(n):
+                p = start + i
+                want_tokens.append(int(toks[i]))
+                want_pos.append(p)
+                want_seq.append(s)
+                want_slots.append(table[p // bs] * bs + p % bs)
+            tables.append(table)
+            lens.append(start + n)
+        x = b.build()
+        assert x.token_ids.tolist() == want_tokens and x.positions.tolist() == want_pos
+        assert x.seq_index.tolist() == want_seq and x.slot_mapping.tolist() == want_slots
+        assert x.logits_rows.tolist() == want_rows and x.context_lens.tolist() == lens
+        width = max(map(len, tables))
+        assert x.block_tables.tolist() == [t + [-1] * (width - len(t)) for t in tables]
+        for a in (x.token_ids, x.positions, x.slot_mapping, x.seq_index, x.block_tables, x.context_lens):
+            assert a.dtype == np.int32 and a.flags.c_contiguous
+
+
+def test_a_value_outside_int32_is_refused():
+    b = StepBatchBuilder(4)
+    b.add([2**31], 0, [0])
+    with pytest.raises(OverflowError):
+        b.build()

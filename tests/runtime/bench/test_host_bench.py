@@ -10,15 +10,22 @@ from localllm.bench import host
 
 @pytest.mark.model
 def test_the_host_bench_measures_every_chain_both_ways(capsys):
-    assert host.main([str(model_file("smollm2-135m-instruct-q4_1")), "--tokens", "32", "--reps", "1"]) == 0
+    args = [str(model_file("smollm2-135m-instruct-q4_1")), "--tokens", "32", "--reps", "1", "--streams", "1,3"]
+    assert host.main(args) == 0
     out = capsys.readouterr().out
     for chain in host.CHAINS:
         for mode in ("whole rows", "candidates"):
             assert f"{chain:<16} {mode:<11} " in out.split("the real step")[0]
-    assert out.count("greedy") == 4
+    assert out.count("greedy") == 5
+    steps = [line.split() for line in out.splitlines() if "streams" in line and "a step" in line]
+    assert [int(w[0]) for w in steps] == [1, 3] and all(float(w[2]) > 0 for w in steps)
 
 
 def test_the_host_bench_refuses_bad_counts(capsys):
     with pytest.raises(SystemExit):
         host.main(["m.gguf", "--tokens", "1"])
     assert "--tokens must be at least 2" in capsys.readouterr().err
+    for bad in ("0", "4,x", ""):
+        with pytest.raises(SystemExit):
+            host.main(["m.gguf", "--streams", bad])
+        assert "--streams must be positive counts" in capsys.readouterr().err

@@ -3,8 +3,6 @@ and a state machine that simulates KV writes to prove shared blocks are never ov
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -225,7 +223,7 @@ def test_misuse_raises_value_error():
 def test_tables_are_snapshots():
     bm = BlockManager(8, 4)
     t = bm.allocate("a", [1, 2, 3, 4, 5])
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         t.num_slots = 0
     bm.append_slots("a", 8)
     assert len(t.block_ids) == 2 and len(bm.block_table("a").block_ids) == 4
