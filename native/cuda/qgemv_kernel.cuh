@@ -16,6 +16,7 @@
 namespace lll::cuda {
 
 constexpr int QGEMV_WARPS = 4;  // warps per thread block, one weight row each
+static_assert(32 % QGEMV_WARPS == 0, "an ACT_MUL piece is 32 outputs: whole thread blocks of each matrix");
 
 // activations: xq [n][k] int8, xd [n][k / 32]; grid (n, k / 32), a warp each
 __global__ void quantize_x_kernel(const float* x, int k, int8_t* xq, float* xd) {
