@@ -193,7 +193,8 @@ py::array_t<float> cuda_paged_attention_py(const py::array& q_in, const std::str
                                            const py::array& k_pool_in, const std::string& v_type,
                                            const py::array& v_pool_in, const py::array& positions_in,
                                            const py::array& seq_index_in, const py::array& block_tables_in,
-                                           int n_kv_head, int block_size, float scale, float softcap, int window) {
+                                           int n_kv_head, int block_size, float scale, float softcap, int window,
+                                           bool split) {
   const KvType kt = kv_type_of(k_type, "k_type"), vt = kv_type_of(v_type, "v_type");
   auto q = cuda_kv_array<float>(q_in, 3, "q");
   auto k_pool = cuda_kv_array<uint8_t>(k_pool_in, 2, "k_pool");
@@ -219,11 +220,15 @@ py::array_t<float> cuda_paged_attention_py(const py::array& q_in, const std::str
   const uint8_t *kp = k_pool.data(), *vp = v_pool.data();
   float* op = out.mutable_data();
   py::gil_scoped_release release;
-  (Tiled ? cuda::paged_attention_tiled_host : cuda::paged_attention_host)(
-      n_head, n_kv_head, hd, block_size, scale, softcap, window, T, pp, sp, bp, n_seq, max_blocks, qp, (int)kt, kp,
-      (int)vt, vp, n_slots, op);
+  if (Tiled)
+    cuda::paged_attention_tiled_host(n_head, n_kv_head, hd, block_size, scale, softcap, window, T, pp, sp, bp, n_seq,
+                                     max_blocks, qp, (int)kt, kp, (int)vt, vp, n_slots, op);
+  else
+    cuda::paged_attention_host(n_head, n_kv_head, hd, block_size, scale, softcap, window, T, pp, sp, bp, n_seq,
+                               max_blocks, qp, (int)kt, kp, (int)vt, vp, n_slots, op, split);
 #else
   (void)block_size;
+  (void)split;
   (void)scale;
   (void)softcap;
   (void)window;
@@ -393,8 +398,9 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_paged_attention", &cuda_paged_attention_py<false>, py::arg("q"), py::arg("k_type"), py::arg("k_pool"),
               py::arg("v_type"), py::arg("v_pool"), py::arg("positions"), py::arg("seq_index"),
               py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),
-              py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0,
-              "out[T, n_head, head_dim]: causal paged attention over the pools on CUDA device 0");
+              py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0, py::arg("split") = false,
+              "out[T, n_head, head_dim]: causal paged attention over the pools on CUDA device 0 (split: a thread "
+              "block per chunk of 128 positions, the chunks merged by the row's last; the same bits)");
   testing.def("cuda_qgemm",
               [](int type_id, const py::array& w, int k, const py::array& x) {
                 return cuda_product_py<true>(type_id, w, k, x, "auto");
@@ -410,8 +416,9 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_paged_attention_tiled", &cuda_paged_attention_py<true>, py::arg("q"), py::arg("k_type"),
               py::arg("k_pool"), py::arg("v_type"), py::arg("v_pool"), py::arg("positions"), py::arg("seq_index"),
               py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),
-              py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0,
-              "cuda_paged_attention by the tiled prefill kernel (tiles of consecutive rows of one sequence)");
+              py::arg("scale"), py::arg("softcap") = 0.f, py::arg("window") = 0, py::arg("split") = false,
+              "cuda_paged_attention by the tiled prefill kernel (tiles of consecutive rows of one sequence; split "
+              "is ignored)");
 }
 
 }  // namespace lll

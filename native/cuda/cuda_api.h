@@ -55,11 +55,12 @@ void kv_transforms_host(bool rotate_k, bool rotate_v, bool center_k, bool center
 void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals);
 // paged attention over host pools of n_slots slots ([n_slots][n_kv_head][head_dim] in k_type / v_type rows):
 // q, out [T][n_head][head_dim]; positions, seq_index [T]; block_tables [n_seq][max_blocks]; the AttentionShape
-// fields spelt out
+// fields spelt out; split: a thread block per (row, head, chunk) (AttentionSplit), else per (row, head)
 void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
                           int window, int T, const int32_t* positions, const int32_t* seq_index,
                           const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
-                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out);
+                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out,
+                          bool split = false);
 // the same by paged_attention_tiled (device_ops.cuh) over the tiles attention_tiles builds from positions and
 // seq_index
 void paged_attention_tiled_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,

@@ -71,6 +71,9 @@ constexpr int GRAPH_MAX_TOKENS = 64;
 constexpr int GRAPH_BLOCK_PITCH = 16;
 constexpr size_t GRAPH_MAX_KEPT = 256;
 constexpr size_t ACT_KEPT_BYTES = size_t(64) << 20;  // a prompt step's activations kept beyond this step
+// A step of at most this many (row, query head) pairs attends by chunks in thread blocks of their own
+// (cuda::AttentionSplit): one block per pair would leave most of the card idle over a long context.
+constexpr size_t ATT_SPLIT_MAX_PAIRS = 256;
 
 bool graphs_enabled() {
   const char* env = std::getenv("LOCALLLM_CUDA_GRAPHS");
@@ -178,6 +181,7 @@ class CudaStage final : public Stage {
   size_t k_row_ = 0, v_row_ = 0, kv_bytes_ = 0;
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
   DeviceBuffer counters_;  // the decode kernel's follow-ups' (QgemvThen), zero between launches
+  DeviceBuffer att_part_, att_counters_;  // a split attention's chunk states and counts (AttentionSplit)
   const bool graphs_on_, invariant_, fuse_;
   int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
@@ -358,6 +362,7 @@ int CudaStage::residual(const WeightView& w, const float* bias, const float* pos
 // The step's device buffers, carved from act_ (256-byte aligned pieces) for one shape of step.
 struct CudaStage::StepBuffers {
   int n_tiles;  // > 0: prefill attention by tiles (paged_attention_tiled) starting at rows tiles[..]
+  cuda::AttentionSplit split;  // part set: the attention by chunks in blocks of their own
   int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *tiles, *top_ids;
   float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y, *top_vals;
 };
@@ -453,7 +458,19 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   const void* counted = counters_.get();
   if (grow(counters_, n_counters * sizeof(int)) != counted)
     check(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), stream_), "cudaMemset (counters)");
-  const StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
+  StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
+  const int chunks = cuda::attention_chunks(sh.pitch, kv_.block_size);
+  if (tiles.empty() && chunks > 1 && (size_t)T * c.n_head <= ATT_SPLIT_MAX_PAIRS) {
+    // room for a power of two of chunks, so that a growing context seldom moves it (which drops the graphs)
+    size_t room = 1;
+    while (room < (size_t)chunks) room *= 2;
+    sb.split.part = static_cast<float*>(grow(att_part_, T * c.n_head * room * cuda::ATT_PART_FLOATS * sizeof(float)));
+    const void* had = att_counters_.get();
+    sb.split.counters = static_cast<int*>(grow(att_counters_, ATT_SPLIT_MAX_PAIRS * sizeof(int)));
+    if (sb.split.counters != had)
+      check(cudaMemsetAsync(sb.split.counters, 0, att_counters_.bytes(), stream_), "cudaMemset (attention counters)");
+    sb.split.chunks = chunks;
+  }
   check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
   if (!angles.empty())
     check(cudaMemcpyAsync(sb.angles, angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
@@ -580,9 +597,9 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
       cuda::paged_attention_tiled(shape, rows, sb.tiles, sb.n_tiles, q, kview, vview, att, stream_);
     } else if (att_quantized) {
       const auto [xq, xd] = quantized_input(T, qd, 0);
-      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_, xq, xd);
+      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_, xq, xd, sb.split);
     } else {
-      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_);
+      cuda::paged_attention(shape, rows, q, kview, vview, att, stream_, nullptr, nullptr, sb.split);
     }
     if (tf.changes_output()) cuda::kv_from_cache(dtf, att, T, c.n_head, c.n_kv_head, hd, stream_);
     const bool gate_up_decode = fuses(L.ffn_gate, T) && fuses(L.ffn_up, T);

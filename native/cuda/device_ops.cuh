@@ -137,13 +137,32 @@ struct AttentionRowsDev {
   const int32_t* block_tables;  // [n_seq][max_blocks]
   int max_blocks;
 };
+// Chunks: paged_attention sums a row's visible keys by chunks of ATT_CHUNK positions (cut at its multiples), each
+// chunk's online softmax by 8 warps, the chunks merged in position order (kv.cu). The order depends on the row's
+// own position and window alone, so a row's bits are the same in any step, alone or split.
+constexpr int ATT_CHUNK = 128;
+constexpr int ATT_PART_FLOATS = 256 + 2;  // a chunk's state in AttentionSplit::part: max, weight, head_dim outputs
+// A split launch: one thread block per (row, head, chunk), so that a few rows over a long context fill the card
+// (a decode step), the chunks' states meeting in part. part: rows * n_head * chunks * ATT_PART_FLOATS floats;
+// counters: rows * n_head ints, zero before the first launch (the kernel sets them back); chunks: the most chunks
+// a row of the launch can have (position / ATT_CHUNK + 1 at the block tables' end). part nullptr: a block per
+// (row, head) walks the row's chunks itself (a prefill step has blocks enough); the same bits.
+struct AttentionSplit {
+  float* part = nullptr;
+  int* counters = nullptr;
+  int chunks = 0;
+};
+// the most chunks a row of block tables of max_blocks blocks of block_size positions has
+inline int attention_chunks(int max_blocks, int block_size) {
+  return (int)(((int64_t)max_blocks * block_size + ATT_CHUNK - 1) / ATT_CHUNK);
+}
 // paged_attention (attention.h) on the device: q [T][n_head][head_dim] float; k_cache / v_cache views of one
 // layer's device pools; out [T][n_head][head_dim]. Online softmax over the visible keys (causal, window,
-// soft-cap as AttentionShape says), float accumulation. With xq, out is also quantized per 32 into xq [T][n_head *
-// head_dim], xd (quantize_x's bits: the next product's input, in the same launch).
+// soft-cap as AttentionShape says), float accumulation, by chunks (above). With xq, out is also quantized per 32
+// into xq [T][n_head * head_dim], xd (quantize_x's bits: the next product's input, in the same launch).
 void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
                      const KvView& v_cache, float* out, cudaStream_t stream, int8_t* xq = nullptr,
-                     float* xd = nullptr);
+                     float* xd = nullptr, const AttentionSplit& split = {});
 // paged_attention for prefill (attention_tiles.cu), the same results to float rounding: one thread block per
 // (tile, query head) reads each visible key and value once per tile instead of once per row. tiles [n_tiles] holds
 // row starts: tile i covers the rows tiles[i] + r, r < 16 (ATTENTION_TILE_ROWS), that are below T, of row

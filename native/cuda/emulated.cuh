@@ -97,6 +97,7 @@ inline uint32_t __float_as_uint(float f) {
   return u;
 }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __dadd_rn(double a, double b) { return a + b; }

@@ -269,75 +269,159 @@ void launch_head_transform(float* x, int n_vec, int heads, int hd, const HeadOps
 
 // ---- paged attention ----
 
-constexpr int ATT_WARPS = 8;      // warps per (row, head): each takes every ATT_WARPS-th visible key
+constexpr int ATT_WARPS = 8;      // warps per (row, head): each takes every ATT_WARPS-th key of a chunk
 constexpr int ATT_MAX_DIM = 256;  // head_dim: a multiple of 32 up to this
 constexpr int ATT_STEPS = ATT_MAX_DIM / 32;
+static_assert(ATT_PART_FLOATS == ATT_MAX_DIM + 2, "a chunk's state: max, weight, the outputs");
+static_assert(ATT_MAX_DIM <= 32 * ATT_WARPS, "a thread per output dimension");
 
-// One thread block per (query row t = blockIdx.x, query head h = blockIdx.y), ATT_WARPS warps. Lane l holds dims
-// l, l + 32, ... of q and of its warp's running output. Warp w walks keys lo + w, lo + w + ATT_WARPS, ... <= p
-// with its own online softmax (score: the lanes' partial dot products summed by a butterfly shuffle, identical in
-// every lane, times scale, then the soft-cap); the warps' states (max, sum of weights, output) are merged at the
-// end through shared memory and the output divided by the total weight, as attention.cpp does.
-__global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(AttentionShape a, AttentionRowsDev rows,
-                                                                         const float* q, KvView kc, KvView vc,
-                                                                         float* out, int8_t* xq, float* xd) {
-  __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
-  __shared__ float sm_acc[ATT_WARPS][ATT_MAX_DIM];
-  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int D = a.head_dim, steps = D / 32, bs = a.block_size;
-  const size_t g = (size_t)(h / (a.n_head / a.n_kv_head));  // kv head
-  const int p = rows.positions[t];
-  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
-  const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[t] * rows.max_blocks;
-  const size_t at = ((size_t)t * a.n_head + h) * D;
+// The order of a row's sum, the same whatever the launch (device_ops.cuh, "Chunks"): the visible keys [lo, p] are cut
+// at the multiples of ATT_CHUNK; inside chunk c, warp w walks keys max(lo, c * ATT_CHUNK) + w, + ATT_WARPS, ... with
+// its own online softmax (score: the lanes' partial dot products summed by a butterfly shuffle, identical in every
+// lane, times scale, then the soft-cap), and the warps' states (max, sum of weights, output) are merged in warp
+// order into the chunk's (m_c, l_c, o_c); the chunks are merged in position order by merge_chunk, the first taken
+// as it is; the output is O * (1 / L). Every float operation that rounds is an explicit _rn intrinsic, so that
+// the compiler contracts none of them differently in the two launches below (and the emulator computes the card's
+// bits, expf and tanhf aside). A row of one chunk is the kernel before chunks, operation for operation.
 
-  float qv[ATT_STEPS], acc[ATT_STEPS];
+struct ChunkState {  // a chunk's, or the running merge's: max score, sum of weights; the output lives per thread
+  float m, l;
+};
+
+// (M, L, O) merged with chunk (m, l, o): the running state of the chunks so far, O one dimension's value
+__device__ __forceinline__ void merge_chunk(ChunkState& run, float& O, ChunkState c, float o) {
+  const float mn = fmaxf(run.m, c.m);
+  const float a = expf(__fsub_rn(run.m, mn)), b = expf(__fsub_rn(c.m, mn));
+  O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, b));
+  run.l = __fadd_rn(__fmul_rn(run.l, a), __fmul_rn(c.l, b));
+  run.m = mn;
+}
+
+struct AttShared {
+  float m[ATT_WARPS], l[ATT_WARPS];
+  float acc[ATT_WARPS][ATT_MAX_DIM];
+  int last;  // split launch: this block merges the row's chunks
+};
+
+// chunk [j0, j1] (visible keys, inclusive) of row t, head h: returns (m_c, l_c) to every thread, and o_c of
+// dimension d = threadIdx.x in o (when d < head_dim); ends after a barrier, so sh may be reused at once
+__device__ __forceinline__ ChunkState attend_chunk(const AttentionShape& a, const int32_t* bt, const float* qv, int j0,
+                                                   int j1, const KvView& kc, const KvView& vc, size_t g, AttShared& sh,
+                                                   float& o) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, steps = a.head_dim / 32, bs = a.block_size;
+  float acc[ATT_STEPS];
 #pragma unroll
-  for (int i = 0; i < ATT_STEPS; ++i) {
-    qv[i] = i < steps ? q[at + 32 * i + lane] : 0.f;
-    acc[i] = 0.f;
-  }
+  for (int i = 0; i < ATT_STEPS; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  for (int j = lo + w; j <= p; j += ATT_WARPS) {  // warp-uniform: the shuffles below see all 32 lanes
+  for (int j = j0 + w; j <= j1; j += ATT_WARPS) {  // warp-uniform: the shuffles below see all 32 lanes
     const size_t slot = (size_t)bt[j / bs] * bs + j % bs;
     const uint8_t* kh = kc.data + slot * kc.row_bytes + g * kc.head_bytes;
     const uint8_t* vh = vc.data + slot * vc.row_bytes + g * vc.head_bytes;
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < ATT_STEPS; ++i)
-      if (i < steps) s += qv[i] * kv_value(kc.type, kh, i, lane);
-    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
-    s *= a.scale;
-    if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+      if (i < steps) s = __fmaf_rn(qv[i], kv_value(kc.type, kh, i, lane), s);
+    for (int off = 16; off; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(FULL, s, off));
+    s = __fmul_rn(s, a.scale);
+    if (a.softcap > 0.f) s = __fmul_rn(a.softcap, tanhf(__fdiv_rn(s, a.softcap)));
     const float mn = fmaxf(m, s);
-    const float corr = m == -INFINITY ? 0.f : expf(m - mn), e = expf(s - mn);
-    l = l * corr + e;
+    const float corr = m == -INFINITY ? 0.f : expf(__fsub_rn(m, mn)), e = expf(__fsub_rn(s, mn));
+    l = __fmaf_rn(l, corr, e);
 #pragma unroll
     for (int i = 0; i < ATT_STEPS; ++i)
-      if (i < steps) acc[i] = acc[i] * corr + e * kv_value(vc.type, vh, i, lane);
+      if (i < steps) acc[i] = __fmaf_rn(acc[i], corr, __fmul_rn(e, kv_value(vc.type, vh, i, lane)));
     m = mn;
   }
-
   if (lane == 0) {
-    sm_m[w] = m;
-    sm_l[w] = l;
+    sh.m[w] = m;
+    sh.l[w] = l;
   }
 #pragma unroll
   for (int i = 0; i < ATT_STEPS; ++i)
-    if (i < steps) sm_acc[w][32 * i + lane] = acc[i];
+    if (i < steps) sh.acc[w][32 * i + lane] = acc[i];
   __syncthreads();
   float mx = -INFINITY;
-  for (int u = 0; u < ATT_WARPS; ++u) mx = fmaxf(mx, sm_m[u]);  // finite: key p is always visible
-  float wt[ATT_WARPS], total = 0.f;
+  for (int u = 0; u < ATT_WARPS; ++u) mx = fmaxf(mx, sh.m[u]);  // finite: every chunk has a visible key
+  ChunkState c{mx, 0.f};
+  float wt[ATT_WARPS];
   for (int u = 0; u < ATT_WARPS; ++u) {  // a warp that saw no key has weight 0
-    wt[u] = sm_m[u] == -INFINITY ? 0.f : expf(sm_m[u] - mx);
-    total += sm_l[u] * wt[u];
+    wt[u] = sh.m[u] == -INFINITY ? 0.f : expf(__fsub_rn(sh.m[u], mx));
+    c.l = __fmaf_rn(sh.l[u], wt[u], c.l);
   }
-  const float inv = 1.f / total;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {  // whole warps (D a multiple of 32): quantize32 below
-    float o = 0.f;
-    for (int u = 0; u < ATT_WARPS; ++u) o += sm_acc[u][d] * wt[u];
-    const float r = o * inv;
+  o = 0.f;
+  if ((int)threadIdx.x < a.head_dim)
+    for (int u = 0; u < ATT_WARPS; ++u) o = __fmaf_rn(sh.acc[u][threadIdx.x], wt[u], o);
+  __syncthreads();
+  return c;
+}
+
+// One thread block per (query row t = blockIdx.x, query head h = blockIdx.y, chunk blockIdx.z), ATT_WARPS warps;
+// thread d < head_dim owns dimension d of the merge and of the output. Lane l holds dims l, l + 32, ... of q.
+// Without part (grid z 1) the block walks the row's chunks in order, merging as it goes. With part (a split launch,
+// grid z covering the most chunks a row has) block z takes chunk lo / ATT_CHUNK + z alone: a row of one chunk
+// finishes there; otherwise each chunk's state goes to part, and the row's last block to arrive (counted in
+// counters[t * n_head + h], which it sets back to 0) merges them in chunk order. The same operations either way.
+__global__ void __launch_bounds__(32 * ATT_WARPS) paged_attention_kernel(AttentionShape a, AttentionRowsDev rows,
+                                                                         const float* q, KvView kc, KvView vc,
+                                                                         float* out, int8_t* xq, float* xd,
+                                                                         AttentionSplit split) {
+  __shared__ AttShared sh;
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, d = threadIdx.x;
+  const int D = a.head_dim, steps = D / 32;
+  const size_t g = (size_t)(h / (a.n_head / a.n_kv_head));  // kv head
+  const int p = rows.positions[t];
+  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+  const int c_lo = lo / ATT_CHUNK, n_c = p / ATT_CHUNK - c_lo + 1;
+  const int32_t* bt = rows.block_tables + (size_t)rows.seq_index[t] * rows.max_blocks;
+  const size_t at = ((size_t)t * a.n_head + h) * D;
+  const size_t row_head = (size_t)t * a.n_head + h;
+  if ((int)blockIdx.z >= n_c) return;  // block-uniform: a split launch's chunks past this row's
+
+  float qv[ATT_STEPS];
+#pragma unroll
+  for (int i = 0; i < ATT_STEPS; ++i) qv[i] = i < steps ? q[at + 32 * i + lane] : 0.f;
+  auto chunk = [&](int c, float& o) {
+    return attend_chunk(a, bt, qv, max(lo, c * ATT_CHUNK), min(p, c * ATT_CHUNK + ATT_CHUNK - 1), kc, vc, g, sh, o);
+  };
+
+  ChunkState run;
+  float O;
+  if (!split.part) {
+    run = chunk(c_lo, O);
+    for (int c = c_lo + 1; c < c_lo + n_c; ++c) {
+      float o;
+      const ChunkState s = chunk(c, o);
+      merge_chunk(run, O, s, o);
+    }
+  } else {
+    const int z = blockIdx.z;
+    run = chunk(c_lo + z, O);
+    if (n_c > 1) {
+      float* mine = split.part + (row_head * split.chunks + z) * ATT_PART_FLOATS;
+      if (d == 0) {
+        mine[0] = run.m;
+        mine[1] = run.l;
+      }
+      if (d < D) mine[2 + d] = O;
+      __threadfence();  // this chunk's state is visible before it is counted
+      __syncthreads();
+      if (d == 0) sh.last = atomicAdd(split.counters + row_head, 1) == n_c - 1;
+      __syncthreads();
+      if (!sh.last) return;
+      __threadfence();
+      if (d == 0) split.counters[row_head] = 0;
+      const float* parts = split.part + row_head * split.chunks * ATT_PART_FLOATS;
+      run = ChunkState{__ldcg(parts), __ldcg(parts + 1)};
+      O = d < D ? __ldcg(parts + 2 + d) : 0.f;
+      for (int c = 1; c < n_c; ++c) {
+        const float* pc = parts + (size_t)c * ATT_PART_FLOATS;
+        merge_chunk(run, O, ChunkState{__ldcg(pc), __ldcg(pc + 1)}, d < D ? __ldcg(pc + 2 + d) : 0.f);
+      }
+    }
+  }
+  const float inv = __fdiv_rn(1.f, run.l);
+  if (d < D) {  // whole warps (D a multiple of 32): quantize32 below
+    const float r = __fmul_rn(O, inv);
     out[at + d] = r;
     if (xq) quantize32(r, d % 32, xq + at + d, xd + (at + d) / 32);
   }
@@ -448,13 +532,16 @@ void kv_from_cache(const KvTransformsDev& tf, float* att, int n, int n_head, int
 }
 
 void paged_attention(const AttentionShape& a, const AttentionRowsDev& rows, const float* q, const KvView& k_cache,
-                     const KvView& v_cache, float* out, cudaStream_t stream, int8_t* xq, float* xd) {
+                     const KvView& v_cache, float* out, cudaStream_t stream, int8_t* xq, float* xd,
+                     const AttentionSplit& split) {
   if (a.head_dim <= 0 || a.head_dim % 32 || a.head_dim > ATT_MAX_DIM)
     throw std::invalid_argument("paged_attention: head_dim must be a multiple of 32 up to " +
                                 std::to_string(ATT_MAX_DIM) + ", got " + std::to_string(a.head_dim));
   if (rows.T <= 0) return;
-  LLL_LAUNCH(paged_attention_kernel, dim3(rows.T, a.n_head), 32 * ATT_WARPS, 0, stream)(a, rows, q, k_cache, v_cache, out, xq,
-                                                                                 xd);
+  if (split.part && (!split.counters || split.chunks <= 0))
+    throw std::invalid_argument("paged_attention: a split launch needs its counters and a chunk count");
+  LLL_LAUNCH(paged_attention_kernel, dim3(rows.T, a.n_head, split.part ? split.chunks : 1), 32 * ATT_WARPS, 0,
+             stream)(a, rows, q, k_cache, v_cache, out, xq, xd, split);
   check_launch("paged_attention");
 }
 
@@ -514,7 +601,7 @@ namespace {
 void attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap, int window,
                     int T, const int32_t* positions, const int32_t* seq_index, const int32_t* block_tables, int n_seq,
                     int max_blocks, const float* q, int k_type, const uint8_t* k_pool, int v_type,
-                    const uint8_t* v_pool, int n_slots, float* out, bool tiled) {
+                    const uint8_t* v_pool, int n_slots, float* out, bool tiled, bool split) {
   check_heads(n_head, n_kv_head, head_dim);
   require(head_dim % 32 == 0 && head_dim <= ATT_MAX_DIM, "head_dim must be a multiple of 32 up to " +
                                                              std::to_string(ATT_MAX_DIM) + ", got " +
@@ -550,6 +637,15 @@ void attention_host(int n_head, int n_kv_head, int head_dim, int block_size, flo
     const std::vector<int32_t> tiles = attention_tiles(T, positions, seq_index);
     DeviceArray<int32_t> dtiles(tiles.data(), tiles.size());
     paged_attention_tiled(a, r, dtiles.p, (int)tiles.size(), dq.p, kc, vc, dout.p, 0);
+  } else if (split) {
+    const int chunks = attention_chunks(max_blocks, block_size);
+    DeviceArray<float> part((size_t)T * n_head * chunks * ATT_PART_FLOATS);
+    const std::vector<int> zeros((size_t)T * n_head, 0);
+    DeviceArray<int> counters(zeros.data(), zeros.size());
+    paged_attention(a, r, dq.p, kc, vc, dout.p, 0, nullptr, nullptr, AttentionSplit{part.p, counters.p, chunks});
+    std::vector<int> left(zeros.size());
+    counters.copy_out(left.data(), left.size());
+    for (int n : left) require(n == 0, "paged_attention: a split launch left a counter set");
   } else {
     paged_attention(a, r, dq.p, kc, vc, dout.p, 0);
   }
@@ -561,9 +657,10 @@ void attention_host(int n_head, int n_kv_head, int head_dim, int block_size, flo
 void paged_attention_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
                           int window, int T, const int32_t* positions, const int32_t* seq_index,
                           const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
-                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
+                          const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out,
+                          bool split) {
   attention_host(n_head, n_kv_head, head_dim, block_size, scale, softcap, window, T, positions, seq_index,
-                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, false);
+                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, false, split);
 }
 
 void paged_attention_tiled_host(int n_head, int n_kv_head, int head_dim, int block_size, float scale, float softcap,
@@ -571,7 +668,7 @@ void paged_attention_tiled_host(int n_head, int n_kv_head, int head_dim, int blo
                                 const int32_t* block_tables, int n_seq, int max_blocks, const float* q, int k_type,
                                 const uint8_t* k_pool, int v_type, const uint8_t* v_pool, int n_slots, float* out) {
   attention_host(n_head, n_kv_head, head_dim, block_size, scale, softcap, window, T, positions, seq_index,
-                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, true);
+                 block_tables, n_seq, max_blocks, q, k_type, k_pool, v_type, v_pool, n_slots, out, true, false);
 }
 
 }  // namespace lll::cuda

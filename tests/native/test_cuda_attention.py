@@ -356,6 +356,52 @@ def test_tiled_attention_keys_a_row_does_not_see_add_nothing(window):
     np.testing.assert_allclose(got[blind], per_row[blind], rtol=1e-5, atol=1e-5 * vmax)
 
 
+# ---- chunks (device_ops.cuh): a row's keys summed by chunks of 128 positions, merged in order; a decode-sized step
+# gives each chunk a thread block of its own (split) and the row's last block merges them: the same bits ----
+
+# decode rows over long contexts (6 chunks, a chunk's last and first positions, exactly one chunk), a row that sees
+# one key, and prefill rows of a chunk that starts mid-prompt
+SPLIT_ROWS = [(0, 699), (1, 299), (2, 128), (3, 4), (4, 127), (0, 255), (0, 256), (1, 0), (0, 383), (0, 384)]
+SPLIT_LENGTHS = (700, 300, 129, 5, 128)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", [(14, 2, 64), (4, 1, 256)])
+@pytest.mark.parametrize("k_type,v_type", [("f16", "f16"), ("q4_0", "q8_0")])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(window=200), dict(window=129, softcap=3.0), dict(block_size=5)],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "plain",
+)
+def test_split_attention_gives_the_per_row_kernels_bits(n_head, n_kv_head, head_dim, k_type, v_type, variant):
+    """Split and not, the same bits; both the float64 softmax's within float32 rounding; each row's bits alone
+    the same as beside the others (what the engine's batch invariance asks of the attention)."""
+    rng = np.random.default_rng(head_dim + len(variant))
+    block_size = variant.get("block_size", 16)
+    q, k_pool, v_pool, positions, seq_index, tables = attention_case(
+        rng, n_head, n_kv_head, head_dim, k_type, v_type, block_size, lengths=SPLIT_LENGTHS, rows=SPLIT_ROWS
+    )
+    kw = dict(
+        n_kv_head=n_kv_head,
+        block_size=block_size,
+        scale=float(head_dim**-0.5),
+        softcap=variant.get("softcap", 0.0),
+        window=variant.get("window", 0),
+    )
+    pools = (k_type, k_pool, v_type, v_pool)
+    attend = native.testing.cuda_paged_attention
+    per_row = attend(q, *pools, positions, seq_index, tables, **kw)
+    split = attend(q, *pools, positions, seq_index, tables, split=True, **kw)
+    np.testing.assert_array_equal(split, per_row)
+    want, vmax = reference_attention(q, *pools, positions, seq_index, tables, **kw)
+    np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4 * vmax)
+    for i in (0, 1, 5):
+        for how in (False, True):
+            one = attend(q[i : i + 1], *pools, positions[i : i + 1], seq_index[i : i + 1], tables, split=how, **kw)
+            np.testing.assert_array_equal(one[0], split[i], err_msg=f"row {i} alone, split={how}")
+
+
 # ---- without a device ----
 
 

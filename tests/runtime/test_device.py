@@ -409,10 +409,12 @@ def test_graph_replay_computes_what_eager_launches_do(monkeypatch):
 @pytest.mark.model
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_prompt_logits_alike_in_one_step_chunked_and_token_by_token_on_the_device(name):
-    """The CPU's test_batch_invariance on the card: 80 prompt positions (past the decode kernel's 8 rows and the
-    graphs' 64 tokens) in one step, in chunks of 5 + 75 and of 3, and one token at a time give the same bits."""
-    with LLM(model_file(name), ctx_size=128, device="cuda") as llm:
-        ids = np.array((llm.tokenize(PROMPT, add_special=False) * 20)[:80], dtype=np.int32)
+    """The CPU's test_batch_invariance on the card: 140 prompt positions (past the decode kernel's 8 rows, the
+    graphs' 64 tokens and the attention's first chunk of 128 keys) in one step, in chunks of 5 + 135 and of 3, and
+    one token at a time give the same bits (the small steps attend by chunks split over thread blocks, the large
+    ones by a block per row and head walking them)."""
+    with LLM(model_file(name), ctx_size=256, device="cuda") as llm:
+        ids = np.array((llm.tokenize(PROMPT, add_special=False) * 20)[:140], dtype=np.int32)
         n = len(ids)
 
         def steps(seq):

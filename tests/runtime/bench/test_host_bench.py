@@ -19,6 +19,11 @@ def test_the_host_bench_measures_every_chain_both_ways(capsys):
     assert out.count("greedy") == 5
     steps = [line.split() for line in out.splitlines() if "streams" in line and "a step" in line]
     assert [int(w[0]) for w in steps] == [1, 3] and all(float(w[2]) > 0 for w in steps)
+    # the n replies are admitted together: every step carries all n rows (a prompt step, then 31 decode steps)
+    assert [line.split("(")[1] for line in out.splitlines() if "steps of" in line] == [
+        "32 steps of 1 rows)",
+        "32 steps of 3 rows)",
+    ]
 
 
 def test_the_host_bench_refuses_bad_counts(capsys):
