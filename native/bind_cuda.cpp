@@ -272,7 +272,7 @@ py::array_t<float> cuda_dequant_rows_py(int type_id, const py::array& w, int k, 
 
 // x float32 [n, stride] -> (ids int32 [n, k], vals float32 [n, k]): the k largest of x[:, :n_valid] a row, by value
 // descending (NaN largest), ties by index
-py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k) {
+py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k, bool sliced) {
   auto x = cuda_kv_array<float>(x_in, 2, "x");
   if (k < 1) throw std::invalid_argument("k must be >= 1, got " + std::to_string(k));
   const int n = (int)x.shape(0), stride = (int)x.shape(1);
@@ -284,12 +284,13 @@ py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k) {
   float* vp = vals.mutable_data();
   {
     py::gil_scoped_release release;
-    cuda::top_k_host(xp, n, stride, n_valid, k, ip, vp);
+    cuda::top_k_host(xp, n, stride, n_valid, k, ip, vp, sliced);
   }
 #else
   (void)n;
   (void)stride;
   (void)n_valid;
+  (void)sliced;
   throw std::runtime_error("the CUDA backend is not compiled in");
 #endif
   return py::make_tuple(ids, vals);
@@ -410,9 +411,10 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_dequant_rows", &cuda_dequant_rows_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("ids"), py::arg("scale") = 1.0f,
               "out[n, k] = rows ids of W dequantized times scale on CUDA device 0: the embedding lookup");
-  testing.def("cuda_top_k", &cuda_top_k_py, py::arg("x"), py::arg("n_valid"), py::arg("k"),
+  testing.def("cuda_top_k", &cuda_top_k_py, py::arg("x"), py::arg("n_valid"), py::arg("k"), py::arg("sliced") = true,
               "(ids[n, k], vals[n, k]): the k largest of x[n, :n_valid] a row on CUDA device 0, by value "
-              "descending (NaN largest), ties by index");
+              "descending (NaN largest), ties by index; sliced: rows of 8,192 and more by slices first, as a step "
+              "takes them (the same result)");
   testing.def("cuda_paged_attention_tiled", &cuda_paged_attention_py<true>, py::arg("q"), py::arg("k_type"),
               py::arg("k_pool"), py::arg("v_type"), py::arg("v_pool"), py::arg("positions"), py::arg("seq_index"),
               py::arg("block_tables"), py::kw_only(), py::arg("n_kv_head"), py::arg("block_size"),

@@ -51,8 +51,8 @@ void kv_write_host(int kv_type, const float* x, int T, int row, int head_dim, co
 void kv_transforms_host(bool rotate_k, bool rotate_v, bool center_k, bool center_v, const float* k_scale,
                         const float* k_bias, const float* v_bias, float* q, float* k, float* v, float* att, int n,
                         int n_head, int n_kv_head, int head_dim);
-// top_k (device_ops.cuh) over host rows x [n][stride]: ids, vals [n][k]
-void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals);
+// top_k (device_ops.cuh) over host rows x [n][stride]: ids, vals [n][k]; sliced: with the scratch of slices
+void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, bool sliced = false);
 // paged attention over host pools of n_slots slots ([n_slots][n_kv_head][head_dim] in k_type / v_type rows):
 // q, out [T][n_head][head_dim]; positions, seq_index [T]; block_tables [n_seq][max_blocks]; the AttentionShape
 // fields spelt out; split: a thread block per (row, head, chunk) (AttentionSplit), else per (row, head)

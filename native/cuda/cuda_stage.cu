@@ -363,19 +363,22 @@ int CudaStage::residual(const WeightView& w, const float* bias, const float* pos
 struct CudaStage::StepBuffers {
   int n_tiles;  // > 0: prefill attention by tiles (paged_attention_tiled) starting at rows tiles[..]
   cuda::AttentionSplit split;  // part set: the attention by chunks in blocks of their own
-  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *tiles, *top_ids;
-  float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y, *top_vals;
+  int32_t *ints, *ids, *pos, *slots, *seq, *bt, *rows, *tiles, *top_ids, *part_ids;
+  float *angles, *h, *a, *q, *att, *k, *v, *g, *u, *x, *y, *top_vals, *part_vals;  // part_: top_k's slices
 };
 
 CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n_angles, int n_tiles) {
   const ModelConfig& c = m_.cfg;
   const size_t T = sh.T, d = c.d_model, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
   const size_t nl = std::max(sh.n_logits, 1), vocab = last_ == c.n_layers ? c.n_vocab : 0;
+  const size_t part = sh.k > 0 ? nl * cuda::top_k_slices(sh.n_valid, sh.k) * sh.k * 4 : 0;
   const size_t sizes[] = {n_ints * 4,     n_angles * 4,       T * d * 4,    T * d * 4,         T * qd * 4,
                           T * qd * 4,     T * kvd * 4,        T * kvd * 4,  T * c.n_ff * 4,    T * c.n_ff * 4,
-                          nl * d * 4,     nl * vocab * 4,     nl * sh.k * 4, nl * sh.k * 4};
-  size_t at[14], total = 0;
-  for (int i = 0; i < 14; ++i) {
+                          nl * d * 4,     nl * vocab * 4,     nl * sh.k * 4, nl * sh.k * 4,    part,
+                          part};
+  constexpr int N_BUFFERS = sizeof(sizes) / sizeof(sizes[0]);
+  size_t at[N_BUFFERS], total = 0;
+  for (int i = 0; i < N_BUFFERS; ++i) {
     at[i] = total;
     total += (sizes[i] + 255) / 256 * 256;
   }
@@ -396,6 +399,8 @@ CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n
   s.y = F(11);
   s.top_ids = reinterpret_cast<int32_t*>(F(12));
   s.top_vals = F(13);
+  s.part_ids = reinterpret_cast<int32_t*>(F(14));
+  s.part_vals = F(15);
   return s;
 }
 
@@ -634,7 +639,8 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
     cuda::rms_norm(sb.x, vec(m_.output_norm, d), nl, d, c.rms_eps, sb.x, stream_);
     products({{&m_.w.output, sb.y}}, sb.x, nl);
     if (c.final_softcap > 0.f) cuda::softcap(sb.y, (size_t)nl * c.n_vocab, c.final_softcap, stream_);
-    if (sh.k > 0) cuda::top_k(sb.y, nl, c.n_vocab, sh.n_valid, sh.k, sb.top_ids, sb.top_vals, stream_);
+    if (sh.k > 0)
+      cuda::top_k(sb.y, nl, c.n_vocab, sh.n_valid, sh.k, sb.top_ids, sb.top_vals, stream_, sb.part_ids, sb.part_vals);
   }
 }
 

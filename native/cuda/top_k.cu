@@ -23,11 +23,20 @@
 //   sort:   each candidate's place is the count of candidates before it in (key descending, index ascending),
 //           a total order on distinct indices, so the slots' order from the counter does not matter.
 // Reads the row 5 times (4 passes and the collection), from L2 after the first.
+//
+// Slices: one block a row leaves all but a few multiprocessors idle for a decode step's rows of a vocabulary, so
+// with scratch (top_k's part_ids / part_vals) a long row is cut into top_k_slices contiguous slices, a block each
+// taking its slice's k candidates (the same kernel over the slice, ids offset by its start), then one block a row
+// takes the k of the slices' candidates laid end to end (ids read from the first stage). Exact: the k largest of a
+// row are among its slices' k largest, and among equal keys the candidates' order in the scratch is their ids'
+// order (slices in column order, each sorted by key descending, then id ascending), so taking the lowest
+// positions among ties takes the lowest ids.
 #ifndef LLL_CUDA_EMULATED
 #include <cub/block/block_scan.cuh>
 #endif
 #include "device_compat.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -113,9 +122,12 @@ __device__ void find_digit(const uint32_t* hist, int shift, uint32_t* prefix, ui
   }
 }
 
-// grid n, block THREADS: row blockIdx.x of x [n][stride] -> ids, vals [n][k]
-__global__ void __launch_bounds__(THREADS)
-    top_k_kernel(const float* x, int stride, int n_valid, int k, int32_t* ids, float* vals) {
+// grid (n, slices), block THREADS. Without x_ids: slice blockIdx.y of row blockIdx.x of x [n][stride] (columns
+// [0, n_valid) cut into `slices` of ceil(n_valid / slices)) -> ids, vals [n][slices][k], ids the columns. With
+// x_ids (slices 1): row blockIdx.x of x [n][stride] (n_valid = stride), whose element i stands for column
+// x_ids[row][i] -> ids, vals [n][k].
+__global__ void __launch_bounds__(THREADS) top_k_kernel(const float* x, const int32_t* x_ids, int stride, int n_valid,
+                                                        int slices, int k, int32_t* ids, float* vals) {
   using Scan = cub::BlockScan<int, THREADS>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ uint32_t hist[BINS];
@@ -125,7 +137,10 @@ __global__ void __launch_bounds__(THREADS)
   __shared__ int32_t cand_id[TOPK_MAX];
   __shared__ float cand_val[TOPK_MAX];
 
-  const float* row = x + (size_t)blockIdx.x * stride;
+  const int len = (n_valid + slices - 1) / slices, lo = (int)blockIdx.y * len;
+  const float* row = x + (size_t)blockIdx.x * stride + lo;
+  const int32_t* row_ids = x_ids ? x_ids + (size_t)blockIdx.x * stride : nullptr;
+  n_valid = min(n_valid - lo, len);  // this slice's: at least k (top_k_slices)
   const int t = (int)threadIdx.x;
   if (t == 0) {
     s_prefix = 0;
@@ -153,7 +168,7 @@ __global__ void __launch_bounds__(THREADS)
       if (key >= kth) {
         const int c = atomicAdd(&s_count, 1);
         cand_key[c] = key;
-        cand_id[c] = i;
+        cand_id[c] = row_ids ? row_ids[i] : lo + i;
         cand_val[c] = v;
       }
     }
@@ -169,7 +184,7 @@ __global__ void __launch_bounds__(THREADS)
         if (key > kth) {
           const int c = atomicAdd(&s_count, 1);
           cand_key[c] = key;
-          cand_id[c] = i;
+          cand_id[c] = row_ids ? row_ids[i] : lo + i;
           cand_val[c] = v;
         }
       }
@@ -179,7 +194,7 @@ __global__ void __launch_bounds__(THREADS)
       if (tie && taken + rank < need) {
         const int c = n_above + taken + rank;
         cand_key[c] = key;
-        cand_id[c] = i;
+        cand_id[c] = row_ids ? row_ids[i] : lo + i;
         cand_val[c] = v;
       }
       taken += step_ties;
@@ -193,7 +208,7 @@ __global__ void __launch_bounds__(THREADS)
     const int32_t id = cand_id[t];
     int place = 0;
     for (int j = 0; j < k; ++j) place += cand_key[j] > key || (cand_key[j] == key && cand_id[j] < id);
-    const size_t out = (size_t)blockIdx.x * k + place;
+    const size_t out = ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * k + place;
     ids[out] = id;
     vals[out] = cand_val[t];
   }
@@ -215,17 +230,38 @@ void check_args(const char* what, int n, int stride, int n_valid, int k) {
 
 }  // namespace
 
-void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream) {
+int top_k_slices(int n_valid, int k) {
+  // slices of at least TOPK_SLICE_MIN columns: the last, n_valid - (s - 1) * ceil(n_valid / s) >= n_valid / s - s
+  // + 1, then holds more than TOPK_MAX >= k
+  static_assert(TOPK_SLICE_MIN / 2 - TOPK_SLICES_MAX > TOPK_MAX, "a slice holds k candidates");
+  (void)k;
+  return std::max(1, std::min(TOPK_SLICES_MAX, n_valid / TOPK_SLICE_MIN));
+}
+
+void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream,
+           int32_t* part_ids, float* part_vals) {
   check_args("top_k", n, stride, n_valid, k);
-  LLL_LAUNCH(top_k_kernel, n, THREADS, 0, stream)(x, stride, n_valid, k, ids, vals);
+  const int slices = part_ids && part_vals ? top_k_slices(n_valid, k) : 1;
+  if (slices == 1) {
+    LLL_LAUNCH(top_k_kernel, dim3(n, 1), THREADS, 0, stream)(x, nullptr, stride, n_valid, 1, k, ids, vals);
+  } else {
+    LLL_LAUNCH(top_k_kernel, dim3(n, slices), THREADS, 0, stream)(x, nullptr, stride, n_valid, slices, k, part_ids,
+                                                                   part_vals);
+    LLL_LAUNCH(top_k_kernel, dim3(n, 1), THREADS, 0, stream)(part_vals, part_ids, slices * k, slices * k, 1, k, ids,
+                                                              vals);
+  }
   check_launch("top_k launch");
 }
 
-void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals) {
+void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, bool sliced) {
   check_args("top_k", n, stride, n_valid, k);
   DeviceArray<float> dx(x, (size_t)n * stride), dvals((size_t)n * k);
   DeviceArray<int32_t> dids((size_t)n * k);
-  top_k(dx.p, n, stride, n_valid, k, dids.p, dvals.p, nullptr);
+  const size_t part = sliced ? (size_t)n * top_k_slices(n_valid, k) * k : 0;
+  DeviceArray<int32_t> part_ids(part);
+  DeviceArray<float> part_vals(part);
+  top_k(dx.p, n, stride, n_valid, k, dids.p, dvals.p, nullptr, sliced ? part_ids.p : nullptr,
+        sliced ? part_vals.p : nullptr);
   check(cudaDeviceSynchronize(), "top_k");
   dids.copy_out(ids, (size_t)n * k);
   dvals.copy_out(vals, (size_t)n * k);

@@ -27,7 +27,11 @@ def reference(row: np.ndarray, k: int) -> np.ndarray:
 
 
 def check(x: np.ndarray, n_valid: int, k: int) -> None:
+    """Both ways: by slices of the row and their candidates (as a step takes rows of 8,192 and more), and by one
+    thread block a row."""
     ids, vals = native.testing.cuda_top_k(x, n_valid, k)
+    whole_ids, whole_vals = native.testing.cuda_top_k(x, n_valid, k, sliced=False)
+    assert np.array_equal(whole_ids, ids) and np.array_equal(whole_vals.view(np.uint32), vals.view(np.uint32))
     assert ids.shape == (x.shape[0], k) and ids.dtype == np.int32
     assert vals.shape == (x.shape[0], k) and vals.dtype == np.float32
     for r in range(x.shape[0]):
@@ -103,6 +107,8 @@ def test_special_values(k):
     x[1, ::2] = -0.0  # -0.0 and +0.0 tie: by index, each keeping its sign
     x[1, [100, 50, 51]] = [-1e-45, 1e-45, -F32_MAX]
     check(x, 8_000, k)
+    # five copies end to end (rows of 40,000 in 9 slices): every special value ties with its copies in other slices
+    check(np.tile(x, 5), 40_000, k)
 
 
 @gpu
