@@ -371,7 +371,7 @@ CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n
   const ModelConfig& c = m_.cfg;
   const size_t T = sh.T, d = c.d_model, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
   const size_t nl = std::max(sh.n_logits, 1), vocab = last_ == c.n_layers ? c.n_vocab : 0;
-  const size_t part = sh.k > 0 ? nl * cuda::top_k_slices(sh.n_valid, sh.k) * sh.k * 4 : 0;
+  const size_t part = sh.k > 0 ? nl * cuda::top_k_slices(sh.n_valid) * sh.k * 4 : 0;
   const size_t sizes[] = {n_ints * 4,     n_angles * 4,       T * d * 4,    T * d * 4,         T * qd * 4,
                           T * qd * 4,     T * kvd * 4,        T * kvd * 4,  T * c.n_ff * 4,    T * c.n_ff * 4,
                           nl * d * 4,     nl * vocab * 4,     nl * sh.k * 4, nl * sh.k * 4,    part,

@@ -95,10 +95,10 @@ void dequant_rows(int type_id, const uint8_t* w, size_t row_bytes, int k, const 
 
 // the k largest of each row of x [n][stride] among columns [0, n_valid), by value descending, ties by column
 // ascending (NaN above +inf, -0 equal to +0): ids [n][k], vals [n][k]; 1 <= k <= min(n_valid, 256). With scratch
-// part_ids, part_vals of n * top_k_slices(n_valid, k) * k each, a row is taken by slices in blocks of their own,
+// part_ids, part_vals of n * top_k_slices(n_valid) * k each, a row is taken by slices in blocks of their own,
 // then their candidates (top_k.cu, "Slices"): the same result, sooner for a few long rows.
 constexpr int TOPK_SLICE_MIN = 4096, TOPK_SLICES_MAX = 32;
-int top_k_slices(int n_valid, int k);
+int top_k_slices(int n_valid);
 void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream,
            int32_t* part_ids = nullptr, float* part_vals = nullptr);
 

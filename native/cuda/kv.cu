@@ -282,7 +282,8 @@ static_assert(ATT_MAX_DIM <= 32 * ATT_WARPS, "a thread per output dimension");
 // order into the chunk's (m_c, l_c, o_c); the chunks are merged in position order by merge_chunk, the first taken
 // as it is; the output is O * (1 / L). Every float operation that rounds is an explicit _rn intrinsic, so that
 // the compiler contracts none of them differently in the two launches below (and the emulator computes the card's
-// bits, expf and tanhf aside). A row of one chunk is the kernel before chunks, operation for operation.
+// bits, expf and tanhf aside). A row of one chunk runs the kernel before chunks' operations, its multiply-adds now
+// fused explicitly where nvcc chose to contract them.
 
 struct ChunkState {  // a chunk's, or the running merge's: max score, sum of weights; the output lives per thread
   float m, l;

@@ -230,18 +230,17 @@ void check_args(const char* what, int n, int stride, int n_valid, int k) {
 
 }  // namespace
 
-int top_k_slices(int n_valid, int k) {
+int top_k_slices(int n_valid) {
   // slices of at least TOPK_SLICE_MIN columns: the last, n_valid - (s - 1) * ceil(n_valid / s) >= n_valid / s - s
   // + 1, then holds more than TOPK_MAX >= k
   static_assert(TOPK_SLICE_MIN / 2 - TOPK_SLICES_MAX > TOPK_MAX, "a slice holds k candidates");
-  (void)k;
   return std::max(1, std::min(TOPK_SLICES_MAX, n_valid / TOPK_SLICE_MIN));
 }
 
 void top_k(const float* x, int n, int stride, int n_valid, int k, int32_t* ids, float* vals, cudaStream_t stream,
            int32_t* part_ids, float* part_vals) {
   check_args("top_k", n, stride, n_valid, k);
-  const int slices = part_ids && part_vals ? top_k_slices(n_valid, k) : 1;
+  const int slices = part_ids && part_vals ? top_k_slices(n_valid) : 1;
   if (slices == 1) {
     LLL_LAUNCH(top_k_kernel, dim3(n, 1), THREADS, 0, stream)(x, nullptr, stride, n_valid, 1, k, ids, vals);
   } else {
@@ -257,7 +256,7 @@ void top_k_host(const float* x, int n, int stride, int n_valid, int k, int32_t* 
   check_args("top_k", n, stride, n_valid, k);
   DeviceArray<float> dx(x, (size_t)n * stride), dvals((size_t)n * k);
   DeviceArray<int32_t> dids((size_t)n * k);
-  const size_t part = sliced ? (size_t)n * top_k_slices(n_valid, k) * k : 0;
+  const size_t part = sliced ? (size_t)n * top_k_slices(n_valid) * k : 0;
   DeviceArray<int32_t> part_ids(part);
   DeviceArray<float> part_vals(part);
   top_k(dx.p, n, stride, n_valid, k, dids.p, dvals.p, nullptr, sliced ? part_ids.p : nullptr,
