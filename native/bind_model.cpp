@@ -155,6 +155,41 @@ IntArray step_array(const py::object& batch, const char* name, int ndim) {
   return out;
 }
 
+// A StepBatch's arrays checked and viewed (they stay alive in `batch` while this lives).
+struct StepArrays {
+  IntArray ids, pos, slots, seq, bt, ctx, rows;
+  StepBatch b;
+  explicit StepArrays(const py::object& batch)
+      : ids(step_array(batch, "token_ids", 1)),
+        pos(step_array(batch, "positions", 1)),
+        slots(step_array(batch, "slot_mapping", 1)),
+        seq(step_array(batch, "seq_index", 1)),
+        bt(step_array(batch, "block_tables", 2)),
+        ctx(step_array(batch, "context_lens", 1)),
+        rows(step_array(batch, "logits_rows", 1)) {
+    const std::vector<py::ssize_t>& bt_shape = bt.shape;
+    const size_t T = ids.size;
+    if (pos.size != T || slots.size != T || seq.size != T)
+      throw std::invalid_argument("token_ids, positions, slot_mapping and seq_index must have one length (got " +
+                                  std::to_string(T) + ", " + std::to_string(pos.size) + ", " +
+                                  std::to_string(slots.size) + ", " + std::to_string(seq.size) + ")");
+    if ((size_t)bt_shape[0] != ctx.size)
+      throw std::invalid_argument("block_tables has " + std::to_string(bt_shape[0]) + " rows but context_lens " +
+                                  std::to_string(ctx.size) + " entries");
+    b.n_tokens = (int)T;
+    b.token_ids = ids.data;
+    b.positions = pos.data;
+    b.slot_mapping = slots.data;
+    b.seq_index = seq.data;
+    b.n_seq = (int)bt_shape[0];
+    b.max_blocks = (int)bt_shape[1];
+    b.block_tables = bt.data;
+    b.context_lens = ctx.data;
+    b.n_logits = (int)rows.size;
+    b.logits_rows = rows.data;
+  }
+};
+
 struct PyModel {
   std::unique_ptr<Model> model;
   std::vector<py::object> keep;  // the arrays the weight views point into (and so the mmap)
@@ -210,34 +245,9 @@ struct PyModel {
 
   // batch: a localllm.model.step_batch.StepBatch (its seven arrays by name)
   py::object forward(const py::object& batch, int top_k, int n_valid, bool hidden) {
-    const IntArray ids = step_array(batch, "token_ids", 1);
-    const IntArray pos = step_array(batch, "positions", 1);
-    const IntArray slots = step_array(batch, "slot_mapping", 1);
-    const IntArray seq = step_array(batch, "seq_index", 1);
-    const IntArray bt = step_array(batch, "block_tables", 2);
-    const IntArray ctx = step_array(batch, "context_lens", 1);
-    const IntArray rows = step_array(batch, "logits_rows", 1);
-    const std::vector<py::ssize_t>& bt_shape = bt.shape;
-    const size_t T = ids.size;
-    if (pos.size != T || slots.size != T || seq.size != T)
-      throw std::invalid_argument("token_ids, positions, slot_mapping and seq_index must have one length (got " +
-                                  std::to_string(T) + ", " + std::to_string(pos.size) + ", " +
-                                  std::to_string(slots.size) + ", " + std::to_string(seq.size) + ")");
-    if ((size_t)bt_shape[0] != ctx.size)
-      throw std::invalid_argument("block_tables has " + std::to_string(bt_shape[0]) + " rows but context_lens " +
-                                  std::to_string(ctx.size) + " entries");
-    StepBatch b;
-    b.n_tokens = (int)T;
-    b.token_ids = ids.data;
-    b.positions = pos.data;
-    b.slot_mapping = slots.data;
-    b.seq_index = seq.data;
-    b.n_seq = (int)bt_shape[0];
-    b.max_blocks = (int)bt_shape[1];
-    b.block_tables = bt.data;
-    b.context_lens = ctx.data;
-    b.n_logits = (int)rows.size;
-    b.logits_rows = rows.data;
+    StepArrays a(batch);
+    const IntArray& rows = a.rows;
+    StepBatch& b = a.b;
     if (n_valid < 0) throw std::invalid_argument("n_valid must be 0 (all columns) or positive");
     if (top_k > 0) {  // the candidates of each row (top_k.h) instead of its logits
       TopK top;
@@ -262,7 +272,47 @@ struct PyModel {
     }
     return out;
   }
+
+  // forward's step launched (Model::launch): its shape (n_logits, k); collect() gives what forward would have
+  py::tuple launch(const py::object& batch, int top_k, int n_valid) {
+    StepArrays a(batch);
+    if (n_valid < 0) throw std::invalid_argument("n_valid must be 0 (all columns) or positive");
+    TopK top;
+    top.k = top_k;
+    top.n_valid = n_valid > 0 ? n_valid : model->config().n_vocab;
+    Model::Launched shape;
+    {
+      py::gil_scoped_release nogil;
+      shape = model->launch(a.b, top_k > 0 ? &top : nullptr);
+    }
+    return py::make_tuple(shape.n_logits, shape.k);
+  }
+
+  py::object collect() {
+    const Model::Launched shape = model->next_collected();
+    if (shape.k > 0) {
+      TopK top;
+      top.k = shape.k;
+      py::array_t<int32_t> top_ids({(py::ssize_t)shape.n_logits, (py::ssize_t)shape.k});
+      py::array_t<float> vals({(py::ssize_t)shape.n_logits, (py::ssize_t)shape.k});
+      top.ids = top_ids.mutable_data();
+      top.vals = vals.mutable_data();
+      {
+        py::gil_scoped_release nogil;
+        model->collect(nullptr, &top);
+      }
+      return py::make_tuple(top_ids, vals);
+    }
+    py::array_t<float> out({(py::ssize_t)shape.n_logits, (py::ssize_t)model->config().n_vocab});
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      model->collect(op, nullptr);
+    }
+    return out;
+  }
 };
+
 
 }  // namespace
 
@@ -281,6 +331,10 @@ void bind_model(py::module_& m) {
            "one engine step (a StepBatch) -> logits [len(logits_rows), n_vocab] float32, or with top_k > 0 each row's top_k "
            "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]; "
            "hidden: each logits row's final hidden state [len(logits_rows), d_model] instead (embeddings)")
+      .def("launch", &PyModel::launch, py::arg("batch"), py::arg("top_k") = 0, py::arg("n_valid") = 0,
+           "forward's step without waiting for it where the device can (a GPU; the CPU computes it now): its shape "
+           "(n_logits, k); at most 2 launched and not collected")
+      .def("collect", &PyModel::collect, "the oldest launched step's result, as forward returns it (waits for it)")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })
       .def_property_readonly("kv_bytes", [](const PyModel& p) { return p.model->kv_bytes(); })

@@ -200,6 +200,72 @@ std::vector<int> Model::graph_nodes() const {
 
 void Model::forward(const StepBatch& b, float* logits, const TopK* top, bool hidden) {
   std::lock_guard<std::mutex> lk(mu_);
+  forward_locked(b, logits, top, hidden);
+}
+
+void Model::check_top(const TopK* top) const {
+  if (top && (top->n_valid < 1 || top->n_valid > cfg_.n_vocab || top->k < 1 ||
+              top->k > std::min(top->n_valid, TOP_K_MAX)))
+    throw std::invalid_argument("top_k " + str(top->k) + " must be in [1, min(n_valid, " + str(TOP_K_MAX) +
+                                ")] and n_valid " + str(top->n_valid) + " in [1, n_vocab " + str(cfg_.n_vocab) + "]");
+}
+
+Model::Launched Model::launch(const StepBatch& b, const TopK* top) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (launched_.size() >= (size_t)MAX_LAUNCHED)
+    throw std::logic_error("Model::launch: " + str(MAX_LAUNCHED) + " steps are launched and not collected");
+  InFlight f;
+  f.shape = {b.n_logits, top ? top->k : 0};
+  f.slot = -1;
+  if (stages_.size() == 1) {
+    check(b);
+    check_top(top);
+    if (stages_[0]->submit(b, top, next_slot_)) {
+      f.slot = next_slot_;
+      next_slot_ ^= 1;
+      launched_.push_back(std::move(f));
+      return launched_.back().shape;
+    }
+  }
+  TopK into;
+  if (top) {
+    into = *top;
+    f.ids.resize((size_t)b.n_logits * top->k);
+    f.vals.resize((size_t)b.n_logits * top->k);
+    into.ids = f.ids.data();
+    into.vals = f.vals.data();
+  } else {
+    f.logits.resize((size_t)b.n_logits * cfg_.n_vocab);
+  }
+  forward_locked(b, f.logits.data(), top ? &into : nullptr, false);
+  launched_.push_back(std::move(f));
+  return launched_.back().shape;
+}
+
+Model::Launched Model::next_collected() const {
+  if (launched_.empty()) throw std::logic_error("Model::collect: no step is launched");
+  return launched_.front().shape;
+}
+
+void Model::collect(float* logits, const TopK* top) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (launched_.empty()) throw std::logic_error("Model::collect: no step is launched");
+  const int k = launched_.front().shape.k;
+  if ((k > 0) != (top != nullptr) || (top && top->k != k))
+    throw std::invalid_argument("Model::collect: the step was launched with top_k " + str(k));
+  InFlight f = std::move(launched_.front());
+  launched_.erase(launched_.begin());
+  if (f.slot >= 0) {
+    stages_[0]->finish(f.slot, logits, top);
+  } else if (top) {
+    std::copy(f.ids.begin(), f.ids.end(), top->ids);
+    std::copy(f.vals.begin(), f.vals.end(), top->vals);
+  } else {
+    std::copy(f.logits.begin(), f.logits.end(), logits);
+  }
+}
+
+void Model::forward_locked(const StepBatch& b, float* logits, const TopK* top, bool hidden) {
   check(b);
   if (cfg_.bidirectional && !hidden && b.n_logits)
     throw std::invalid_argument("an encoder (bidirectional attention) has no language-model head: it gives hidden "
@@ -212,10 +278,7 @@ void Model::forward(const StepBatch& b, float* logits, const TopK* top, bool hid
     ~Ask() { flag = false; }
   } ask{hidden_};
   hidden_ = hidden;
-  if (top && (top->n_valid < 1 || top->n_valid > cfg_.n_vocab || top->k < 1 ||
-              top->k > std::min(top->n_valid, TOP_K_MAX)))
-    throw std::invalid_argument("top_k " + str(top->k) + " must be in [1, min(n_valid, " + str(TOP_K_MAX) +
-                                ")] and n_valid " + str(top->n_valid) + " in [1, n_vocab " + str(cfg_.n_vocab) + "]");
+  check_top(top);
   if (stages_.size() > 1) h_.resize((size_t)b.n_tokens * cfg_.d_model);
   for (const auto& s : stages_) s->run(b, h_.data(), logits, top);
   if (h_.size() > (size_t(16) << 20)) std::vector<float>().swap(h_);  // a long prompt's is not kept

@@ -54,6 +54,19 @@ class Model {
   // (embeddings; the last stage must be a CPU one).
   void forward(const StepBatch& b, float* logits, const TopK* top = nullptr, bool hidden = false);
 
+  // The step without waiting for it (the engine's pipelining: the host prepares the next step while the device
+  // computes this one). launch checks b and top (top->ids and vals unused) as forward does and enqueues the step
+  // where one stage holds the whole model and can (a GPU: Stage::submit), or computes it now (the CPU). Returns its
+  // shape; collect() waits for the oldest launched step and writes its results as forward would. At most
+  // MAX_LAUNCHED steps are launched and not collected (std::logic_error past that, or collecting none).
+  static constexpr int MAX_LAUNCHED = 2;
+  struct Launched {
+    int n_logits = 0, k = 0;  // logits rows; candidates a row (0: whole rows of n_vocab)
+  };
+  Launched launch(const StepBatch& b, const TopK* top = nullptr);
+  Launched next_collected() const;  // the shape collect() writes next
+  void collect(float* logits, const TopK* top = nullptr);
+
  private:
   const float* vector_of(const WeightView& w, int n, const char* name);
   void place(const std::vector<Placement>& placement);
@@ -75,6 +88,17 @@ class Model {
   std::unique_ptr<ModelParts> parts_;      // what the stages read of the above
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<StageInfo> stage_info_;
+  void forward_locked(const StepBatch& b, float* logits, const TopK* top, bool hidden);
+  void check_top(const TopK* top) const;
+  struct InFlight {
+    Launched shape;
+    int slot;                        // the stage's staging slot, -1: computed at launch into the vectors below
+    std::vector<float> logits, vals;  // [n_logits][n_vocab] or [n_logits][k]
+    std::vector<int32_t> ids;
+  };
+  std::vector<InFlight> launched_;  // in launch order, at most MAX_LAUNCHED
+  int next_slot_ = 0;
+
   std::vector<float> h_;  // [T][d_model]: the hidden state between stages
   bool hidden_ = false;   // this forward's ask (ModelParts::hidden)
   std::mutex mu_;

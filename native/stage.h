@@ -61,6 +61,13 @@ class Stage {
   // written as the output unless it has the head (last == n_layers). Head only: logits [n_logits][n_vocab], or
   // when top is given, its candidates of each logits row instead (logits unused).
   virtual void run(const StepBatch& b, float* h, float* logits, const TopK* top) = 0;
+  // The asynchronous step (Model::launch), for a stage holding the whole model (embedding to head): submit checks
+  // nothing more than run does, enqueues the step with its results (logits rows, or top's candidates: top->ids and
+  // vals unused) bound for staging slot `slot` (0 or 1) of the stage's own, and returns without waiting for the
+  // device; finish(slot, ...) waits for that step and copies its results out. The caller finishes a slot before
+  // submitting to it again. false: this stage computes in run() only (the CPU: the Model runs it there and then).
+  virtual bool submit(const StepBatch& /*b*/, const TopK* /*top*/, int /*slot*/) { return false; }
+  virtual void finish(int /*slot*/, float* /*logits*/, const TopK* /*top*/) {}
   virtual size_t kv_bytes() const = 0;  // the KV pool of this stage's layers
   virtual std::string device() const = 0;  // "cpu", "cuda:0"
   // the nodes (kernels) of the CUDA graph this stage captured last, a decode-sized step's launches; -1: none

@@ -62,6 +62,30 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// pinned host memory, grown on demand: an asynchronous step's uploads and results (a copy from or to pageable memory
+// may wait for the stream, that is for the step before it, where a pinned one does not)
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { cudaFreeHost(p_); }
+  void* ensure(size_t bytes) {
+    if (bytes > bytes_) {
+      cudaFreeHost(p_);
+      p_ = nullptr;
+      bytes_ = 0;
+      check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+      bytes_ = bytes;
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Decode-sized steps replay a CUDA graph of their kernels, one graph per Shape: a small model's step is a few
 // hundred short kernels whose launches would cost more than their work. A shape is captured the second time it is
 // seen (the first runs eagerly and uploads every weight the step reads), block tables are padded to a multiple of
@@ -107,6 +131,8 @@ class CudaStage final : public Stage {
   ~CudaStage() override;
 
   void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
+  bool submit(const StepBatch& b, const TopK* top, int slot) override;
+  void finish(int slot, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_bytes_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
   int graph_nodes() const override { return graph_nodes_; }
@@ -129,6 +155,17 @@ class CudaStage final : public Stage {
     }
   };
   struct StepBuffers;
+  // An asynchronous step's pinned copies: the index arrays and angles going up, its results coming back (n_logits
+  // rows of logits, or of k candidates), and the event recorded after them.
+  struct Staging {
+    PinnedBuffer in, out;
+    cudaEvent_t done = nullptr;
+    int n_logits = 0, k = 0;
+    bool pending = false;
+  };
+  // the step up to its downloads, enqueued on stream_ (run and submit): from and to the caller's memory, or through
+  // st's pinned copies
+  void step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st);
   StepBuffers carve(const Shape& sh, size_t n_ints, size_t n_angles, int n_tiles);
   // the step's kernels (everything between the uploads and the downloads) on stream_
   void enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
@@ -187,6 +224,7 @@ class CudaStage final : public Stage {
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
   std::unordered_set<Shape, ShapeHash> seen_;        // run eagerly once since the graphs were last dropped
   std::unordered_set<Shape, ShapeHash> ungraphable_;  // whose capture failed: always eager
+  Staging staging_[2];                                 // submit's slots
 };
 
 CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape& kv, int device)
@@ -241,6 +279,9 @@ CudaStage::CudaStage(const ModelParts& m, int first, int last, const KvPoolShape
 
 CudaStage::~CudaStage() {
   cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);  // a step submitted and never finished still reads the pinned copies
+  for (Staging& st : staging_)
+    if (st.done) cudaEventDestroy(st.done);
   drop_graphs();
 }
 
@@ -406,6 +447,8 @@ CudaStage::StepBuffers CudaStage::carve(const Shape& sh, size_t n_ints, size_t n
 
 void* CudaStage::grow(DeviceBuffer& buf, size_t bytes) {
   const void* before = buf.get();
+  if (bytes > buf.bytes())  // a submitted step may still run in it, or replay a graph about to be dropped
+    check(cudaStreamSynchronize(stream_), "the step before");
   void* p = buf.ensure(bytes);
   if (p != before) drop_graphs();  // they hold the old addresses
   return p;
@@ -419,6 +462,44 @@ void CudaStage::drop_graphs() {
 
 void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* top) {
   check(cudaSetDevice(device_), "cudaSetDevice");
+  step(b, h_io, logits, top, nullptr);
+  check(cudaStreamSynchronize(stream_), "the step");
+  const bool graph = graphs_on_ && b.n_tokens <= GRAPH_MAX_TOKENS;
+  if (!graph && act_.bytes() > ACT_KEPT_BYTES) {  // a long prompt's activations are not kept for the decode after it
+    act_.release();
+    drop_graphs();  // they hold its addresses
+  }
+}
+
+bool CudaStage::submit(const StepBatch& b, const TopK* top, int slot) {
+  if (first_ != 0 || last_ != m_.cfg.n_layers) return false;
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  Staging& st = staging_[slot];
+  if (st.pending) throw std::logic_error("CudaStage::submit: staging slot " + std::to_string(slot) + " is in use");
+  if (!st.done) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
+  step(b, nullptr, nullptr, top, &st);
+  check(cudaEventRecord(st.done, stream_), "cudaEventRecord");
+  st.pending = true;
+  return true;
+}
+
+void CudaStage::finish(int slot, float* logits, const TopK* top) {
+  Staging& st = staging_[slot];
+  if (!st.pending) throw std::logic_error("CudaStage::finish: nothing was submitted to slot " + std::to_string(slot));
+  st.pending = false;
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaEventSynchronize(st.done), "the step");
+  const size_t nl = st.n_logits;
+  if (st.k > 0) {
+    std::memcpy(top->ids, st.out.ensure(0), sizeof(int32_t) * nl * st.k);
+    std::memcpy(top->vals, static_cast<uint8_t*>(st.out.ensure(0)) + sizeof(int32_t) * nl * st.k,
+                sizeof(float) * nl * st.k);
+  } else {
+    std::memcpy(logits, st.out.ensure(0), sizeof(float) * nl * m_.cfg.n_vocab);
+  }
+}
+
+void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st) {
   const ModelConfig& c = m_.cfg;
   const int T = b.n_tokens, d = c.d_model, nl = b.n_logits;
   const bool head = last_ == c.n_layers, graph = graphs_on_ && T <= GRAPH_MAX_TOKENS;
@@ -476,9 +557,18 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
       check(cudaMemsetAsync(sb.split.counters, 0, att_counters_.bytes(), stream_), "cudaMemset (attention counters)");
     sb.split.chunks = chunks;
   }
-  check(cudaMemcpyAsync(sb.ints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
+  const int32_t* ints_from = ints.data();
+  const float* angles_from = angles.data();
+  if (st) {  // through pinned memory, so that neither copy waits for the step before
+    uint8_t* in = static_cast<uint8_t*>(st->in.ensure((ints.size() + angles.size()) * 4 + 4));
+    std::memcpy(in, ints.data(), ints.size() * 4);
+    std::memcpy(in + ints.size() * 4, angles.data(), angles.size() * 4);
+    ints_from = reinterpret_cast<const int32_t*>(in);
+    angles_from = reinterpret_cast<const float*>(in + ints.size() * 4);
+  }
+  check(cudaMemcpyAsync(sb.ints, ints_from, ints.size() * 4, cudaMemcpyHostToDevice, stream_), "copy batch");
   if (!angles.empty())
-    check(cudaMemcpyAsync(sb.angles, angles.data(), angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
+    check(cudaMemcpyAsync(sb.angles, angles_from, angles.size() * 4, cudaMemcpyHostToDevice, stream_), "copy rope");
   if (first_ > 0)
     check(cudaMemcpyAsync(sb.h, h_io, sizeof(float) * T * d, cudaMemcpyHostToDevice, stream_), "copy h");
 
@@ -501,21 +591,27 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
     if (exec) check(cudaGraphLaunch(graphs_.emplace(sh, exec).first->second, stream_), "cudaGraphLaunch");
   }
 
+  int32_t* ids_to = top ? top->ids : nullptr;
+  float* vals_to = top ? top->vals : nullptr;
+  if (st) {  // the results go to the slot's pinned copy; finish() hands them over
+    st->n_logits = nl;
+    st->k = sh.k;
+    const size_t bytes = sh.k > 0 ? (size_t)nl * sh.k * 8 : sizeof(float) * nl * c.n_vocab;
+    uint8_t* out = static_cast<uint8_t*>(st->out.ensure(std::max<size_t>(bytes, 8)));
+    ids_to = reinterpret_cast<int32_t*>(out);
+    vals_to = reinterpret_cast<float*>(out + (size_t)nl * sh.k * 4);
+    logits = reinterpret_cast<float*>(out);
+  }
   if (!head)
     check(cudaMemcpyAsync(h_io, sb.h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
   else if (nl > 0 && sh.k > 0) {
-    check(cudaMemcpyAsync(top->ids, sb.top_ids, sizeof(int32_t) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
+    check(cudaMemcpyAsync(ids_to, sb.top_ids, sizeof(int32_t) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
           "copy candidates");
-    check(cudaMemcpyAsync(top->vals, sb.top_vals, sizeof(float) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
+    check(cudaMemcpyAsync(vals_to, sb.top_vals, sizeof(float) * nl * sh.k, cudaMemcpyDeviceToHost, stream_),
           "copy candidates");
   } else if (nl > 0) {
     check(cudaMemcpyAsync(logits, sb.y, sizeof(float) * nl * c.n_vocab, cudaMemcpyDeviceToHost, stream_),
           "copy logits");
-  }
-  check(cudaStreamSynchronize(stream_), "the step");
-  if (!graph && act_.bytes() > ACT_KEPT_BYTES) {  // a long prompt's activations are not kept for the decode after it
-    act_.release();
-    drop_graphs();  // they hold its addresses
   }
 }
 

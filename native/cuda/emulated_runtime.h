@@ -19,6 +19,8 @@ struct CUstream_st;
 struct CUgraph_st;
 struct CUgraphExec_st;
 struct CUgraphNode_st;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
 using cudaStream_t = CUstream_st*;
 using cudaGraph_t = CUgraph_st*;
 using cudaGraphExec_t = CUgraphExec_st*;
@@ -50,6 +52,15 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 cudaError_t cudaFree(void* p);
+constexpr unsigned cudaHostAllocDefault = 0;
+constexpr unsigned cudaEventDisableTiming = 2;
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+// events: a recorded event is complete at once (the stream is synchronous), or when a graph replays past it
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* p, int value, size_t bytes);

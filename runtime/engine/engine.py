@@ -21,11 +21,24 @@ is live, holds new ones back meanwhile, and drops the prefix cache after (it ove
 
 Batch invariance: the products and attention compute a row the same way whatever else is in the step
 (native/kernels.h), so the tokens of a request do not depend on what runs beside it.
+
+Pipelining (where the model launches a step and returns before it is computed: the whole model on a GPU,
+Model.launches_async; `pipeline` forces it either way): while the device computes step n, the engine schedules
+step n + 1 with each decoding sequence one token further (Scheduler.schedule_next: when step n decodes every running
+sequence, nothing waits and the pool has the slots), then collects step n, samples its rows, asks the drafter (as
+the next step would), and, when it proposes nothing, puts the sampled tokens into step n + 1 and launches it before
+the scheduler's update, the streams' output and the drafter's bookkeeping of step n, which run while the device
+computes n + 1. So the host's work per step lies beside the device's, not after it, and the device waits only
+for the sampling of step n and the launch of n + 1. The tokens are those of the step-by-step order: the same steps
+run (a sequence that a stop token ends has one more row computed, which nothing reads), the drafter is asked once
+per step with the same tokens, and drafts, waiting requests, embeddings and calls go step by step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import queue
 import threading
 import time
@@ -66,7 +79,10 @@ class Engine:
     names LLM and the CLI use). ctx_origin: what set the context size, for the error that a prompt does not fit.
     speculative: "ngram" (prompt-lookup drafts verified in the step; never changes a token), "draft" (drafts from
     `draft`, a small model of the same vocabulary) or "off": the default of every request (drafting/). shared_ngrams:
-    n-gram drafting also looks up what earlier requests generated where a sequence's own text has no match."""
+    n-gram drafting also looks up what earlier requests generated where a sequence's own text has no match.
+    pipeline: schedule a step while the device computes the one before (above); None: LOCALLLM_PIPELINE's 0 or 1,
+    else where the model launches steps apart from the host (Model.launches_async: a GPU), not on the CPU, where it
+    would only delay each token's output by a step."""
 
     def __init__(
         self,
@@ -79,6 +95,7 @@ class Engine:
         speculative: str = "ngram",
         draft: DraftModel | None = None,
         shared_ngrams: bool = True,
+        pipeline: bool | None = None,
     ):
         self.drafter = Drafter(draft, shared_ngrams=shared_ngrams)
         self.speculative = self.drafter.check_mode(speculative)
@@ -93,6 +110,13 @@ class Engine:
         self._n_vocab = model.n_vocab
         # rows past the tokenizer's tokens (a padded embedding table) are never sampled: nothing could decode them
         self._n_tokens = min(tokenizer.vocab_size, model.n_vocab)
+        if pipeline is None and os.environ.get("LOCALLLM_PIPELINE") in ("0", "1"):
+            pipeline = os.environ["LOCALLLM_PIPELINE"] == "1"
+        self.pipeline = bool(getattr(model, "launches_async", False) if pipeline is None else pipeline)
+        self.steps_ahead = 0  # steps launched while the one before them ran (pipelining's count)
+        # (SchedulerOutput, candidates k, its result where it ran at once) launched, not collected
+        self._launched: deque[tuple[Any, int, Any]] = deque()
+        self._proposed: dict | None = None  # the drafter's proposals for the next step, asked ahead
         self._ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
@@ -219,6 +243,9 @@ class Engine:
         calls: deque[tuple[Callable, Future]] = deque()
         embeds: deque[EmbedJob] = deque()
         while True:
+            if self._launched and not active:  # every request ended while a step ran: finish it (nothing reads it)
+                self._guarded(self._step, active, False)
+                continue
             idle = not active and not calls and not embeds
             msgs = [self._inbox.get()] if idle else []
             while True:
@@ -259,16 +286,26 @@ class Engine:
                     self._admit(held.popleft(), active)
                 continue
             if embeds:
+                if self._launched:  # the step in flight first: embeddings go step by step
+                    self._guarded(self._step, active, False)
                 self._embed_step(embeds, active)
             if active:
-                try:
-                    self._step(active)
-                except Exception as e:  # a bug or a native failure: every live request hears of it, none hangs
-                    for req in active.values():
-                        req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
-                    active.clear()
-                    self._scheduler = self._new_scheduler()
-                    self.drafter.reset()
+                self._guarded(self._step, active, not calls and not embeds)
+
+    def _guarded(self, step: Callable, active: dict, ahead: bool) -> None:
+        try:
+            step(active, ahead)
+        except Exception as e:  # a bug or a native failure: every live request hears of it, none hangs
+            for req in active.values():
+                req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
+            active.clear()
+            while self._launched:  # the model's launched steps are collected and dropped
+                if self._launched.popleft()[2] is None:
+                    with contextlib.suppress(Exception):
+                        self._model.collect()
+            self._proposed = None
+            self._scheduler = self._new_scheduler()
+            self.drafter.reset()
 
     def _embed_step(self, embeds: deque[EmbedJob], active: dict) -> None:
         """One step of waiting embedding inputs, whole, in arrival order, under the token budget (one input past it
@@ -356,42 +393,111 @@ class Engine:
             k = max(k, need)
         return k
 
-    def _step(self, active: dict) -> None:
-        sched = self._scheduler
-        decoding = [
-            (req.seq.seq_id, req.seq.token_ids)
-            for req in active.values()
-            if req.seq.status is SequenceStatus.RUNNING and req.seq.num_tokens - req.seq.num_computed_tokens == 1
-        ]
-        for seq_id, drafts in self.drafter.propose(decoding).items():
+    def _propose(self, items: list[tuple[Any, list[int]]], active: dict) -> dict:
+        """The drafter's proposals for these decoding sequences, cut where a grammar would refuse them."""
+        out = {}
+        for seq_id, drafts in self.drafter.propose(items).items():
             c = active[seq_id].constraint
-            active[seq_id].seq.draft_token_ids = drafts if c is None else drafts[: c.drafts(drafts)]
-        out = sched.schedule()
-        if out.num_tokens == 0:
-            return
+            drafts = drafts if c is None else drafts[: c.drafts(drafts)]
+            if drafts:
+                out[seq_id] = drafts
+        return out
+
+    def _schedule(self, active: dict):
+        """The next step, step by step: drafts proposed (or taken from the proposal asked ahead), then scheduled."""
+        proposed, self._proposed = self._proposed, None
+        if proposed is None:
+            decoding = [
+                (req.seq.seq_id, req.seq.token_ids)
+                for req in active.values()
+                if req.seq.status is SequenceStatus.RUNNING and req.seq.num_tokens - req.seq.num_computed_tokens == 1
+            ]
+            proposed = self._propose(decoding, active)
+        for seq_id, drafts in proposed.items():
+            if seq_id in active:
+                active[seq_id].seq.draft_token_ids = drafts
+        out = self._scheduler.schedule()
+        return out if out.num_tokens else None
+
+    def _launch(self, out, active: dict) -> None:
         now = time.perf_counter()
         for seq in out.seqs:
-            active[seq.seq_id].scheduled(now)
+            req = active.get(seq.seq_id)
+            if req is not None:
+                req.scheduled(now)
         k = self._candidates_needed(active, out)
-        if k:  # only each row's top k comes back (localllm.model.candidates), the padding columns left out
-            logits = self._model.forward(out.batch, top_k=k, n_valid=self._n_tokens)
-        else:
-            logits = self._model.forward(out.batch)
-            if self._n_tokens < self._n_vocab:
-                logits[:, self._n_tokens :] = -np.inf
-        tokens: list[int | None] = []  # per logits row: the verified run of each sequence, None past it
+        # only each row's top k comes back where k (localllm.model.candidates), the padding columns left out;
+        # step by step the step runs here (forward), pipelined the model launches it and collect() waits
+        args = dict(top_k=k, n_valid=self._n_tokens) if k else {}
+        done = None if self.pipeline else self._model.forward(out.batch, **args)
+        if self.pipeline:
+            self._model.launch(out.batch, **args)
+        self._launched.append((out, k, done))
+
+    def _collect(self):
+        out, k, done = self._launched[0]
+        logits = self._model.collect() if done is None else done
+        self._launched.popleft()
+        if not k and self._n_tokens < self._n_vocab:
+            logits[:, self._n_tokens :] = -np.inf
+        return out, logits
+
+    def _verify(self, out, logits, active: dict) -> tuple[list[int | None], dict]:
+        """Each sampled sequence's verified run: the tokens per logits row (None past a run) and {s: run}. Rows of a
+        sequence that ended while the step ran are skipped (None)."""
+        tokens: list[int | None] = []
+        runs: dict[int, list[int]] = {}
         rows = out.batch.logits_rows
         j = 0
         while j < len(rows):
             s = out.sampled_seqs[j]
             k = out.num_drafts[s]
+            seq = out.seqs[s]
+            req = active.get(seq.seq_id)
+            if req is None or seq.status is not SequenceStatus.RUNNING:
+                tokens += [None] * (k + 1)
+                j += k + 1
+                continue
             drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist() if k else []
-            seq_id = out.seqs[s].seq_id
-            run = active[seq_id].verify(logits[j : j + k + 1], drafts)
+            run = req.verify(logits[j : j + k + 1], drafts)
             if k:
-                self.drafter.observe(seq_id, k, accepted_prefix(run, drafts))
+                self.drafter.observe(seq.seq_id, k, accepted_prefix(run, drafts))
+            runs[s] = run
             tokens += run + [None] * (k + 1 - len(run))
             j += k + 1
+        return tokens, runs
+
+    def _step(self, active: dict, ahead: bool = True) -> None:
+        """One step: scheduled and launched here, or taken from the launch in flight; with `ahead` and pipelining,
+        the step after it is scheduled while the device computes it and launched before this one's bookkeeping."""
+        sched = self._scheduler
+        if not self._launched:
+            out = self._schedule(active)
+            if out is None:
+                return
+            self._launch(out, active)
+        nxt = None
+        if ahead and self.pipeline and all(r.speculative != "draft" for r in active.values()):
+            nxt = sched.schedule_next(self._launched[0][0])  # while the device computes the step
+        out, logits = self._collect()
+        tokens, runs = self._verify(out, logits, active)
+        if nxt is not None:
+            seqs = {seq.seq_id: runs.get(s) for s, seq in enumerate(out.seqs)}
+            fed = [seqs[seq.seq_id][-1] if seqs.get(seq.seq_id) else 0 for seq in nxt.seqs]
+            items = [(seq.seq_id, seq.token_ids + [t]) for seq, t in zip(nxt.seqs, fed) if seq.seq_id in active]
+            self._proposed = self._propose(items, active)
+            if self._proposed:  # drafts to verify: the next step goes step by step, with them
+                sched.cancel_next(nxt)
+            else:
+                self._proposed = None
+                sched.fill(nxt, fed)
+                self._launch(nxt, active)
+                self.steps_ahead += 1
+        self._update(out, tokens, active)
+
+    def _update(self, out, tokens: list[int | None], active: dict) -> None:
+        """The step's tokens to the scheduler and out to the streams; finished requests retire."""
+        sched = self._scheduler
         before = {out.seqs[s].seq_id: out.seqs[s].num_tokens for s in set(out.sampled_seqs)}
         for seq in sched.update(out, tokens):
             req = active[seq.seq_id]

@@ -24,6 +24,13 @@ Each step spends at most max_batch_tokens tokens:
    a free row (parallel) and blocks for all their tokens: allocation is all-or-nothing and the head of the
    queue blocks the rest. An admitted sequence starts after its cached prefix (sequence.num_cached_tokens).
 
+Pipelining (the engine's, where the device computes a step apart from the host): schedule_next(out) schedules the
+step after `out` before out's tokens are known, each of its decoding sequences one token further, when `out` decodes
+every running sequence (one token each, no drafts), nothing waits, and the pool has the slots without preempting
+anyone. A sequence that out's token must end by length (max_tokens, the context) is left out; one that a stop token
+ends is not known to end yet, so its row is computed and update() skips it. fill(next, tokens) puts out's tokens
+in; update takes the outputs in the order they were scheduled.
+
 Nothing is refused once added: a sequence finishes (stop token, max_tokens, a full context) or is aborted. Every
 live sequence is at most ctx_size <= n_blocks * block_size tokens long, so it always fits the pool alone.
 The scheduler holds the block manager's results (BlockTable snapshots), never its lists.
@@ -108,7 +115,7 @@ class Scheduler:
         self._tables: dict[Hashable, BlockTable] = {}  # running seq_id -> its latest table
         self._live: dict[Hashable, Sequence] = {}  # waiting and running, by seq_id
         self._arrivals = itertools.count()
-        self._pending: SchedulerOutput | None = None  # the output update() expects next
+        self._pending: deque[SchedulerOutput] = deque()  # scheduled, not updated: update() takes the oldest
 
     @property
     def num_waiting(self) -> int:
@@ -175,6 +182,7 @@ class Scheduler:
         return True
 
     def schedule(self) -> SchedulerOutput:
+        self._pending.clear()  # an output not updated before the next schedule() is stale: never updated
         budget = self.max_batch_tokens
         scheduled: list[tuple[Sequence, int]] = []
         preempted: list[Sequence] = []
@@ -211,10 +219,61 @@ class Scheduler:
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             scheduled.append((seq, n))
             budget -= n
-        self._pending = self._output(scheduled, preempted, drafts)
+        out = self._output(scheduled, preempted, drafts)
+        self._pending.append(out)
         for seq in itertools.chain(self._running, self._waiting):
             seq.draft_token_ids = []  # proposed for this step only
-        return self._pending
+        return out
+
+    def schedule_next(self, out: SchedulerOutput) -> SchedulerOutput | None:
+        """The step after `out` (the last scheduled, not yet updated), scheduled before its tokens are known (the
+        rules above), or None. Its token_ids hold 0 until fill(); update() takes it after out."""
+        if len(self._pending) != 1 or self._pending[0] is not out or self._waiting or out.preempted:
+            return None
+        if any(out.num_drafts) or any(n != 1 for n in out.num_scheduled) or len(out.sampled_seqs) != len(out.seqs):
+            return None
+        if len(out.seqs) != len(self._running):  # a sequence out left waiting for budget: not decode
+            return None
+        scheduled: list[tuple[Sequence, int]] = []
+        for seq in out.seqs:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            if seq.num_tokens + 1 >= self.ctx_size:
+                continue  # out's token fills the context
+            if seq.max_tokens is not None and seq.num_generated_tokens + 1 >= seq.max_tokens:
+                continue  # out's token is its last
+            if not self._reserve_drafts(seq, 2):
+                return None  # slots already reserved stay with their sequences: their next step uses them
+            scheduled.append((seq, 1))
+        if not scheduled:
+            return None
+        builder = StepBatchBuilder(self._bm.block_size)
+        for seq, _ in scheduled:
+            c = seq.num_computed_tokens + 1  # out computes position num_computed_tokens
+            builder.add([0], c, self._tables[seq.seq_id].block_ids, logits=range(1))
+        nxt = SchedulerOutput(
+            seqs=tuple(seq for seq, _ in scheduled),
+            num_scheduled=(1,) * len(scheduled),
+            batch=builder.build(),
+            sampled_seqs=tuple(range(len(scheduled))),
+            num_drafts=(0,) * len(scheduled),
+            preempted=(),
+        )
+        self._pending.append(nxt)
+        return nxt
+
+    def fill(self, nxt: SchedulerOutput, tokens: Seq[int]) -> None:
+        """Puts the tokens a schedule_next() step computes (each sequence's token from the step before) in its
+        batch, in its sequences' order."""
+        if nxt not in self._pending or len(tokens) != len(nxt.seqs):
+            raise ValueError(f"fill() takes a step from schedule_next() and {len(nxt.seqs)} tokens, got {len(tokens)}")
+        nxt.batch.token_ids[:] = tokens
+
+    def cancel_next(self, nxt: SchedulerOutput) -> None:
+        """Drops a schedule_next() step that was not run (its reserved slots stay with their sequences)."""
+        if not self._pending or self._pending[-1] is not nxt or len(self._pending) < 2:
+            raise ValueError("cancel_next() takes the step schedule_next() returned last, before it is updated")
+        self._pending.pop()
 
     def update(self, output: SchedulerOutput, sampled_tokens: Seq[int | None]) -> list[Sequence]:
         """Applies a step: sampled_tokens[j] is the token sampled from logits row j (output.sampled_seqs[j]).
@@ -227,8 +286,8 @@ class Scheduler:
         (ValueError otherwise). The run is appended a token at a time, stopping where plain decoding would stop
         (stop token, max_tokens, context); the KV of the drafts that were kept stays computed, the slots of the
         rest are given back (blocks included when the rollback crosses a block boundary)."""
-        if output is not self._pending:
-            raise ValueError("update() takes the output of the last schedule(), once")
+        if not self._pending or output is not self._pending[0]:
+            raise ValueError("update() takes the output of the last schedule() (then schedule_next()'s), once each")
         if len(sampled_tokens) != len(output.sampled_seqs):
             raise ValueError(
                 f"{len(sampled_tokens)} sampled tokens for {len(output.sampled_seqs)} logits rows of the step"
@@ -248,7 +307,7 @@ class Scheduler:
                 k = output.num_drafts[s]
                 if run[:-1] != output.batch.token_ids[ends[s] - k : ends[s] - k + m - 1].tolist():
                     raise ValueError(f"sequence {output.seqs[s].seq_id!r}: the run {run} does not follow its drafts")
-        self._pending = None
+        self._pending.popleft()
         advanced = []
         for s, (seq, n) in enumerate(zip(output.seqs, output.num_scheduled)):
             if seq.status is not SequenceStatus.RUNNING:

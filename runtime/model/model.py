@@ -160,6 +160,9 @@ class Model:
         # cross the bus instead of the vocabulary; on the CPU the C++ selection over the row measured slower than
         # sampling's own (python -m localllm.bench.host: 40.5 vs 42.5 tok/s greedy on the 0.5B), so whole rows stay
         self.supports_candidates = self.stages[-1][0] != "cpu"
+        # launch() returns before the step is computed (the whole model on one GPU): the engine then prepares the
+        # next step while this one runs (engine.py, "Pipelining"); on the CPU a launch computes the step there and then
+        self.launches_async = len(self.stages) == 1 and self.stages[0][0] != "cpu"
 
     @property
     def n_vocab(self) -> int:
@@ -250,3 +253,18 @@ class Model:
             raise ValueError(f"top_k must be in [1, {TOP_K_MAX}], got {top_k!r}")
         ids, vals = self._impl.forward(batch, top_k, n_valid or 0)
         return Candidates(ids, vals)
+
+    def launch(self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None) -> None:
+        """forward(batch, top_k, n_valid)'s step, without waiting for it where the device runs it apart from the host
+        (launches_async); collect() returns its result. At most two steps launched and not collected; a StepBatch's
+        arrays may change once launch returns."""
+        if not isinstance(batch, StepBatch):
+            raise TypeError(f"launch takes a StepBatch (localllm.model.step_batch), got {type(batch).__name__}")
+        if top_k and not 1 <= top_k <= TOP_K_MAX:
+            raise ValueError(f"top_k must be in [1, {TOP_K_MAX}], got {top_k!r}")
+        self._impl.launch(batch, top_k, n_valid or 0)
+
+    def collect(self) -> np.ndarray | Candidates:
+        """The oldest launched step's result, as forward would have returned it; waits for it (GIL released)."""
+        out = self._impl.collect()
+        return Candidates(*out) if isinstance(out, tuple) else out

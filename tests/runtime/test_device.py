@@ -358,6 +358,45 @@ def test_candidates_are_the_top_of_the_logits(device):
             model.forward(StepBatch(*batch), top_k=4, n_valid=model.spec.n_vocab + 1)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[gpu, pytest.mark.gpu])])
+def test_a_launched_step_gives_what_forward_gives(tmp_path, device):
+    """Model.launch / collect (the engine's pipelining): a prompt step, then two decode steps launched together
+    (the second asking for candidates) and collected in order, give forward's bits; a GPU launches apart from the
+    host (through pinned staging slots), the CPU computes at launch. Past two steps in flight, or collecting none, is
+    an error."""
+    path = write_qhead_model(tmp_path / "m.gguf", "qwen2")
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    with GGUFFile(path) as f:
+        models = [Model(f, n_blocks=4, threads=2, device=device) for _ in range(2)]
+        bs, nb = models[0].block_size, models[0].n_blocks
+        table = np.arange(nb - 1, -1, -1, dtype=np.int32)[None, :]
+
+        def step(tokens, start):
+            pos = np.arange(start, start + len(tokens))
+            slots = table[0, pos // bs] * bs + pos % bs
+            return StepBatch(
+                tokens, pos, slots, np.zeros(len(tokens), int), table, [start + len(tokens)], [len(tokens) - 1]
+            )
+
+        steps = [step(ids, 0), step([7], len(ids)), step([2], len(ids) + 1)]
+        forward, launched = models
+        assert launched.launches_async == (device == "cuda")
+        want = [forward.forward(steps[0]), forward.forward(steps[1]), forward.forward(steps[2], top_k=4)]
+        launched.launch(steps[0])
+        got = [launched.collect()]
+        launched.launch(steps[1])
+        launched.launch(steps[2], top_k=4)
+        with pytest.raises(RuntimeError, match="2 steps are launched"):
+            launched.launch(steps[2])
+        got += [launched.collect(), launched.collect()]
+        with pytest.raises(RuntimeError, match="no step is launched"):
+            launched.collect()
+        for w, g in zip(want[:2], got[:2], strict=True):
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(got[2].ids, want[2].ids)
+        np.testing.assert_array_equal(got[2].vals, want[2].vals)
+
+
 @pytest.mark.model
 @pytest.mark.parametrize(
     "args,match",
