@@ -2,12 +2,15 @@
 sampler, the detokenizer and the stream cost per token with the forward step stubbed out, with whole logits rows
 and with the step's candidates (localllm.model.candidates); and, with the real step, whether candidates pay on the CPU.
 
-    python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3] [--streams 1,4,16]
+    python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3] [--streams 1,4,16] [--device-ms 1.0]
 
 Stubbed: the forward returns a fixed row (or K candidates) whose argmax moves each step, so every token is a new
 one and nothing else runs; one stream, then greedy candidate replies from --streams clients admitted together (a
-reader thread each), the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md). Real: greedy and top-k 40 replies of 96 tokens from the same prompt with
-the engine asking for candidates and not, alternated, tokens/s after the first token, best of --reps.
+reader thread each), the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md).
+Pipelined: the same replies over a stand-in device whose every step takes --device-ms of wall time apart from the
+host (launch returns at once, collect waits for it), the engine step by step and pipelined (engine.py), alternated:
+what pipelining leaves of the host's share. Real: greedy and top-k 40 replies of 96 tokens from the same prompt
+with the engine asking for candidates and not, alternated, tokens/s after the first token, best of --reps.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -139,6 +143,65 @@ def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
     return out
 
 
+class StandInDevice:
+    """A device for the host's benchmarks: a step launched takes `ms` of wall time once the steps before it are
+    done, apart from the host (launch returns at once); collect() waits for it (sleeping: the GIL is free, as the
+    native collect frees it) and returns what `step` (a stub forward) gave. forward() is launch then collect."""
+
+    def __init__(self, step, ms: float):
+        self.step, self.seconds = step, ms / 1e3
+        self.free_at = 0.0
+        self.queue: deque = deque()
+        self.steps = 0
+
+    def launch(self, batch, top_k=0, n_valid=None) -> None:
+        self.free_at = max(time.perf_counter(), self.free_at) + self.seconds
+        self.queue.append((self.free_at, self.step(batch, top_k, n_valid)))
+        self.steps += 1
+
+    def collect(self):
+        done, result = self.queue.popleft()
+        while (left := done - time.perf_counter()) > 0:
+            time.sleep(left if left > 2e-4 else 0)
+        return result
+
+    def forward(self, batch, top_k=0, n_valid=None):
+        self.launch(batch, top_k, n_valid)
+        return self.collect()
+
+
+def pipelined(path, tokens: int, reps: int, counts: list[int], device_ms: float) -> dict:
+    """{(n, pipeline): (ms per step, steps)} of n greedy candidate replies decoded together over StandInDevice(ms)
+    (as streams()), the engine step by step (False) and pipelined (True), alternated, best of reps."""
+    out: dict = {}
+    with LLM(path, ctx_size=max(counts) * (tokens + 64), parallel=max(counts), speculative="off") as llm:
+        device = StandInDevice(_stub(llm.n_vocab), device_ms)
+        llm.model.forward, llm.model.launch, llm.model.collect = device.forward, device.launch, device.collect
+        llm.model.supports_candidates = True
+        engine = llm._engine_open()
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
+        for n in counts:
+            for _ in range(reps):
+                for pipeline in (False, True):
+                    engine.pipeline = pipeline
+                    llm.reset_caches()
+                    got = [0] * n
+                    prompts = [llm.tokenize(f"def quicksort_{i}(arr):") for i in range(n)]
+                    device.steps = 0
+                    t0 = time.perf_counter()
+                    clients = [
+                        threading.Thread(target=_read, args=(s, i, got))
+                        for i, s in enumerate(_together(llm, prompts, params))
+                    ]
+                    for c in clients:
+                        c.start()
+                    for c in clients:
+                        c.join()
+                    ms = (time.perf_counter() - t0) / device.steps * 1e3
+                    out[(n, pipeline)] = min(out.get((n, pipeline), (float("inf"), 0)), (ms, device.steps))
+    return out
+
+
 def real(path, reps: int) -> dict:
     """{(chain, mode): tokens/s} with the real step, whole rows and candidates alternated."""
     out: dict = {}
@@ -158,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--streams", default="1,4,16", help="comma-separated counts of replies decoded together")
+    p.add_argument("--device-ms", type=float, default=1.0, help="the stand-in device's time a step (pipelined)")
     a = p.parse_args(argv)
-    if a.tokens < 2 or a.reps < 1:
-        p.error("--tokens must be at least 2 and --reps positive")
+    if a.tokens < 2 or a.reps < 1 or not a.device_ms > 0:
+        p.error("--tokens must be at least 2, --reps and --device-ms positive")
     try:
         counts = [int(x) for x in a.streams.split(",")]
     except ValueError:
@@ -173,6 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     print("host cost per step of n greedy candidate rows, forward stubbed (ms):")
     for n, (ms, steps) in streams(a.model, a.tokens, a.reps, counts).items():
         print(f"  {n:>3} streams  {ms:.3f} a step, {ms / n:.3f} a token ({steps} steps of {n} rows)")
+    print(f"a step of n greedy candidate rows over a stand-in device of {a.device_ms} ms a step (ms):")
+    piped = pipelined(a.model, a.tokens, a.reps, counts, a.device_ms)
+    for n in counts:
+        (seq_ms, steps), (pipe_ms, _) = piped[(n, False)], piped[(n, True)]
+        print(
+            f"  {n:>3} streams  step by step {seq_ms:.3f}, pipelined {pipe_ms:.3f} "
+            f"(the host's share {seq_ms - a.device_ms:.3f} -> {pipe_ms - a.device_ms:.3f}; {steps} steps)"
+        )
     print("the real step on this CPU (tokens/s, best of alternated runs):")
     for (chain, mode), tps in real(a.model, a.reps).items():
         print(f"  {chain:<16} {mode:<11} {tps:.1f}")

@@ -1,7 +1,10 @@
 """`python -m localllm.bench.host`: the host's cost per token with the step stubbed (whole rows and candidates, each
-chain) and the real step with and without candidates, all producing figures."""
+chain), the engine step by step and pipelined over a stand-in device, and the real step with and without
+candidates, all producing figures."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from conftest import model_file
@@ -11,12 +14,13 @@ from localllm.bench import host
 @pytest.mark.model
 def test_the_host_bench_measures_every_chain_both_ways(capsys):
     args = [str(model_file("smollm2-135m-instruct-q4_1")), "--tokens", "32", "--reps", "1", "--streams", "1,3"]
+    args += ["--device-ms", "2"]
     assert host.main(args) == 0
     out = capsys.readouterr().out
     for chain in host.CHAINS:
         for mode in ("whole rows", "candidates"):
             assert f"{chain:<16} {mode:<11} " in out.split("the real step")[0]
-    assert out.count("greedy") == 5
+    assert out.count("greedy") == 6
     steps = [line.split() for line in out.splitlines() if "streams" in line and "a step" in line]
     assert [int(w[0]) for w in steps] == [1, 3] and all(float(w[2]) > 0 for w in steps)
     # the n replies are admitted together: every step carries all n rows (a prompt step, then 31 decode steps)
@@ -24,6 +28,25 @@ def test_the_host_bench_measures_every_chain_both_ways(capsys):
         "32 steps of 1 rows)",
         "32 steps of 3 rows)",
     ]
+    # over the stand-in device a step takes its 2 ms at least, either way
+    piped = [line.split() for line in out.splitlines() if "pipelined" in line and "streams" in line]
+    assert [int(w[0]) for w in piped] == [1, 3]
+    assert all(float(w[5].rstrip(",")) >= 2 and float(w[7]) >= 2 and w[-2] == "32" for w in piped), piped
+
+
+def test_the_stand_in_device_runs_apart_from_the_host():
+    device = host.StandInDevice(lambda batch, top_k, n_valid: batch, ms=20)
+    t0 = time.perf_counter()
+    device.launch("a")
+    device.launch("b")
+    launched = time.perf_counter() - t0
+    assert device.collect() == "a"
+    first = time.perf_counter() - t0
+    assert device.collect() == "b"
+    second = time.perf_counter() - t0
+    assert device.forward("c") == "c"  # after the device was idle: its 20 ms from now
+    assert launched < 0.01 and 0.02 <= first < 0.04 and 0.04 <= second < 0.06
+    assert time.perf_counter() - t0 >= second + 0.02 and device.steps == 3
 
 
 def test_the_host_bench_refuses_bad_counts(capsys):
