@@ -2,8 +2,9 @@
 // quantized per 32, then y [n][m] = x . W^T by a warp per weight row. Lane l takes step 32C + l of each chunk C of
 // 32 steps (qstep.cuh): decodes it once into eight words of int8 weights, multiplies them with each activation
 // row's int8 values by __dp4a (exact int32 sums), turns the sums into the step's term (step_term), and the warp's
-// xor-shuffle tree at offsets 1, 2, 4, 8, 16 sums the chunk's 32 terms pairwise in step order; the chunk sums are
-// added to the output in chunk order. That is the order of mmq_kernel.cuh, so the two give the same bits.
+// xor-shuffle tree at offsets 1, 2, 4, 8, 16 sums the chunk's 32 terms pairwise in step order (8 activation rows at
+// once where a block has several: chunk_sums); the chunk sums are added to the output in chunk order. That is the
+// order of mmq_kernel.cuh, so the two give the same bits.
 #pragma once
 #include <cstdint>
 
@@ -32,55 +33,91 @@ struct QgemvMats {
   int count;
 };
 
-// Weight row `row` of M (a warp) times activation rows c0 = NC blockIdx.y .. c0 + NC - 1 (those below n); NC = 8
-// for decode-sized steps, 32 beyond (each step's weights decoded once for 32 rows). Every activation row's output
-// takes the same operations whichever NC, slot, neighbours and launch it has.
-template <int T, int NC>
-__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const QuantX& x, int n) {
+// The chunk sums of R activation rows at once (R a power of two up to 8), with the xor tree's pairings: at offsets
+// 1, 2, .. R / 2 each lane keeps one of every two rows it holds (the offset's bit of its lane picks which) and trades
+// the other for its partner's partial sum of the kept one, so its R values become one; that one then takes the
+// offsets R .. 16. Every addition meets the two partial sums the tree meets, so row r's chunk sum, found in the lanes
+// whose low log2 R bits are r, has the tree's bits: 2R - 1 + 5 - log2 R shuffles for R rows instead of 5 R.
+template <int R>
+__device__ __forceinline__ float chunk_sums(float (&v)[R], int lane) {
+#pragma unroll
+  for (int o = 1; o < R; o <<= 1) {
+    const bool hi = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < R / (2 * o); ++i) {
+      const float keep = hi ? v[2 * i + 1] : v[2 * i], give = hi ? v[2 * i] : v[2 * i + 1];
+      v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, give, o));
+    }
+  }
+  float t = v[0];
+#pragma unroll
+  for (int o = R; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+  return t;
+}
+
+// Weight row `row` of M (a warp) times activation rows c0 .. c0 + nc - 1 (nc <= NC): NC = 8 for decode-sized steps,
+// 32 beyond (each step's weights decoded once for 32 rows), 1 for a block of one row. The rows' chunk sums meet R at
+// a time (chunk_sums); every activation row's output takes the same operations whichever NC, R, slot, neighbours
+// and launch it has.
+template <int T, int NC, int R>
+__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const QuantX& x, int c0, int nc) {
+  static_assert(NC % R == 0, "whole groups of R rows");
+  constexpr int G = NC / R;
   const int steps = x.k / 32, lane = threadIdx.x;
-  const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
   const int8_t* xq = x.q + (size_t)c0 * x.k;
   const float* xd = x.d + (size_t)c0 * steps;
   const uint8_t* r = M.w + (size_t)row * M.row_bytes;
-  float acc[NC];
+  float acc[G];  // group g's row g R + lane % R
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+  for (int g = 0; g < G; ++g) acc[g] = 0.0f;
   for (int base = 0; base < steps; base += 32) {
     const int s = base + lane;
     int u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     StepScales sc{0.0f, 0.0f};
     if (s < steps) decode_step<T>(r, s, u, sc);
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      if (c >= nc) break;
-      float t = 0.0f;  // a short last chunk's missing terms
-      if (s < steps) {
-        const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
-        int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+    for (int g = 0; g < G; ++g) {
+      if (g * R >= nc) break;
+      float t[R];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          s0 = __dp4a(u[j], v[j], s0);
-          x0 = __dp4a(0x01010101, v[j], x0);
-          s1 = __dp4a(u[j + 4], v[j + 4], s1);
-          x1 = __dp4a(0x01010101, v[j + 4], x1);
+      for (int i = 0; i < R; ++i) {
+        const int c = g * R + i;
+        t[i] = 0.0f;  // a short last chunk's missing terms, and the rows past nc
+        if (c < nc && s < steps) {
+          const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
+          int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            s0 = __dp4a(u[j], v[j], s0);
+            x0 = __dp4a(0x01010101, v[j], x0);
+            s1 = __dp4a(u[j + 4], v[j + 4], s1);
+            x1 = __dp4a(0x01010101, v[j + 4], x1);
+          }
+          t[i] = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
         }
-        t = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
       }
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-      acc[c] = __fadd_rn(acc[c], t);
+      acc[g] = __fadd_rn(acc[g], chunk_sums<R>(t, lane));
     }
   }
-  if (lane == 0) {
+  if (lane < R) {
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
+    for (int g = 0; g < G; ++g) {
+      const int c = g * R + lane;
       if (c >= nc) break;
       // add_bias's one addition, then add's (the residual stream's h += a)
       float* out = M.y + (size_t)(c0 + c) * M.m + row;
-      const float t = M.bias ? __fadd_rn(acc[c], M.bias[row]) : acc[c];
+      const float t = M.bias ? __fadd_rn(acc[g], M.bias[row]) : acc[g];
       *out = M.add_to_y ? __fadd_rn(*out, t) : t;
     }
   }
+}
+
+// a weight row against this block's activation rows: a block of one row alone, the others 8 rows at a time
+template <int T, int NC>
+__device__ __forceinline__ void qgemv_rows(const QgemvMat& M, int row, const QuantX& x, int n) {
+  const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
+  if (nc == 1) qgemv_row<T, 1, 1>(M, row, x, c0, 1);
+  else qgemv_row<T, NC, 8>(M, row, x, c0, nc);
 }
 
 // The follow-up (QgemvThen) after a block's rows are stored: the block counts itself into its piece, and the last of
@@ -137,12 +174,12 @@ __global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats,
   const int b = (int)blockIdx.x - (i ? mats.end[i - 1] : 0), row = b * QGEMV_WARPS + threadIdx.y;
   if (row < M.m) {
     switch ((QType)M.type) {
-      case QType::Q4_0: qgemv_row<(int)QType::Q4_0, NC>(M, row, x, n); break;
-      case QType::Q4_1: qgemv_row<(int)QType::Q4_1, NC>(M, row, x, n); break;
-      case QType::Q5_0: qgemv_row<(int)QType::Q5_0, NC>(M, row, x, n); break;
-      case QType::Q8_0: qgemv_row<(int)QType::Q8_0, NC>(M, row, x, n); break;
-      case QType::Q4_K: qgemv_row<(int)QType::Q4_K, NC>(M, row, x, n); break;
-      case QType::Q6_K: qgemv_row<(int)QType::Q6_K, NC>(M, row, x, n); break;
+      case QType::Q4_0: qgemv_rows<(int)QType::Q4_0, NC>(M, row, x, n); break;
+      case QType::Q4_1: qgemv_rows<(int)QType::Q4_1, NC>(M, row, x, n); break;
+      case QType::Q5_0: qgemv_rows<(int)QType::Q5_0, NC>(M, row, x, n); break;
+      case QType::Q8_0: qgemv_rows<(int)QType::Q8_0, NC>(M, row, x, n); break;
+      case QType::Q4_K: qgemv_rows<(int)QType::Q4_K, NC>(M, row, x, n); break;
+      case QType::Q6_K: qgemv_rows<(int)QType::Q6_K, NC>(M, row, x, n); break;
       default: break;  // refused on the host
     }
   }

@@ -55,13 +55,16 @@ def test_emulated_products_match_the_float64_product(qt, kernel):
 def test_mmq_gives_the_decode_kernels_bits_at_every_n(qt):
     """Each output of either kernel, among any rows at any step size, is the decode kernel's bits for that row
     alone: 80 steps (two chunks of 32 and a short one), 70 weight rows (a tile and a part), steps of 1 to 140 rows
-    (8-row and 32-row decode blocks, 1 to 3 tiles of 64)."""
+    (8-row and 32-row decode blocks, full and partial, 1 to 3 tiles of 64)."""
     rng = np.random.default_rng(900 + int(qt))
     m, k = 70, 2560
     rows = random_rows(qt, m, k, rng)
     x = activations(rng, 140, k)
     alone = {c: product(qt, rows, k, x[c : c + 1], "qgemv")[0] for c in (0, 3, 8, 40, 70, 100, 139)}
-    for kernel, start, n in [("qgemv", 0, 9), ("qgemv", 3, 40), ("mmq", 0, 1), ("mmq", 3, 5), ("mmq", 0, 140)]:
+    # qgemv's blocks of 2 to 8 rows and of 9 to 32 meet their rows' chunk sums 8 at a time (chunk_sums), a block of
+    # one row alone
+    cases = [("qgemv", 0, 2), ("qgemv", 2, 7), ("qgemv", 39, 2), ("qgemv", 136, 4), ("qgemv", 0, 9), ("qgemv", 3, 40)]
+    for kernel, start, n in cases + [("mmq", 0, 1), ("mmq", 3, 5), ("mmq", 0, 140)]:
         y = product(qt, rows, k, x[start : start + n], kernel)
         bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
         assert not bad, f"{qt.name} {kernel}: N={n} from row {start}: rows {bad} differ from the row alone"
