@@ -26,8 +26,8 @@ Each step spends at most max_batch_tokens tokens:
 
 Pipelining (the engine's, where the device computes a step apart from the host): schedule_next(out) schedules the
 step after `out` before out's tokens are known, each of its decoding sequences one token further, when `out` decodes
-every running sequence (one token each, no drafts), nothing waits, and the pool has the slots without preempting
-anyone. A sequence that out's token must end by length (max_tokens, the context) is left out; one that a stop token
+every running sequence (one token each, no drafts), no waiting sequence has a free row (parallel) to be admitted
+to, and the pool has the slots without preempting anyone (a row that out frees is taken a step later). A sequence that out's token must end by length (max_tokens, the context) is left out; one that a stop token
 ends is not known to end yet, so its row is computed and update() skips it. fill(next, tokens) puts out's tokens
 in; update takes the outputs in the order they were scheduled.
 
@@ -228,7 +228,9 @@ class Scheduler:
     def schedule_next(self, out: SchedulerOutput) -> SchedulerOutput | None:
         """The step after `out` (the last scheduled, not yet updated), scheduled before its tokens are known (the
         rules above), or None. Its token_ids hold 0 until fill(); update() takes it after out."""
-        if len(self._pending) != 1 or self._pending[0] is not out or self._waiting or out.preempted:
+        if len(self._pending) != 1 or self._pending[0] is not out or out.preempted:
+            return None
+        if self._waiting and len(self._running) < self.parallel:  # one could be admitted: step by step
             return None
         if any(out.num_drafts) or any(n != 1 for n in out.num_scheduled) or len(out.sampled_seqs) != len(out.seqs):
             return None

@@ -74,7 +74,7 @@ def test_schedule_next_leaves_out_what_must_end_and_declines_what_is_not_plain_d
     assert sched.schedule_next(nxt) is None  # nxt's token makes 11: b ends there
     sched.update(nxt, [4])
     assert b.is_finished and b.finish_reason.value == "context"
-    # a prompt in the step, a sequence waiting, drafts: step by step
+    # a prompt in the step, a waiting sequence with a free row, drafts: step by step; one without a row waits
     sched = Scheduler(BlockManager(8, 4), parallel=1, max_batch_tokens=16)
     c, d = seq("c", [1, 2, 3]), seq("d", [4, 5])
     sched.add(c)
@@ -83,9 +83,24 @@ def test_schedule_next_leaves_out_what_must_end_and_declines_what_is_not_plain_d
     sched.update(out, [6])
     sched.add(d)
     out = sched.schedule()
-    assert sched.schedule_next(out) is None  # d waits for a row
+    assert sched.schedule_next(out).seqs == (c,)  # d waits for a row whichever way: c's next step goes ahead
+    sched.cancel_next(sched._pending[-1])
     sched.update(out, [6])
     sched.abort("d")
+    sched.parallel = 2
+    sched.add(d := seq("d2", [4, 5]))
+    out = sched.schedule()  # d2 is admitted beside c: its prompt is in the step
+    sched.update(out, [6, 6])
+    sched.add(seq("e", [4, 5]))
+    out = sched.schedule()
+    assert out.seqs == (c, d) and sched.schedule_next(out) is not None  # e waits for a row: c and d go ahead
+    sched.cancel_next(sched._pending[-1])
+    sched.update(out, [6, 6])
+    sched.abort("d2")
+    out = sched.schedule()
+    assert len(out.seqs) == 2 and sched.schedule_next(out) is None  # e took d2's row: its prompt is in the step
+    sched.update(out, [6, 6])
+    sched.abort("e")
     c.draft_token_ids = [6, 6]
     out = sched.schedule()
     assert out.num_drafts == (2,) and sched.schedule_next(out) is None
