@@ -31,7 +31,7 @@ the scheduler's update, the streams' output and the drafter's bookkeeping of ste
 computes n + 1. So the host's work per step lies beside the device's, not after it, and the device waits only
 for the sampling of step n and the launch of n + 1. The tokens are those of the step-by-step order: the same steps
 run (a sequence that a stop token ends has one more row computed, which nothing reads), the drafter is asked once
-per step with the same tokens, and drafts, waiting requests, embeddings and calls go step by step.
+per step with the same tokens, and drafts, requests that a free row waits for, embeddings and calls go step by step.
 """
 
 from __future__ import annotations
