@@ -29,9 +29,10 @@ sequence, nothing waits and the pool has the slots), then collects step n, sampl
 the next step would), and, when it proposes nothing, puts the sampled tokens into step n + 1 and launches it before
 the scheduler's update, the streams' output and the drafter's bookkeeping of step n, which run while the device
 computes n + 1. So the host's work per step lies beside the device's, not after it, and the device waits only
-for the sampling of step n and the launch of n + 1. The tokens are those of the step-by-step order: the same steps
-run (a sequence that a stop token ends has one more row computed, which nothing reads), the drafter is asked once
-per step with the same tokens, and drafts, requests that a free row waits for, embeddings and calls go step by step.
+for the sampling of step n and the launch of n + 1. The tokens are those of the step-by-step order (a row's tokens
+do not depend on its step's company; a sequence that a stop token ends has one more row computed, which nothing
+reads, and the row it frees is taken a step later), the drafter is asked once per step with the same tokens, and
+drafts, requests that a free row waits for, embeddings and calls go step by step.
 """
 
 from __future__ import annotations
