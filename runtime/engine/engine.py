@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.candidates import Candidates
 from ..model.model import TOP_K_MAX, Model
 from ..model.step_batch import StepBatchBuilder
 from ..sampling import SamplingParams
@@ -115,9 +116,11 @@ class Engine:
             pipeline = os.environ["LOCALLLM_PIPELINE"] == "1"
         self.pipeline = bool(getattr(model, "launches_async", False) if pipeline is None else pipeline)
         self.steps_ahead = 0  # steps launched while the one before them ran (pipelining's count)
+        self.steps_ahead_greedy = 0  # of them, those launched before the rows of the one before were sampled
         # (SchedulerOutput, candidates k, its result where it ran at once) launched, not collected
         self._launched: deque[tuple[Any, int, Any]] = deque()
         self._proposed: dict | None = None  # the drafter's proposals for the next step, asked ahead
+        self._hold = False  # the next step goes step by step (drafts were proposed too late for the one launched)
         self._ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
@@ -305,6 +308,7 @@ class Engine:
                     with contextlib.suppress(Exception):
                         self._model.collect()
             self._proposed = None
+            self._hold = False
             self._scheduler = self._new_scheduler()
             self.drafter.reset()
 
@@ -468,9 +472,23 @@ class Engine:
             j += k + 1
         return tokens, runs
 
+    def _greedy_tokens(self, out, logits, active: dict) -> dict | None:
+        """{seq_id: token} of a step whose every row a greedy request samples from its whole row or its candidates
+        (Sampler.candidates_needed() == 1: the row's first candidate, or its argmax, is the token), else None."""
+        tokens = {}
+        for j, s in enumerate(out.sampled_seqs):
+            seq_id = out.seqs[s].seq_id
+            req = active.get(seq_id)
+            if req is None or req.candidates_needed() != 1:
+                return None
+            tokens[seq_id] = int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
+        return tokens
+
     def _step(self, active: dict, ahead: bool = True) -> None:
         """One step: scheduled and launched here, or taken from the launch in flight; with `ahead` and pipelining,
-        the step after it is scheduled while the device computes it and launched before this one's bookkeeping."""
+        the step after it is scheduled while the device computes it and launched before this one's bookkeeping: as
+        soon as the step is collected where its rows are all greedy (their tokens are the rows' first candidates),
+        else once its rows are sampled and the drafter has no proposal."""
         sched = self._scheduler
         if not self._launched:
             out = self._schedule(active)
@@ -478,19 +496,32 @@ class Engine:
                 return
             self._launch(out, active)
         nxt = None
-        if ahead and self.pipeline and all(r.speculative != "draft" for r in active.values()):
+        if ahead and self.pipeline and not self._hold and all(r.speculative != "draft" for r in active.values()):
             nxt = sched.schedule_next(self._launched[0][0])  # while the device computes the step
+        self._hold = False
         out, logits = self._collect()
+        greedy = self._greedy_tokens(out, logits, active) if nxt is not None else None
+        if greedy is not None:  # launched before the sampling: the device waits for the collect and the launch only
+            sched.fill(nxt, [greedy[seq.seq_id] for seq in nxt.seqs])
+            self._launch(nxt, active)
+            self.steps_ahead += 1
+            self.steps_ahead_greedy += 1
         tokens, runs = self._verify(out, logits, active)
         if nxt is not None:
             seqs = {seq.seq_id: runs.get(s) for s, seq in enumerate(out.seqs)}
             fed = [seqs[seq.seq_id][-1] if seqs.get(seq.seq_id) else 0 for seq in nxt.seqs]
             items = [(seq.seq_id, seq.token_ids + [t]) for seq, t in zip(nxt.seqs, fed) if seq.seq_id in active]
-            self._proposed = self._propose(items, active)
-            if self._proposed:  # drafts to verify: the next step goes step by step, with them
+            proposed = self._propose(items, active)
+            if greedy is not None:
+                if any(greedy[seq.seq_id] != t for seq, t in zip(nxt.seqs, fed) if seqs.get(seq.seq_id)):
+                    raise RuntimeError("a greedy row sampled a token other than its first candidate")
+                # drafts to verify: they came too late for the step launched, so the one after it goes step by
+                # step and the drafter is asked again there
+                self._hold = bool(proposed)
+            elif proposed:  # drafts to verify: the next step goes step by step, with them
+                self._proposed = proposed
                 sched.cancel_next(nxt)
             else:
-                self._proposed = None
                 sched.fill(nxt, fed)
                 self._launch(nxt, active)
                 self.steps_ahead += 1

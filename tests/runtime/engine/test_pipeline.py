@@ -184,7 +184,7 @@ def test_pipelined_engine_gives_every_request_the_step_by_step_tokens():
                     tok("Once upon a time"), SamplingParams(temperature=0.0, max_tokens=40), speculative="off"
                 )
                 assert sum(len(c.token_ids) for c in alone) == 40
-                ahead[pipeline] = (ahead[pipeline], engine.steps_ahead - ahead[pipeline])
+                ahead[pipeline] = (ahead[pipeline], engine.steps_ahead - ahead[pipeline], engine.steps_ahead_greedy)
 
                 def pool_free(sched) -> bool:
                     bm = sched._bm
@@ -199,7 +199,9 @@ def test_pipelined_engine_gives_every_request_the_step_by_step_tokens():
         assert step_by_step[5][1] == "stop"  # the stop string
         assert [len(step_by_step[i][0]) for i in (7, 8)] == [1, 2]
         assert step_by_step[9][1] == "cancelled"
-        assert ahead[False] == (0, 0) and ahead[True][0] > 0 and ahead[True][1] == 38, ahead
+        # the lone greedy request's steps go ahead as soon as the step before is collected (its rows' argmax)
+        assert ahead[False] == (0, 0, 0) and ahead[True][0] > 0 and ahead[True][1] == 38, ahead
+        assert ahead[True][2] >= 38 and ahead[True][2] < sum(ahead[True][:2]), ahead  # the sampled ones after sampling
 
 
 @pytest.mark.model
