@@ -274,7 +274,7 @@ struct PyModel {
   }
 
   // forward's step launched (Model::launch): its shape (n_logits, k); collect() gives what forward would have
-  py::tuple launch(const py::object& batch, int top_k, int n_valid) {
+  py::tuple launch(const py::object& batch, int top_k, int n_valid, bool feed) {
     StepArrays a(batch);
     if (n_valid < 0) throw std::invalid_argument("n_valid must be 0 (all columns) or positive");
     TopK top;
@@ -283,7 +283,7 @@ struct PyModel {
     Model::Launched shape;
     {
       py::gil_scoped_release nogil;
-      shape = model->launch(a.b, top_k > 0 ? &top : nullptr);
+      shape = model->launch(a.b, top_k > 0 ? &top : nullptr, feed);
     }
     return py::make_tuple(shape.n_logits, shape.k);
   }
@@ -332,8 +332,10 @@ void bind_model(py::module_& m) {
            "candidates among its first n_valid (0: all) columns: (ids int32, vals float32) [len(logits_rows), top_k]; "
            "hidden: each logits row's final hidden state [len(logits_rows), d_model] instead (embeddings)")
       .def("launch", &PyModel::launch, py::arg("batch"), py::arg("top_k") = 0, py::arg("n_valid") = 0,
+           py::arg("feed") = false,
            "forward's step without waiting for it where the device can (a GPU; the CPU computes it now): its shape "
-           "(n_logits, k); at most 2 launched and not collected")
+           "(n_logits, k); at most 2 launched and not collected. feed: token ids -1 - j are the top candidate of "
+           "row j of the step run before")
       .def("collect", &PyModel::collect, "the oldest launched step's result, as forward returns it (waits for it)")
       .def_property_readonly("n_blocks", [](const PyModel& p) { return p.model->kv_pool().n_blocks; })
       .def_property_readonly("block_size", [](const PyModel& p) { return p.model->kv_pool().block_size; })

@@ -210,22 +210,31 @@ void Model::check_top(const TopK* top) const {
                                 ")] and n_valid " + str(top->n_valid) + " in [1, n_vocab " + str(cfg_.n_vocab) + "]");
 }
 
-Model::Launched Model::launch(const StepBatch& b, const TopK* top) {
+Model::Launched Model::launch(const StepBatch& b, const TopK* top, bool feed) {
   std::lock_guard<std::mutex> lk(mu_);
   if (launched_.size() >= (size_t)MAX_LAUNCHED)
     throw std::logic_error("Model::launch: " + str(MAX_LAUNCHED) + " steps are launched and not collected");
+  if (feed && last_rows_ < 0)
+    throw std::invalid_argument("Model::launch: tokens fed from a step that asked for no candidates");
+  check(b, feed ? last_rows_ : 0);
+  check_top(top);
   InFlight f;
   f.shape = {b.n_logits, top ? top->k : 0};
   f.slot = -1;
-  if (stages_.size() == 1) {
-    check(b);
-    check_top(top);
-    if (stages_[0]->submit(b, top, next_slot_)) {
-      f.slot = next_slot_;
-      next_slot_ ^= 1;
-      launched_.push_back(std::move(f));
-      return launched_.back().shape;
-    }
+  if (stages_.size() == 1 && stages_[0]->submit(b, top, next_slot_, feed)) {
+    f.slot = next_slot_;
+    next_slot_ ^= 1;
+    last_rows_ = top ? b.n_logits : -1;
+    launched_.push_back(std::move(f));
+    return launched_.back().shape;
+  }
+  std::vector<int32_t> fed;
+  StepBatch at = b;
+  if (feed) {  // computed here: the top candidates were kept on this side
+    fed.assign(b.token_ids, b.token_ids + b.n_tokens);
+    for (int32_t& id : fed)
+      if (id < 0) id = last_top_[-id - 1];
+    at.token_ids = fed.data();
   }
   TopK into;
   if (top) {
@@ -237,7 +246,7 @@ Model::Launched Model::launch(const StepBatch& b, const TopK* top) {
   } else {
     f.logits.resize((size_t)b.n_logits * cfg_.n_vocab);
   }
-  forward_locked(b, f.logits.data(), top ? &into : nullptr, false);
+  forward_locked(at, f.logits.data(), top ? &into : nullptr, false);
   launched_.push_back(std::move(f));
   return launched_.back().shape;
 }
@@ -280,7 +289,13 @@ void Model::forward_locked(const StepBatch& b, float* logits, const TopK* top, b
   hidden_ = hidden;
   check_top(top);
   if (stages_.size() > 1) h_.resize((size_t)b.n_tokens * cfg_.d_model);
+  last_rows_ = -1;
   for (const auto& s : stages_) s->run(b, h_.data(), logits, top);
+  if (top) {  // each row's top candidate, for a step fed from this one
+    last_top_.resize(b.n_logits);
+    for (int i = 0; i < b.n_logits; ++i) last_top_[i] = top->ids[(size_t)i * top->k];
+    last_rows_ = b.n_logits;
+  }
   if (h_.size() > (size_t(16) << 20)) std::vector<float>().swap(h_);  // a long prompt's is not kept
 }
 
@@ -302,7 +317,7 @@ const float* Model::vector_of(const WeightView& w, int n, const char* name) {
   return owned_.back().data();
 }
 
-void Model::check(const StepBatch& b) const {
+void Model::check(const StepBatch& b, int fed_rows) const {
   const int bs = kv_shape_.block_size, T = b.n_tokens;
   if (T <= 0) throw std::invalid_argument("a step needs at least one token");
   if (b.n_seq <= 0 || b.max_blocks <= 0)
@@ -322,9 +337,10 @@ void Model::check(const StepBatch& b) const {
   }
   for (int t = 0; t < T; ++t) {
     const std::string at = "[" + str(t) + "]";
-    if (b.token_ids[t] < 0 || b.token_ids[t] >= cfg_.n_vocab)
+    if (b.token_ids[t] < -fed_rows || b.token_ids[t] >= cfg_.n_vocab)
       throw std::invalid_argument("token_ids" + at + " = " + str(b.token_ids[t]) +
-                                  " is outside the vocabulary (n_vocab " + str(cfg_.n_vocab) + ")");
+                                  " is outside the vocabulary (n_vocab " + str(cfg_.n_vocab) + ")" +
+                                  (fed_rows ? " and the " + str(fed_rows) + " rows fed from the step before" : ""));
     const int s = b.seq_index[t];
     if (s < 0 || s >= b.n_seq)
       throw std::invalid_argument("seq_index" + at + " = " + str(s) + " is outside [0, " + str(b.n_seq) + ")");

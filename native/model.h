@@ -63,7 +63,9 @@ class Model {
   struct Launched {
     int n_logits = 0, k = 0;  // logits rows; candidates a row (0: whole rows of n_vocab)
   };
-  Launched launch(const StepBatch& b, const TopK* top = nullptr);
+  // feed: b's token ids < 0 are -1 - j: the top candidate of row j of the step run before this one (forward or
+  // launch, on this model), which must have asked for candidates (the engine's greedy rows: their next token)
+  Launched launch(const StepBatch& b, const TopK* top = nullptr, bool feed = false);
   Launched next_collected() const;  // the shape collect() writes next
   void collect(float* logits, const TopK* top = nullptr);
 
@@ -71,7 +73,7 @@ class Model {
   const float* vector_of(const WeightView& w, int n, const char* name);
   void place(const std::vector<Placement>& placement);
   const char* cpu_only() const;
-  void check(const StepBatch& b) const;
+  void check(const StepBatch& b, int fed_rows = 0) const;  // token ids from -fed_rows on (fed: launch)
 
   ModelConfig cfg_;
   ModelWeights w_;
@@ -97,6 +99,8 @@ class Model {
     std::vector<int32_t> ids;
   };
   std::vector<InFlight> launched_;  // in launch order, at most MAX_LAUNCHED
+  int last_rows_ = -1;               // candidates rows of the last step run (-1: it asked for none)
+  std::vector<int32_t> last_top_;    // their top candidates, where the step was computed on the host's side
   int next_slot_ = 0;
 
   std::vector<float> h_;  // [T][d_model]: the hidden state between stages

@@ -65,8 +65,10 @@ class Stage {
   // nothing more than run does, enqueues the step with its results (logits rows, or top's candidates: top->ids and
   // vals unused) bound for staging slot `slot` (0 or 1) of the stage's own, and returns without waiting for the
   // device; finish(slot, ...) waits for that step and copies its results out. The caller finishes a slot before
-  // submitting to it again. false: this stage computes in run() only (the CPU: the Model runs it there and then).
-  virtual bool submit(const StepBatch& /*b*/, const TopK* /*top*/, int /*slot*/) { return false; }
+  // submitting to it again. feed: b's token ids < 0 are -1 - j for the step submitted before's candidates row j,
+  // whose top candidate the device puts there (that step asked for candidates). false: this stage computes in run()
+  // only (the CPU: the Model runs it there and then).
+  virtual bool submit(const StepBatch& /*b*/, const TopK* /*top*/, int /*slot*/, bool /*feed*/) { return false; }
   virtual void finish(int /*slot*/, float* /*logits*/, const TopK* /*top*/) {}
   virtual size_t kv_bytes() const = 0;  // the KV pool of this stage's layers
   virtual std::string device() const = 0;  // "cpu", "cuda:0"

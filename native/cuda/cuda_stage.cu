@@ -131,7 +131,7 @@ class CudaStage final : public Stage {
   ~CudaStage() override;
 
   void run(const StepBatch& b, float* h_io, float* logits, const TopK* top) override;
-  bool submit(const StepBatch& b, const TopK* top, int slot) override;
+  bool submit(const StepBatch& b, const TopK* top, int slot, bool feed) override;
   void finish(int slot, float* logits, const TopK* top) override;
   size_t kv_bytes() const override { return kv_bytes_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
@@ -139,18 +139,18 @@ class CudaStage final : public Stage {
 
  private:
   // what a step's graph depends on besides the model: tokens, sequences, logits rows (0 without the head), the
-  // block table's row pitch, the candidates asked for (k 0: whole logits rows)
+  // block table's row pitch, the candidates asked for (k 0: whole logits rows), whether tokens are fed (submit)
   struct Shape {
-    int T, n_seq, n_logits, pitch, k, n_valid;
+    int T, n_seq, n_logits, pitch, k, n_valid, feed;
     bool operator==(const Shape& o) const {
       return T == o.T && n_seq == o.n_seq && n_logits == o.n_logits && pitch == o.pitch && k == o.k &&
-             n_valid == o.n_valid;
+             n_valid == o.n_valid && feed == o.feed;
     }
   };
   struct ShapeHash {
     size_t operator()(const Shape& s) const {
       size_t h = 0;
-      for (int v : {s.T, s.n_seq, s.n_logits, s.pitch, s.k, s.n_valid}) h = h * 1000003u ^ (size_t)v;
+      for (int v : {s.T, s.n_seq, s.n_logits, s.pitch, s.k, s.n_valid, s.feed}) h = h * 1000003u ^ (size_t)v;
       return h;
     }
   };
@@ -165,7 +165,7 @@ class CudaStage final : public Stage {
   };
   // the step up to its downloads, enqueued on stream_ (run and submit): from and to the caller's memory, or through
   // st's pinned copies
-  void step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st);
+  void step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st, bool feed = false);
   StepBuffers carve(const Shape& sh, size_t n_ints, size_t n_angles, int n_tiles);
   // the step's kernels (everything between the uploads and the downloads) on stream_
   void enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables& ropes);
@@ -219,6 +219,8 @@ class CudaStage final : public Stage {
   DeviceBuffer act_, xq_;  // the step's activations and quantized inputs
   DeviceBuffer counters_;  // the decode kernel's follow-ups' (QgemvThen), zero between launches
   DeviceBuffer att_part_, att_counters_;  // a split attention's chunk states and counts (AttentionSplit)
+  DeviceBuffer fed_;  // the top candidate of each logits row of the last step that asked for candidates (submit's feed)
+  int fed_rows_ = -1;  // its rows; -1: none
   const bool graphs_on_, invariant_, fuse_;
   int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
@@ -471,13 +473,13 @@ void CudaStage::run(const StepBatch& b, float* h_io, float* logits, const TopK* 
   }
 }
 
-bool CudaStage::submit(const StepBatch& b, const TopK* top, int slot) {
+bool CudaStage::submit(const StepBatch& b, const TopK* top, int slot, bool feed) {
   if (first_ != 0 || last_ != m_.cfg.n_layers) return false;
   check(cudaSetDevice(device_), "cudaSetDevice");
   Staging& st = staging_[slot];
   if (st.pending) throw std::logic_error("CudaStage::submit: staging slot " + std::to_string(slot) + " is in use");
   if (!st.done) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
-  step(b, nullptr, nullptr, top, &st);
+  step(b, nullptr, nullptr, top, &st, feed);
   check(cudaEventRecord(st.done, stream_), "cudaEventRecord");
   st.pending = true;
   return true;
@@ -499,7 +501,7 @@ void CudaStage::finish(int slot, float* logits, const TopK* top) {
   }
 }
 
-void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st) {
+void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK* top, Staging* st, bool feed) {
   const ModelConfig& c = m_.cfg;
   const int T = b.n_tokens, d = c.d_model, nl = b.n_logits;
   const bool head = last_ == c.n_layers, graph = graphs_on_ && T <= GRAPH_MAX_TOKENS;
@@ -508,7 +510,15 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
                  head ? nl : 0,
                  graph ? (b.max_blocks + GRAPH_BLOCK_PITCH - 1) / GRAPH_BLOCK_PITCH * GRAPH_BLOCK_PITCH : b.max_blocks,
                  head && top ? top->k : 0,
-                 head && top ? top->n_valid : 0};
+                 head && top ? top->n_valid : 0,
+                 feed ? 1 : 0};
+  if (feed) {
+    int lo = 0;
+    for (int t = 0; t < T; ++t) lo = std::min(lo, b.token_ids[t]);
+    if (-lo > fed_rows_)
+      throw std::invalid_argument("token id " + std::to_string(lo) + " is fed from a row the step before does not " +
+                                  "have (" + std::to_string(std::max(fed_rows_, 0)) + " candidates rows)");
+  }
 
   // host side: the index arrays in one block (block tables at the shape's pitch), the RoPE angles of the layers
   std::vector<int32_t> ints;
@@ -544,6 +554,16 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
   const void* counted = counters_.get();
   if (grow(counters_, n_counters * sizeof(int)) != counted)
     check(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), stream_), "cudaMemset (counters)");
+  if (head && sh.k > 0 && (size_t)nl * 4 > fed_.bytes()) {  // room for this step's top candidates, the last kept
+    check(cudaStreamSynchronize(stream_), "the step before");
+    DeviceBuffer kept;
+    if (fed_rows_ > 0)
+      check(cudaMemcpy(kept.ensure((size_t)fed_rows_ * 4), fed_.get(), (size_t)fed_rows_ * 4, cudaMemcpyDeviceToDevice),
+            "keep the fed tokens");
+    grow(fed_, std::max<size_t>(nl, 1024) * 4);
+    if (fed_rows_ > 0)
+      check(cudaMemcpy(fed_.get(), kept.get(), (size_t)fed_rows_ * 4, cudaMemcpyDeviceToDevice), "keep the fed tokens");
+  }
   StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   const int chunks = cuda::attention_chunks(sh.pitch, kv_.block_size);
   if (tiles.empty() && chunks > 1 && (size_t)T * c.n_head <= ATT_SPLIT_MAX_PAIRS) {
@@ -602,6 +622,12 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
     vals_to = reinterpret_cast<float*>(out + (size_t)nl * sh.k * 4);
     logits = reinterpret_cast<float*>(out);
   }
+  if (head) {  // each row's top candidate, for a step fed from this one (submit's feed); none without candidates
+    if (nl > 0 && sh.k > 0)
+      check(cudaMemcpy2DAsync(fed_.get(), 4, sb.top_ids, (size_t)sh.k * 4, 4, nl, cudaMemcpyDeviceToDevice, stream_),
+            "keep the top candidates");
+    fed_rows_ = sh.k > 0 ? nl : -1;
+  }
   if (!head)
     check(cudaMemcpyAsync(h_io, sb.h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
   else if (nl > 0 && sh.k > 0) {
@@ -643,6 +669,7 @@ void CudaStage::enqueue(const Shape& sh, const StepBuffers& sb, const RopeTables
   const int T = sh.T, d = c.d_model, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
   const int half = c.n_rot / 2, nl = sh.n_logits;
   float *h = sb.h, *a = sb.a, *q = sb.q, *att = sb.att, *k = sb.k, *v = sb.v, *g = sb.g, *u = sb.u;
+  if (sh.feed) cuda::feed_tokens(sb.ids, T, static_cast<const int32_t*>(fed_.get()), stream_);
   if (first_ == 0) {
     const WeightView& E = m_.w.token_embd;
     cuda::dequant_rows(E.type, weight(E), E.row_bytes, d, sb.ids, T, c.embed_scale, h, stream_);

@@ -33,6 +33,9 @@ void rms_norm(const float* x, const float* w, int rows, int n, float eps, float*
 void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream);
 // h [n] += a [n]
 void add(float* h, const float* a, size_t n, cudaStream_t stream);
+// a step's token ids fed from the step before on the device (the engine's pipelining): ids [T], each id < 0 replaced
+// by fed[-id - 1] (the step before's candidates row -id - 1, its top candidate)
+void feed_tokens(int32_t* ids, int T, const int32_t* fed, cudaStream_t stream);
 // x [T][x_heads][head_dim] and y [T][y_heads][head_dim] (q and k, one launch): the leading n_rot dims of each head
 // rotated by the angles cs, sn [T][n_rot / 2] (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
 void rope(float* x, int x_heads, float* y, int y_heads, int T, int head_dim, int n_rot, bool neox, const float* cs,

@@ -105,6 +105,14 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind, cudaStream_t s) {
+  lll::emu::enqueue(s, [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  });
+  return cudaSuccess;
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
   lll::emu::enqueue(s, [=] {
     if (bytes) std::memmove(dst, src, bytes);

@@ -31,6 +31,11 @@ __global__ void add_bias_kernel(float* y, const float* bias, int rows, int n) {
   if (i < (size_t)rows * n) y[i] += bias[i % n];
 }
 
+__global__ void feed_tokens_kernel(int32_t* ids, int T, const int32_t* fed) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < T && ids[t] < 0) ids[t] = fed[-ids[t] - 1];
+}
+
 __global__ void add_kernel(float* h, const float* a, size_t n) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) h[i] += a[i];
@@ -100,6 +105,11 @@ void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t stream)
   if (!bias || rows <= 0) return;
   LLL_LAUNCH(add_bias_kernel, blocks_for((size_t)rows * n), THREADS, 0, stream)(y, bias, rows, n);
   check_launch("add_bias");
+}
+
+void feed_tokens(int32_t* ids, int T, const int32_t* fed, cudaStream_t stream) {
+  LLL_LAUNCH(feed_tokens_kernel, blocks_for((size_t)T), THREADS, 0, stream)(ids, T, fed);
+  check_launch("feed_tokens");
 }
 
 void add(float* h, const float* a, size_t n, cudaStream_t stream) {

@@ -154,7 +154,7 @@ class StandInDevice:
         self.queue: deque = deque()
         self.steps = 0
 
-    def launch(self, batch, top_k=0, n_valid=None) -> None:
+    def launch(self, batch, top_k=0, n_valid=None, feed=False) -> None:  # fed tokens: the stub reads none
         self.free_at = max(time.perf_counter(), self.free_at) + self.seconds
         self.queue.append((self.free_at, self.step(batch, top_k, n_valid)))
         self.steps += 1

@@ -119,6 +119,7 @@ class Engine:
         self.pipeline = bool(getattr(model, "launches_async", False) if pipeline is None else pipeline)
         self.steps_ahead = 0  # steps launched while the one before them ran (pipelining's count)
         self.steps_ahead_greedy = 0  # of them, those launched before the rows of the one before were sampled
+        self.steps_ahead_fed = 0  # and those launched before the one before was collected (tokens fed on the device)
         # (SchedulerOutput, candidates k, its result where it ran at once) launched, not collected
         self._launched: deque[tuple[Any, int, Any]] = deque()
         self._proposed: dict | None = None  # the drafter's proposals for the next step, asked ahead
@@ -426,7 +427,7 @@ class Engine:
         out = self._scheduler.schedule()
         return out if out.num_tokens else None
 
-    def _launch(self, out, active: dict) -> None:
+    def _launch(self, out, active: dict, feed: bool = False) -> None:
         now = time.perf_counter()
         for seq in out.seqs:
             req = active.get(seq.seq_id)
@@ -438,7 +439,7 @@ class Engine:
         args = dict(top_k=k, n_valid=self._n_tokens) if k else {}
         done = None if self.pipeline else self._model.forward(out.batch, **args)
         if self.pipeline:
-            self._model.launch(out.batch, **args)
+            self._model.launch(out.batch, feed=feed, **args)
         self._launched.append((out, k, done))
 
     def _collect(self):
@@ -486,11 +487,20 @@ class Engine:
             tokens[seq_id] = int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
         return tokens
 
+    def _feeds(self, out, k: int, active: dict) -> bool:
+        """Whether the step after `out` (launched, not collected) can take its tokens from out's on the device: out
+        asks for candidates and every row of it still live is a greedy request's (its token is its first candidate)."""
+        if not k:
+            return False
+        reqs = [active.get(out.seqs[s].seq_id) for s in out.sampled_seqs]
+        return all(r is None or r.candidates_needed() == 1 for r in reqs)
+
     def _step(self, active: dict, ahead: bool = True) -> None:
         """One step: scheduled and launched here, or taken from the launch in flight; with `ahead` and pipelining,
-        the step after it is scheduled while the device computes it and launched before this one's bookkeeping: as
-        soon as the step is collected where its rows are all greedy (their tokens are the rows' first candidates),
-        else once its rows are sampled and the drafter has no proposal."""
+        the step after it is scheduled while the device computes it and launched before this one's bookkeeping:
+        before this one is collected where its rows are all greedy and ask for candidates (the device feeds their
+        top candidates in), as soon as it is collected where they are greedy (their first candidates, or argmax, are
+        the tokens), else once its rows are sampled and the drafter has no proposal."""
         sched = self._scheduler
         if not self._launched:
             out = self._schedule(active)
@@ -501,22 +511,37 @@ class Engine:
         if ahead and self.pipeline and not self._hold and all(r.speculative != "draft" for r in active.values()):
             nxt = sched.schedule_next(self._launched[0][0])  # while the device computes the step
         self._hold = False
-        out, logits = self._collect()
-        greedy = self._greedy_tokens(out, logits, active) if nxt is not None else None
-        if greedy is not None:  # launched before the sampling: the device waits for the collect and the launch only
-            sched.fill(nxt, [greedy[seq.seq_id] for seq in nxt.seqs])
-            self._launch(nxt, active)
+        early = False  # nxt launched before this step's rows were sampled
+        if nxt is not None and len(self._launched) == 1 and self._feeds(*self._launched[0][:2], active):
+            before = self._launched[0][0]
+            row = {before.seqs[s].seq_id: j for j, s in enumerate(before.sampled_seqs)}
+            sched.fill(nxt, [-1 - row[seq.seq_id] for seq in nxt.seqs])
+            self._launch(nxt, active, feed=True)  # the device never waits for the host
             self.steps_ahead += 1
-            self.steps_ahead_greedy += 1
+            self.steps_ahead_fed += 1
+            early = True
+        out, logits = self._collect()
+        if nxt is not None and not early:
+            greedy = self._greedy_tokens(out, logits, active)
+            if greedy is not None:  # launched before the sampling: the device waits for the collect and the launch
+                sched.fill(nxt, [greedy[seq.seq_id] for seq in nxt.seqs])
+                self._launch(nxt, active)
+                self.steps_ahead += 1
+                self.steps_ahead_greedy += 1
+                early = True
         tokens, runs = self._verify(out, logits, active)
         if nxt is not None:
             seqs = {seq.seq_id: runs.get(s) for s, seq in enumerate(out.seqs)}
             fed = [seqs[seq.seq_id][-1] if seqs.get(seq.seq_id) else 0 for seq in nxt.seqs]
             items = [(seq.seq_id, seq.token_ids + [t]) for seq, t in zip(nxt.seqs, fed) if seq.seq_id in active]
             proposed = self._propose(items, active)
-            if greedy is not None:
-                if any(greedy[seq.seq_id] != t for seq, t in zip(nxt.seqs, fed) if seqs.get(seq.seq_id)):
-                    raise RuntimeError("a greedy row sampled a token other than its first candidate")
+            if early:
+                for j, s in enumerate(out.sampled_seqs):
+                    run = runs.get(s)
+                    first = int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
+                    if run and run[-1] != first:
+                        raise RuntimeError("a greedy row sampled a token other than its first candidate")
+                sched.fill(nxt, fed)  # the tokens it computes, for the record
                 # drafts to verify: they came too late for the step launched, so the one after it goes step by
                 # step and the drafter is asked again there
                 self._hold = bool(proposed)

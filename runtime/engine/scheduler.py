@@ -283,6 +283,7 @@ class Scheduler:
         and frees sequences that stop. Returns the sequences that got tokens, in row order. A sequence aborted
         since schedule() is skipped. Takes the last schedule()'s output, once.
 
+        A sequence that ended since the step was scheduled has its rows' tokens ignored (None, as the engine gives).
         A sequence with k drafts has k + 1 rows: their tokens are the verified run x_1 .. x_m (1 <= m <= k + 1)
         followed by None for the rows verification did not reach, where x_i equals draft i for every i < m
         (ValueError otherwise). The run is appended a token at a time, stopping where plain decoding would stop
@@ -300,6 +301,8 @@ class Scheduler:
         runs: dict[int, list[int]] = {}
         ends = None
         for s, toks in rows.items():
+            if output.seqs[s].status is not SequenceStatus.RUNNING:
+                continue  # ended since the step was scheduled (aborted, a stop string): its rows are not read
             m = toks.index(None) if None in toks else len(toks)
             if m == 0 or any(t is not None for t in toks[m:]):
                 raise ValueError(f"sequence {output.seqs[s].seq_id!r}: its rows' tokens {toks} are not a run then None")

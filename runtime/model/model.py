@@ -254,15 +254,16 @@ class Model:
         ids, vals = self._impl.forward(batch, top_k, n_valid or 0)
         return Candidates(ids, vals)
 
-    def launch(self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None) -> None:
+    def launch(self, batch: StepBatch, top_k: int = 0, n_valid: int | None = None, feed: bool = False) -> None:
         """forward(batch, top_k, n_valid)'s step, without waiting for it where the device runs it apart from the host
         (launches_async); collect() returns its result. At most two steps launched and not collected; a StepBatch's
-        arrays may change once launch returns."""
+        arrays may change once launch returns. feed: token ids -1 - j stand for the top candidate of row j of the
+        step run before this one (which asked for candidates), put there by the device."""
         if not isinstance(batch, StepBatch):
             raise TypeError(f"launch takes a StepBatch (localllm.model.step_batch), got {type(batch).__name__}")
         if top_k and not 1 <= top_k <= TOP_K_MAX:
             raise ValueError(f"top_k must be in [1, {TOP_K_MAX}], got {top_k!r}")
-        self._impl.launch(batch, top_k, n_valid or 0)
+        self._impl.launch(batch, top_k, n_valid or 0, feed)
 
     def collect(self) -> np.ndarray | Candidates:
         """The oldest launched step's result, as forward would have returned it; waits for it (GIL released)."""

@@ -363,7 +363,7 @@ def test_a_launched_step_gives_what_forward_gives(tmp_path, device):
     """Model.launch / collect (the engine's pipelining): a prompt step, then two decode steps launched together
     (the second asking for candidates) and collected in order, give forward's bits; a GPU launches apart from the
     host (through pinned staging slots), the CPU computes at launch. Past two steps in flight, or collecting none, is
-    an error."""
+    an error. A step fed from the one before (feed) computes what forward computes with its top candidate."""
     path = write_qhead_model(tmp_path / "m.gguf", "qwen2")
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
     with GGUFFile(path) as f:
@@ -391,6 +391,18 @@ def test_a_launched_step_gives_what_forward_gives(tmp_path, device):
         got += [launched.collect(), launched.collect()]
         with pytest.raises(RuntimeError, match="no step is launched"):
             launched.collect()
+        # fed: the next token is the top candidate of the step before's row 0, put in by the device
+        with pytest.raises(ValueError, match="outside the vocabulary .* 1 rows fed"):
+            launched.launch(step([-2], len(ids) + 2), top_k=4, feed=True)
+        launched.launch(step([-1], len(ids) + 2), top_k=4, feed=True)
+        got.append(launched.collect())
+        want.append(forward.forward(step([int(want[2].ids[0, 0])], len(ids) + 2), top_k=4))
+        np.testing.assert_array_equal(got[3].ids, want[3].ids)
+        np.testing.assert_array_equal(got[3].vals, want[3].vals)
+        launched.launch(step([5], len(ids) + 3))  # whole rows: nothing to feed the next from
+        launched.collect()
+        with pytest.raises(ValueError, match="asked for no candidates"):
+            launched.launch(step([-1], len(ids) + 4), feed=True)
         for w, g in zip(want[:2], got[:2], strict=True):
             np.testing.assert_array_equal(g, w)
         np.testing.assert_array_equal(got[2].ids, want[2].ids)

@@ -106,6 +106,15 @@ def test_schedule_next_leaves_out_what_must_end_and_declines_what_is_not_plain_d
     assert out.num_drafts == (2,) and sched.schedule_next(out) is None
 
 
+def test_update_ignores_the_rows_of_a_sequence_that_ended_since_its_step_was_scheduled():
+    sched = Scheduler(BlockManager(8, 4), parallel=2, max_batch_tokens=16)
+    a, b = seq("a", [1, 2, 3]), seq("b", [4, 5])
+    decoding(sched, a, b)
+    out = sched.schedule()
+    sched.abort("b")  # a stop string, a cancel: b's row in the step is computed and not read
+    assert sched.update(out, [7, None]) == [a] and a.token_ids[-1] == 7
+
+
 def test_schedule_next_declines_when_the_pool_is_short_and_never_preempts():
     sched = Scheduler(BlockManager(2, 4), parallel=2, max_batch_tokens=16)
     a, b = seq("a", [1, 2, 3]), seq("b", [4, 5, 6])
@@ -146,8 +155,12 @@ def _engine_replies(engine: Engine, jobs) -> list:
 
 
 @pytest.mark.model
-def test_pipelined_engine_gives_every_request_the_step_by_step_tokens():
+@pytest.mark.parametrize("candidates", [False, True], ids=["whole rows", "candidates"])
+def test_pipelined_engine_gives_every_request_the_step_by_step_tokens(candidates):
+    """With candidates (as on a GPU; the CPU computes them here too), a greedy step's successor is launched before
+    the step is collected, its tokens fed from the step's top candidates; with whole rows, once it is collected."""
     with LLM(model_file(SMOL), ctx_size=512, speculative="off") as llm:
+        llm.model.supports_candidates = candidates
         tok = llm.tokenize
         code = tok("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(")
         greedy = SamplingParams(temperature=0.0, max_tokens=24)
@@ -184,7 +197,12 @@ def test_pipelined_engine_gives_every_request_the_step_by_step_tokens():
                     tok("Once upon a time"), SamplingParams(temperature=0.0, max_tokens=40), speculative="off"
                 )
                 assert sum(len(c.token_ids) for c in alone) == 40
-                ahead[pipeline] = (ahead[pipeline], engine.steps_ahead - ahead[pipeline], engine.steps_ahead_greedy)
+                ahead[pipeline] = (
+                    ahead[pipeline],
+                    engine.steps_ahead - ahead[pipeline],
+                    engine.steps_ahead_fed if candidates else engine.steps_ahead_greedy,
+                    engine.steps_ahead_greedy if candidates else engine.steps_ahead_fed,
+                )
 
                 def pool_free(sched) -> bool:
                     bm = sched._bm
@@ -199,9 +217,10 @@ def test_pipelined_engine_gives_every_request_the_step_by_step_tokens():
         assert step_by_step[5][1] == "stop"  # the stop string
         assert [len(step_by_step[i][0]) for i in (7, 8)] == [1, 2]
         assert step_by_step[9][1] == "cancelled"
-        # the lone greedy request's steps go ahead as soon as the step before is collected (its rows' argmax)
-        assert ahead[False] == (0, 0, 0) and ahead[True][0] > 0 and ahead[True][1] == 38, ahead
-        assert ahead[True][2] >= 38 and ahead[True][2] < sum(ahead[True][:2]), ahead  # the sampled ones after sampling
+        # the lone greedy request's steps go ahead fed from the step before (candidates) or as soon as it is
+        # collected (its rows' argmax); sampled rows after their sampling
+        assert ahead[False] == (0, 0, 0, 0) and ahead[True][0] > 0 and ahead[True][1] == 38, ahead
+        assert 38 <= ahead[True][2] < sum(ahead[True][:2]) and ahead[True][3] == 0, ahead
 
 
 @pytest.mark.model
