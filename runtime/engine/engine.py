@@ -29,8 +29,9 @@ sequence, nothing waits and the pool has the slots), then collects step n, sampl
 the next step would), and, when it proposes nothing, puts the sampled tokens into step n + 1 and launches it before
 the scheduler's update, the streams' output and the drafter's bookkeeping of step n, which run while the device
 computes n + 1. Where every row of step n is greedy, n + 1 is launched as soon as n is collected (each row's first
-candidate, or argmax, is its token; the sampling must agree), and a proposal of the drafter's then makes the step
-after n + 1 go step by step. So the host's work per step lies beside the device's, not after it, and the device waits only
+candidate, or argmax, is its token; the sampling must agree), and where they also ask for candidates, before n is
+collected: the device puts each row's top candidate in as its next token (Model.launch's feed), so it never waits
+for the host. A proposal of the drafter's then makes the step after n + 1 go step by step. So the host's work per step lies beside the device's, not after it, and the device waits only
 for the sampling of step n and the launch of n + 1. The tokens are those of the step-by-step order (a row's tokens
 do not depend on its step's company; a sequence that a stop token ends has one more row computed, which nothing
 reads, and the row it frees is taken a step later), the drafter is asked once per step with the same tokens, and
