@@ -162,6 +162,7 @@ class CudaStage final : public Stage {
     cudaEvent_t done = nullptr;
     int n_logits = 0, k = 0;
     bool pending = false;
+    bool release_act = false;  // a prompt-sized step: its activations are not kept past it (as run() does)
   };
   // the step up to its downloads, enqueued on stream_ (run and submit): from and to the caller's memory, or through
   // st's pinned copies
@@ -479,9 +480,15 @@ bool CudaStage::submit(const StepBatch& b, const TopK* top, int slot, bool feed)
   Staging& st = staging_[slot];
   if (st.pending) throw std::logic_error("CudaStage::submit: staging slot " + std::to_string(slot) + " is in use");
   if (!st.done) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
-  step(b, nullptr, nullptr, top, &st, feed);
-  check(cudaEventRecord(st.done, stream_), "cudaEventRecord");
+  try {
+    step(b, nullptr, nullptr, top, &st, feed);
+    check(cudaEventRecord(st.done, stream_), "cudaEventRecord");
+  } catch (...) {
+    cudaStreamSynchronize(stream_);  // what was enqueued of it reads the slot's pinned copies: done before they change
+    throw;
+  }
   st.pending = true;
+  st.release_act = !(graphs_on_ && b.n_tokens <= GRAPH_MAX_TOKENS);
   return true;
 }
 
@@ -491,6 +498,10 @@ void CudaStage::finish(int slot, float* logits, const TopK* top) {
   st.pending = false;
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaEventSynchronize(st.done), "the step");
+  if (st.release_act && !staging_[slot ^ 1].pending && act_.bytes() > ACT_KEPT_BYTES) {  // as run() does: the stream
+    act_.release();                                                                     // is idle
+    drop_graphs();
+  }
   const size_t nl = st.n_logits;
   if (st.k > 0) {
     std::memcpy(top->ids, st.out.ensure(0), sizeof(int32_t) * nl * st.k);

@@ -266,6 +266,7 @@ class Engine:
                 if kind is _STOP:
                     for req in [*active.values(), *held]:
                         req.abort()
+                    self._drop_launched()  # the model may serve another engine: nothing of ours stays launched
                     for _, fut in calls:
                         if fut.set_running_or_notify_cancel():
                             fut.set_exception(EngineClosedError("the engine closed before the call ran"))
@@ -285,6 +286,9 @@ class Engine:
                     embeds.append(msg[1])
                 elif kind == "inspect":
                     _resolve(msg[2], msg[1], self._scheduler)
+            if self._launched and (not active or embeds):  # the step in flight first: calls and embeddings alone
+                self._guarded(self._step, active, False)
+                continue
             if calls and not active:
                 while calls:
                     fn, fut = calls.popleft()
@@ -294,8 +298,6 @@ class Engine:
                     self._admit(held.popleft(), active)
                 continue
             if embeds:
-                if self._launched:  # the step in flight first: embeddings go step by step
-                    self._guarded(self._step, active, False)
                 self._embed_step(embeds, active)
             if active:
                 self._guarded(self._step, active, not calls and not embeds)
@@ -307,14 +309,18 @@ class Engine:
             for req in active.values():
                 req.fail(RuntimeError(f"the engine step failed: {type(e).__name__}: {e}"))
             active.clear()
-            while self._launched:  # the model's launched steps are collected and dropped
-                if self._launched.popleft()[2] is None:
-                    with contextlib.suppress(Exception):
-                        self._model.collect()
+            self._drop_launched()
             self._proposed = None
             self._hold = False
             self._scheduler = self._new_scheduler()
             self.drafter.reset()
+
+    def _drop_launched(self) -> None:
+        """The model's launched steps collected and dropped (after a failure, at close)."""
+        while self._launched:
+            if self._launched.popleft()[2] is None:
+                with contextlib.suppress(Exception):
+                    self._model.collect()
 
     def _embed_step(self, embeds: deque[EmbedJob], active: dict) -> None:
         """One step of waiting embedding inputs, whole, in arrival order, under the token budget (one input past it

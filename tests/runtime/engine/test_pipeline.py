@@ -7,6 +7,7 @@ tested on its own."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import model_file
@@ -254,5 +255,50 @@ def test_a_failed_launch_ahead_reaches_every_stream_and_the_pipelined_engine_goe
                     list(stream)
             assert calls[0] == 2 and engine.steps_ahead > 0, calls
             assert [t for c in engine.submit(llm.tokenize("Hello"), params) for t in c.token_ids] == want
+        finally:
+            engine.close()
+
+
+@pytest.mark.model
+def test_a_call_or_a_close_with_a_step_in_flight_leaves_nothing_behind():
+    """A call that arrives with the last request's cancel, while the step launched ahead of it is in flight, runs
+    after that step is finished (on a scheduler nothing is pending from); an engine closed with a step in flight
+    leaves nothing launched on the model, so that the next engine on it collects its own steps."""
+    with LLM(model_file(SMOL), ctx_size=256, speculative="off") as llm:
+        params = SamplingParams(temperature=0.0, max_tokens=16)
+        ids = llm.tokenize("Once upon a time")
+
+        def reply(engine):
+            return [t for c in engine.submit(ids, params) for t in c.token_ids]
+
+        engine = Engine(llm.model, llm.tokenizer, parallel=2, ctx_size=256, speculative="off", pipeline=True)
+        try:
+            want = reply(engine)
+            stream = engine.submit(ids, SamplingParams(temperature=0.0, max_tokens=200))
+            next(iter(stream))
+            next(iter(stream))
+            hold, held = threading.Event(), threading.Event()
+            holder = threading.Thread(target=engine.inspect, args=(lambda _: (held.set(), hold.wait()),))
+            holder.start()
+            held.wait()  # the engine between two steps, one launched ahead
+            stream.close()
+            result = []
+            caller = threading.Thread(target=lambda: result.append(engine.call(lambda m: m.n_vocab)))
+            caller.start()
+            time.sleep(0.05)
+            after = engine.submit(ids, params)  # held while the call waits, admitted after it
+            hold.set()
+            holder.join()
+            caller.join()
+            assert result == [llm.model.n_vocab]
+            assert [t for c in after for t in c.token_ids] == want
+            assert reply(engine) == want
+            stream = engine.submit(ids, SamplingParams(temperature=0.0, max_tokens=200))
+            next(iter(stream))
+        finally:
+            engine.close()  # a step in flight
+        engine = Engine(llm.model, llm.tokenizer, parallel=2, ctx_size=256, speculative="off", pipeline=True)
+        try:
+            assert reply(engine) == want
         finally:
             engine.close()
