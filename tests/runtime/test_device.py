@@ -399,10 +399,16 @@ def test_a_launched_step_gives_what_forward_gives(tmp_path, device):
         want.append(forward.forward(step([int(want[2].ids[0, 0])], len(ids) + 2), top_k=4))
         np.testing.assert_array_equal(got[3].ids, want[3].ids)
         np.testing.assert_array_equal(got[3].vals, want[3].vals)
-        launched.launch(step([5], len(ids) + 3))  # whole rows: nothing to feed the next from
+        for i in range(3, 8):  # fed step after fed step: on a GPU a graph from the shape's second sight on
+            launched.launch(step([-1], len(ids) + i), top_k=4, feed=True)
+            fed = launched.collect()
+            want.append(forward.forward(step([int(want[-1].ids[0, 0])], len(ids) + i), top_k=4))
+            np.testing.assert_array_equal(fed.ids, want[-1].ids)
+            np.testing.assert_array_equal(fed.vals, want[-1].vals)
+        launched.launch(step([5], len(ids) + 8))  # whole rows: nothing to feed the next from
         launched.collect()
         with pytest.raises(ValueError, match="asked for no candidates"):
-            launched.launch(step([-1], len(ids) + 4), feed=True)
+            launched.launch(step([-1], len(ids) + 9), feed=True)
         for w, g in zip(want[:2], got[:2], strict=True):
             np.testing.assert_array_equal(g, w)
         np.testing.assert_array_equal(got[2].ids, want[2].ids)
