@@ -560,3 +560,23 @@ def test_engine_streams_and_prefix_cache_on_the_device():
         warm = text(llm.generate(follow, greedy))
     with LLM(model_file(QWEN), ctx_size=1024, device="cuda") as cold_llm:
         assert text(cold_llm.generate(follow, greedy)) == warm
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.model
+def test_the_engine_pipelined_on_the_device_gives_the_step_by_step_tokens(monkeypatch):
+    """On a GPU the engine pipelines by default: greedy decode steps are launched before the step before is
+    collected, their tokens fed on the device from its top candidates, graphs replayed. Two replies together give
+    the tokens the step-by-step engine (LOCALLLM_PIPELINE=0) gives on the same card. smollm2, so that the CUDA
+    emulator runs it in minutes."""
+    replies, fed = {}, {}
+    for pipeline in ("0", "1"):
+        monkeypatch.setenv("LOCALLLM_PIPELINE", pipeline)
+        with LLM(model_file("smollm2-135m-instruct-q4_1"), ctx_size=256, parallel=2, device="cuda") as llm:
+            params = SamplingParams(temperature=0.0, max_tokens=8)
+            streams = [llm.submit(llm.tokenize(p), params) for p in ("Hello there", "Once upon a time")]
+            replies[pipeline] = [[t for c in s for t in c.token_ids] for s in streams]
+            fed[pipeline] = llm._engine_open().steps_ahead_fed
+    assert replies["1"] == replies["0"] and all(len(r) == 8 for r in replies["0"])
+    assert fed["0"] == 0 and fed["1"] > 0, fed
