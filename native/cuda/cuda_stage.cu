@@ -34,23 +34,28 @@ namespace {
 
 using cuda::check;
 
-// device memory, grown on demand (contents not kept across a growth)
-class DeviceBuffer {
+// Device memory (Pinned false) or pinned host memory (true: an asynchronous step's uploads and results; a copy
+// from or to pageable memory may wait for the stream, that is for the step before it, where a pinned one does
+// not), grown on demand; contents not kept across a growth.
+template <bool Pinned>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(p_); }
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
   void* ensure(size_t bytes) {
     if (bytes > bytes_) {
       release();
-      check(cudaMalloc(&p_, bytes), "cudaMalloc");
+      check(Pinned ? cudaHostAlloc(&p_, bytes, cudaHostAllocDefault) : cudaMalloc(&p_, bytes),
+            Pinned ? "cudaHostAlloc" : "cudaMalloc");
       bytes_ = bytes;
     }
     return p_;
   }
   void release() {
-    cudaFree(p_);
+    if (Pinned) cudaFreeHost(p_);
+    else cudaFree(p_);
     p_ = nullptr;
     bytes_ = 0;
   }
@@ -61,30 +66,8 @@ class DeviceBuffer {
   void* p_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// pinned host memory, grown on demand: an asynchronous step's uploads and results (a copy from or to pageable memory
-// may wait for the stream, that is for the step before it, where a pinned one does not)
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { cudaFreeHost(p_); }
-  void* ensure(size_t bytes) {
-    if (bytes > bytes_) {
-      cudaFreeHost(p_);
-      p_ = nullptr;
-      bytes_ = 0;
-      check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
-      bytes_ = bytes;
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = Buffer<false>;
+using PinnedBuffer = Buffer<true>;
 
 // Decode-sized steps replay a CUDA graph of their kernels, one graph per Shape: a small model's step is a few
 // hundred short kernels whose launches would cost more than their work. A shape is captured the second time it is
@@ -221,7 +204,6 @@ class CudaStage final : public Stage {
   DeviceBuffer counters_;  // the decode kernel's follow-ups' (QgemvThen), zero between launches
   DeviceBuffer att_part_, att_counters_;  // a split attention's chunk states and counts (AttentionSplit)
   DeviceBuffer fed_;  // the top candidate of each logits row of the last step that asked for candidates (submit's feed)
-  int fed_rows_ = -1;  // its rows; -1: none
   const bool graphs_on_, invariant_, fuse_;
   int graph_nodes_ = -1;  // of the graph captured last
   std::unordered_map<Shape, cudaGraphExec_t, ShapeHash> graphs_;
@@ -522,14 +504,7 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
                  graph ? (b.max_blocks + GRAPH_BLOCK_PITCH - 1) / GRAPH_BLOCK_PITCH * GRAPH_BLOCK_PITCH : b.max_blocks,
                  head && top ? top->k : 0,
                  head && top ? top->n_valid : 0,
-                 feed ? 1 : 0};
-  if (feed) {
-    int lo = 0;
-    for (int t = 0; t < T; ++t) lo = std::min(lo, b.token_ids[t]);
-    if (-lo > fed_rows_)
-      throw std::invalid_argument("token id " + std::to_string(lo) + " is fed from a row the step before does not " +
-                                  "have (" + std::to_string(std::max(fed_rows_, 0)) + " candidates rows)");
-  }
+                 feed ? 1 : 0};  // the fed rows are checked by the Model
 
   // host side: the index arrays in one block (block tables at the shape's pitch), the RoPE angles of the layers
   std::vector<int32_t> ints;
@@ -567,13 +542,11 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
     check(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), stream_), "cudaMemset (counters)");
   if (head && sh.k > 0 && (size_t)nl * 4 > fed_.bytes()) {  // room for this step's top candidates, the last kept
     check(cudaStreamSynchronize(stream_), "the step before");
+    const size_t had = fed_.bytes();
     DeviceBuffer kept;
-    if (fed_rows_ > 0)
-      check(cudaMemcpy(kept.ensure((size_t)fed_rows_ * 4), fed_.get(), (size_t)fed_rows_ * 4, cudaMemcpyDeviceToDevice),
-            "keep the fed tokens");
+    if (had) check(cudaMemcpy(kept.ensure(had), fed_.get(), had, cudaMemcpyDeviceToDevice), "keep the fed tokens");
     grow(fed_, std::max<size_t>(nl, 1024) * 4);
-    if (fed_rows_ > 0)
-      check(cudaMemcpy(fed_.get(), kept.get(), (size_t)fed_rows_ * 4, cudaMemcpyDeviceToDevice), "keep the fed tokens");
+    if (had) check(cudaMemcpy(fed_.get(), kept.get(), had, cudaMemcpyDeviceToDevice), "keep the fed tokens");
   }
   StepBuffers sb = carve(sh, ints.size(), angles.size(), (int)tiles.size());
   const int chunks = cuda::attention_chunks(sh.pitch, kv_.block_size);
@@ -633,12 +606,9 @@ void CudaStage::step(const StepBatch& b, float* h_io, float* logits, const TopK*
     vals_to = reinterpret_cast<float*>(out + (size_t)nl * sh.k * 4);
     logits = reinterpret_cast<float*>(out);
   }
-  if (head) {  // each row's top candidate, for a step fed from this one (submit's feed); none without candidates
-    if (nl > 0 && sh.k > 0)
-      check(cudaMemcpy2DAsync(fed_.get(), 4, sb.top_ids, (size_t)sh.k * 4, 4, nl, cudaMemcpyDeviceToDevice, stream_),
-            "keep the top candidates");
-    fed_rows_ = sh.k > 0 ? nl : -1;
-  }
+  if (head && nl > 0 && sh.k > 0)  // each row's top candidate, for a step fed from this one (submit's feed)
+    check(cudaMemcpy2DAsync(fed_.get(), 4, sb.top_ids, (size_t)sh.k * 4, 4, nl, cudaMemcpyDeviceToDevice, stream_),
+          "keep the top candidates");
   if (!head)
     check(cudaMemcpyAsync(h_io, sb.h, sizeof(float) * T * d, cudaMemcpyDeviceToHost, stream_), "copy h back");
   else if (nl > 0 && sh.k > 0) {

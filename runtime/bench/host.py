@@ -105,44 +105,6 @@ def _together(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> lis
         holder.join()
 
 
-def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
-    """{n: (ms per step, steps)} of n greedy candidate replies decoded together, the forward stubbed: the wall time
-    from the requests to the last token over the decode steps the engine ran (each carrying all n rows: the
-    requests are admitted together; a reader thread each), best of reps."""
-    out = {}
-    # a pool that holds every reply whole (the context is the pool's size): none is preempted and recomputed
-    with LLM(path, ctx_size=max(counts) * (tokens + 64), parallel=max(counts), speculative="off") as llm:
-        stub = _stub(llm.n_vocab)
-        n_steps = [0]
-
-        def counted(batch, top_k=0, n_valid=None):
-            n_steps[0] += 1
-            return stub(batch, top_k, n_valid)
-
-        llm.model.forward = counted
-        llm.model.supports_candidates = True
-        params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
-        for n in counts:
-            best = (float("inf"), 0)
-            for _ in range(reps):
-                llm.reset_caches()
-                got = [0] * n
-                prompts = [llm.tokenize(f"def quicksort_{i}(arr):") for i in range(n)]
-                n_steps[0] = 0
-                t0 = time.perf_counter()
-                clients = [
-                    threading.Thread(target=_read, args=(s, i, got))
-                    for i, s in enumerate(_together(llm, prompts, params))
-                ]
-                for c in clients:
-                    c.start()
-                for c in clients:
-                    c.join()
-                best = min(best, ((time.perf_counter() - t0) / n_steps[0] * 1e3, n_steps[0]))
-            out[n] = best
-    return out
-
-
 class StandInDevice:
     """A device for the host's benchmarks: a step launched takes `ms` of wall time once the steps before it are
     done, apart from the host (launch returns at once); collect() waits for it (sleeping: the GIL is free, as the
@@ -170,34 +132,60 @@ class StandInDevice:
         return self.collect()
 
 
+def _decode_together(llm: LLM, n: int, params: SamplingParams) -> float:
+    """Seconds from n greedy replies' requests (admitted together, from an empty prefix cache) to their last
+    tokens, a reader thread each."""
+    llm.reset_caches()
+    got = [0] * n
+    prompts = [llm.tokenize(f"def quicksort_{i}(arr):") for i in range(n)]
+    t0 = time.perf_counter()
+    clients = [threading.Thread(target=_read, args=(s, i, got)) for i, s in enumerate(_together(llm, prompts, params))]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join()
+    return time.perf_counter() - t0
+
+
+def _stand_in(llm: LLM, ms: float, tokens: int) -> tuple[StandInDevice, SamplingParams]:
+    """The model's steps replaced by StandInDevice(ms) over the stub, candidates asked for; greedy replies' params."""
+    device = StandInDevice(_stub(llm.n_vocab), ms)
+    llm.model.forward, llm.model.launch, llm.model.collect = device.forward, device.launch, device.collect
+    llm.model.supports_candidates = True
+    return device, SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
+
+
+def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
+    """{n: (ms per step, steps)} of n greedy candidate replies decoded together, the forward stubbed: the wall time
+    from the requests to the last token over the decode steps the engine ran (each carrying all n rows: the
+    requests are admitted together; a reader thread each), best of reps."""
+    out = {}
+    # a pool that holds every reply whole (the context is the pool's size): none is preempted and recomputed
+    with LLM(path, ctx_size=max(counts) * (tokens + 64), parallel=max(counts), speculative="off") as llm:
+        device, params = _stand_in(llm, 0.0, tokens)  # a device that takes no time: the host's alone
+        for n in counts:
+            best = (float("inf"), 0)
+            for _ in range(reps):
+                device.steps = 0
+                seconds = _decode_together(llm, n, params)
+                best = min(best, (seconds / device.steps * 1e3, device.steps))
+            out[n] = best
+    return out
+
+
 def pipelined(path, tokens: int, reps: int, counts: list[int], device_ms: float) -> dict:
     """{(n, pipeline): (ms per step, steps)} of n greedy candidate replies decoded together over StandInDevice(ms)
     (as streams()), the engine step by step (False) and pipelined (True), alternated, best of reps."""
     out: dict = {}
     with LLM(path, ctx_size=max(counts) * (tokens + 64), parallel=max(counts), speculative="off") as llm:
-        device = StandInDevice(_stub(llm.n_vocab), device_ms)
-        llm.model.forward, llm.model.launch, llm.model.collect = device.forward, device.launch, device.collect
-        llm.model.supports_candidates = True
+        device, params = _stand_in(llm, device_ms, tokens)
         engine = llm._engine_open()
-        params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
         for n in counts:
             for _ in range(reps):
                 for pipeline in (False, True):
                     engine.pipeline = pipeline
-                    llm.reset_caches()
-                    got = [0] * n
-                    prompts = [llm.tokenize(f"def quicksort_{i}(arr):") for i in range(n)]
                     device.steps = 0
-                    t0 = time.perf_counter()
-                    clients = [
-                        threading.Thread(target=_read, args=(s, i, got))
-                        for i, s in enumerate(_together(llm, prompts, params))
-                    ]
-                    for c in clients:
-                        c.start()
-                    for c in clients:
-                        c.join()
-                    ms = (time.perf_counter() - t0) / device.steps * 1e3
+                    ms = _decode_together(llm, n, params) / device.steps * 1e3
                     out[(n, pipeline)] = min(out.get((n, pipeline), (float("inf"), 0)), (ms, device.steps))
     return out
 

@@ -482,25 +482,19 @@ class Engine:
             j += k + 1
         return tokens, runs
 
-    def _greedy_tokens(self, out, logits, active: dict) -> dict | None:
-        """{seq_id: token} of a step whose every row a greedy request samples from its whole row or its candidates
-        (Sampler.candidates_needed() == 1: the row's first candidate, or its argmax, is the token), else None."""
-        tokens = {}
-        for j, s in enumerate(out.sampled_seqs):
-            seq_id = out.seqs[s].seq_id
-            req = active.get(seq_id)
-            if req is None or req.candidates_needed() != 1:
-                return None
-            tokens[seq_id] = int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
-        return tokens
-
-    def _feeds(self, out, k: int, active: dict) -> bool:
-        """Whether the step after `out` (launched, not collected) can take its tokens from out's on the device: out
-        asks for candidates and every row of it still live is a greedy request's (its token is its first candidate)."""
-        if not k:
-            return False
+    @staticmethod
+    def _greedy(out, active: dict, gone_ok: bool = False) -> bool:
+        """Whether every row of the step is a greedy request's (Sampler.candidates_needed() == 1: its token is the
+        row's first candidate, or argmax); gone_ok: rows of requests that ended meanwhile do not count."""
         reqs = [active.get(out.seqs[s].seq_id) for s in out.sampled_seqs]
-        return all(r is None or r.candidates_needed() == 1 for r in reqs)
+        return all(r.candidates_needed() == 1 if r is not None else gone_ok for r in reqs)
+
+    @staticmethod
+    def _firsts(logits) -> list[int]:
+        """Each row's first candidate, or the argmax of its whole row: a greedy row's token."""
+        if isinstance(logits, Candidates):
+            return logits.ids[:, 0].tolist()
+        return np.argmax(logits, axis=1).tolist()
 
     def _step(self, active: dict, ahead: bool = True) -> None:
         """One step: scheduled and launched here, or taken from the launch in flight; with `ahead` and pipelining,
@@ -519,36 +513,41 @@ class Engine:
             nxt = sched.schedule_next(self._launched[0][0])  # while the device computes the step
         self._hold = False
         early = False  # nxt launched before this step's rows were sampled
-        if nxt is not None and len(self._launched) == 1 and self._feeds(*self._launched[0][:2], active):
-            before = self._launched[0][0]
-            row = {before.seqs[s].seq_id: j for j, s in enumerate(before.sampled_seqs)}
+        head = self._launched[0]
+        if nxt is not None and len(self._launched) == 1 and head[1] and self._greedy(head[0], active, gone_ok=True):
+            # the device feeds each row's top candidate in (the step asks for candidates): it never waits for the host
+            row = {head[0].seqs[s].seq_id: j for j, s in enumerate(head[0].sampled_seqs)}
             sched.fill(nxt, [-1 - row[seq.seq_id] for seq in nxt.seqs])
-            self._launch(nxt, active, feed=True)  # the device never waits for the host
-            self.steps_ahead += 1
+            self._launch(nxt, active, feed=True)
             self.steps_ahead_fed += 1
             early = True
         out, logits = self._collect()
-        if nxt is not None and not early:
-            greedy = self._greedy_tokens(out, logits, active)
-            if greedy is not None:  # launched before the sampling: the device waits for the collect and the launch
-                sched.fill(nxt, [greedy[seq.seq_id] for seq in nxt.seqs])
-                self._launch(nxt, active)
-                self.steps_ahead += 1
-                self.steps_ahead_greedy += 1
-                early = True
+        firsts = self._firsts(logits) if nxt is not None and (early or self._greedy(out, active)) else None
+        if firsts is not None and not early:  # launched before the sampling: the device waits for the collect only
+            row = {out.seqs[s].seq_id: j for j, s in enumerate(out.sampled_seqs)}
+            sched.fill(nxt, [firsts[row[seq.seq_id]] for seq in nxt.seqs])
+            self._launch(nxt, active)
+            self.steps_ahead_greedy += 1
+            early = True
+        self.steps_ahead += early
         tokens, runs = self._verify(out, logits, active)
         if nxt is not None:
-            seqs = {seq.seq_id: runs.get(s) for s, seq in enumerate(out.seqs)}
-            fed = [seqs[seq.seq_id][-1] if seqs.get(seq.seq_id) else 0 for seq in nxt.seqs]
-            items = [(seq.seq_id, seq.token_ids + [t]) for seq, t in zip(nxt.seqs, fed) if seq.seq_id in active]
-            proposed = self._propose(items, active)
+            if early and any(runs[s][-1] != firsts[j] for j, s in enumerate(out.sampled_seqs) if s in runs):
+                raise RuntimeError("a greedy row sampled a token other than its first candidate")
+            # the drafter asked as the next step would ask it: each sequence with its token appended for the
+            # proposal's while (update appends the same token for good)
+            ahead_ids = {seq.seq_id for seq in nxt.seqs}
+            live = [(out.seqs[s], run[-1]) for s, run in runs.items() if out.seqs[s].seq_id in ahead_ids]
+            for seq, t in live:
+                seq.token_ids.append(t)
+            try:
+                proposed = self._propose([(seq.seq_id, seq.token_ids) for seq, _ in live], active)
+            finally:
+                for seq, _ in live:
+                    seq.token_ids.pop()
+            fed = {seq.seq_id: t for seq, t in live}
+            sched.fill(nxt, [fed.get(seq.seq_id, 0) for seq in nxt.seqs])  # the tokens it computes
             if early:
-                for j, s in enumerate(out.sampled_seqs):
-                    run = runs.get(s)
-                    first = int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
-                    if run and run[-1] != first:
-                        raise RuntimeError("a greedy row sampled a token other than its first candidate")
-                sched.fill(nxt, fed)  # the tokens it computes, for the record
                 # drafts to verify: they came too late for the step launched, so the one after it goes step by
                 # step and the drafter is asked again there
                 self._hold = bool(proposed)
@@ -556,7 +555,6 @@ class Engine:
                 self._proposed = proposed
                 sched.cancel_next(nxt)
             else:
-                sched.fill(nxt, fed)
                 self._launch(nxt, active)
                 self.steps_ahead += 1
         self._update(out, tokens, active)

@@ -388,6 +388,8 @@ def test_a_launched_step_gives_what_forward_gives(tmp_path, device):
         launched.launch(steps[2], top_k=4)
         with pytest.raises(RuntimeError, match="2 steps are launched"):
             launched.launch(steps[2])
+        with pytest.raises(ValueError, match="top_k must be in"):
+            launched.launch(steps[2], top_k=257)
         got += [launched.collect(), launched.collect()]
         with pytest.raises(RuntimeError, match="no step is launched"):
             launched.collect()
