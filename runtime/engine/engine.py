@@ -62,7 +62,7 @@ from ..text.tokenizer import Tokenizer
 from .block_manager import BlockManager
 from .constraint import Grammar
 from .context_window import ContextLengthError, ContextWindow  # noqa: F401 (ContextLengthError re-exported)
-from .drafting import MODES, Drafter, DraftModel, accepted_prefix
+from .drafting import LEARN_PER_STEP, MODES, Drafter, DraftModel, accepted_prefix
 from .embedding import POOLINGS, EmbedJob, pool, pooled_rows
 from .output import Chunk, Stats
 from .request import Request
@@ -255,6 +255,8 @@ class Engine:
                 self._guarded(self._step, active, False)
                 continue
             idle = not active and not calls and not embeds
+            while idle and self._inbox.empty() and self.drafter.learn(LEARN_PER_STEP):
+                pass  # what ended requests generated, learned while nothing waits (a slice at a time)
             msgs = [self._inbox.get()] if idle else []
             while True:
                 try:

@@ -8,6 +8,14 @@ draft_model.py   a small model of the same vocabulary proposing for many sequenc
 """
 
 from .draft_model import DraftMismatchError, DraftModel, check_draft_vocab
-from .drafter import MODES, Drafter, accepted_prefix
+from .drafter import LEARN_PER_STEP, MODES, Drafter, accepted_prefix
 
-__all__ = ["MODES", "DraftMismatchError", "DraftModel", "Drafter", "accepted_prefix", "check_draft_vocab"]
+__all__ = [
+    "LEARN_PER_STEP",
+    "MODES",
+    "DraftMismatchError",
+    "DraftModel",
+    "Drafter",
+    "accepted_prefix",
+    "check_draft_vocab",
+]

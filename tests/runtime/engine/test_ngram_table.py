@@ -49,6 +49,46 @@ def test_drafts_chain_the_latest_follower_of_the_longest_match(texts, query, k):
     assert drafts == want and n_first == first
 
 
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    texts=st.lists(
+        st.tuples(st.lists(st.integers(0, 3), min_size=0, max_size=30), st.integers(0, 12)), min_size=1, max_size=4
+    ),
+    slices=st.lists(st.integers(1, 9), min_size=1, max_size=40),
+    max_entries=st.integers(1, 40),
+)
+def test_queued_texts_learned_in_slices_are_the_texts_learned_at_once(texts, slices, max_entries):
+    at_once, queued = NgramTable(max_n=4, min_n=2, max_entries=max_entries), NgramTable(4, 2, max_entries)
+    for tokens, start in texts:
+        at_once.learn(tokens, start)
+        queued.queue(tokens, start)
+        tokens.append(99)  # the caller's list may change after queue(): the table kept its own copy
+    left = queued.num_queued
+    for limit in slices:
+        done = queued.learn_queued(limit)
+        assert done == min(limit, left) and queued.num_queued == left - done
+        left -= done
+    queued.learn_queued()
+    assert queued.num_queued == 0 and queued.learn_queued() == 0
+    assert list(queued._next.items()) == list(at_once._next.items())  # the same entries in the same LRU order
+
+
+def test_the_drafter_learns_ended_requests_a_slice_per_proposal():
+    from localllm.engine.drafting.drafter import LEARN_PER_STEP, Drafter
+
+    d = Drafter()
+    ended = list(range(1000, 1000 + 3 * LEARN_PER_STEP))  # a reply of 3 slices after a 10-token prompt
+    d.open("a", "ngram")
+    d.close("a", list(range(10)) + ended, 10)
+    assert d.table.num_queued == len(ended)  # nothing learned at the end itself
+    d.open("b", "ngram")
+    for left in (2, 1, 0):
+        d.propose([("b", [1, 2, 3])])
+        assert d.table.num_queued == left * LEARN_PER_STEP
+    # b now repeats the ended reply: it drafts what followed there
+    assert d.propose([("b", [7, 1000, 1001, 1002])]) == {"b": [1003, 1004]}  # the pacer's start: 2 drafts
+
+
 def test_learn_from_start_records_only_followers_from_there():
     table = NgramTable(max_n=3, min_n=2)
     table.learn([1, 2, 3, 4, 5], start=3)  # followers 4 and 5 only
