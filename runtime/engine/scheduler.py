@@ -252,7 +252,7 @@ class Scheduler:
         builder = StepBatchBuilder(self._bm.block_size)
         for seq, _ in scheduled:
             c = seq.num_computed_tokens + 1  # out computes position num_computed_tokens
-            builder.add([0], c, self._tables[seq.seq_id].block_ids, logits=range(1))
+            builder.add([0], c, self._tables[seq.seq_id].array, logits=range(1))
         nxt = SchedulerOutput(
             seqs=tuple(seq for seq, _ in scheduled),
             num_scheduled=(1,) * len(scheduled),
@@ -404,7 +404,7 @@ class Scheduler:
             if k:
                 tokens = tokens + seq.draft_token_ids[:k]
             sampled = c + n - k == seq.num_tokens  # the last row of its tokens, and its drafts after it
-            builder.add(tokens, c, self._tables[seq.seq_id].block_ids, logits=range(n - k - 1, n) if sampled else ())
+            builder.add(tokens, c, self._tables[seq.seq_id].array, logits=range(n - k - 1, n) if sampled else ())
             if sampled:
                 sampled_seqs.extend([s] * (k + 1))
         return SchedulerOutput(

@@ -58,7 +58,8 @@ class StepBatchBuilder:
 
     def add(self, tokens, start: int, block_ids: Sequence[int], logits: Sequence[int] = ()) -> int:
         """tokens: ints [n >= 1] at positions start .. start + n - 1 of a sequence whose blocks (in position order)
-        are block_ids, covering those positions; logits: which of its n rows (0 .. n - 1, in order) return logits.
+        are block_ids (ints, or an int32 array: copied into the step's table without a conversion), covering those
+        positions; logits: which of its n rows (0 .. n - 1, in order) return logits.
         Returns the sequence's s."""
         toks = tokens.reshape(-1).tolist() if isinstance(tokens, np.ndarray) else list(tokens)
         n = len(toks)
@@ -91,7 +92,8 @@ class StepBatchBuilder:
             while p < end:  # the slots of one block are consecutive: a run per block the sequence's tokens touch
                 i, off = divmod(p, bs)
                 take = min(bs - off, end - p)
-                slots += range(table[i] * bs + off, table[i] * bs + off + take)
+                first = int(table[i]) * bs + off
+                slots += range(first, first + take)
                 p += take
         width = max(map(len, self._tables), default=0)
         tables = np.full((len(self._tables), width), -1, dtype=np.int32)

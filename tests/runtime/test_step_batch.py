@@ -61,7 +61,8 @@ def test_random_steps_follow_the_slot_formula():
             table = rng.permutation(1000)[: -(-(start + n) // bs) + int(rng.integers(0, 3))].tolist()
             rows = sorted(rng.choice(n, size=int(rng.integers(0, min(n, 4) + 1)), replace=False).tolist())
             toks = rng.integers(0, 50_000, n)
-            assert b.add(toks if s % 2 else toks.tolist(), start, tuple(table), logits=rows) == s
+            ids = tuple(table) if s % 3 else np.array(table, dtype=np.int32)  # a BlockTable's ids or its array
+            assert b.add(toks if s % 2 else toks.tolist(), start, ids, logits=rows) == s
             want_rows += [len(want_tokens) + r for r in rows]
             for i in range(n):
                 p = start + i

@@ -35,6 +35,7 @@ def check_invariants(bm: BlockManager) -> None:
     for seq_id in bm._seqs:
         t = bm.block_table(seq_id)
         assert len(t.block_ids) == len(set(t.block_ids)) == bm.blocks_needed(t.num_slots)
+        assert t.array.dtype == np.int32 and t.array.tolist() == list(t.block_ids) and not t.array.flags.writeable
     for b, n in held.items():
         assert n == 1 or bm._key[b] is not None, "a block shared by several tables must be a cached full block"
 
@@ -225,8 +226,13 @@ def test_tables_are_snapshots():
     t = bm.allocate("a", [1, 2, 3, 4, 5])
     with pytest.raises(AttributeError):
         t.num_slots = 0
+    with pytest.raises(ValueError):
+        t.array[0] = 7  # read-only: a step's table row is a copy of it, never the pool's state
     bm.append_slots("a", 8)
     assert len(t.block_ids) == 2 and len(bm.block_table("a").block_ids) == 4
+    assert t.array.tolist() == list(t.block_ids)  # the old snapshot's array did not grow either
+    bm.truncate("a", 5)
+    assert bm.block_table("a").array.tolist() == list(t.block_ids)
 
 
 def _slots(bm: BlockManager, seq_id, start: int, end: int) -> np.ndarray:
