@@ -68,7 +68,7 @@ from .output import Chunk, Stats
 from .request import Request
 from .scheduler import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PARALLEL, Scheduler
 from .sequence import Sequence, SequenceStatus
-from .stream import RequestStream
+from .stream import RequestStream, Wakes
 
 _STOP = object()
 SPECULATIVE = MODES
@@ -126,6 +126,7 @@ class Engine:
         self._proposed: dict | None = None  # the drafter's proposals for the next step, asked ahead
         self._hold = False  # the next step goes step by step (drafts were proposed too late for the one launched)
         self._ids = itertools.count()
+        self._wakes = Wakes()  # the asyncio readers' wake-ups, sent once per step and loop (stream.py)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -167,7 +168,7 @@ class Engine:
         ids = self.check(prompt_ids, extra=0 if params.max_tokens == 0 else 1)
         stops = self._tok.stop_ids if stop_token_ids is None else stop_token_ids
         request_id = next(self._ids)
-        stream = RequestStream(request_id, self._cancel)
+        stream = RequestStream(request_id, self._cancel, self._wakes)
         if params.max_tokens == 0:  # nothing to generate: over at once, as llama.cpp's n_predict 0
             stream._deliver(Chunk("", [], "length", Stats(prompt_tokens=len(ids), ctx_size=self.ctx_size)))
             return stream
@@ -559,7 +560,8 @@ class Engine:
             else:
                 self._launch(nxt, active)
                 self.steps_ahead += 1
-        self._update(out, tokens, active)
+        with self._wakes:
+            self._update(out, tokens, active)
 
     def _update(self, out, tokens: list[int | None], active: dict) -> None:
         """The step's tokens to the scheduler and out to the streams; finished requests retire."""

@@ -132,6 +132,39 @@ def test_asyncio_consumers_see_the_same_chunks(smol):
     assert asyncio.run(main()) == expected
 
 
+def test_asyncio_consumers_on_one_loop_are_woken_once_a_step(smol, monkeypatch):
+    """The engine sends the wake-ups of a step's chunks together (stream.Wakes): one call_soon_threadsafe per step
+    for three readers on one loop, where each reader's own would be three."""
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    expected = run_alone(smol, PROMPTS[:3], [params] * 3)
+    steps, wakes = [0], [0]
+    forward = smol.model.forward
+
+    def counted(*a, **kw):
+        steps[0] += 1
+        return forward(*a, **kw)
+
+    monkeypatch.setattr(smol.model, "forward", counted)
+
+    async def consume(stream) -> list[int]:
+        return [t async for chunk in stream for t in chunk.token_ids]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        send = loop.call_soon_threadsafe
+
+        def count(*a, **kw):
+            wakes[0] += 1
+            return send(*a, **kw)
+
+        loop.call_soon_threadsafe = count
+        streams = [smol.submit(smol.tokenize(p), params) for p in PROMPTS[:3]]
+        return await asyncio.gather(*(consume(s) for s in streams))
+
+    assert asyncio.run(main()) == expected
+    assert 0 < wakes[0] <= steps[0], (wakes, steps)
+
+
 def test_a_failed_step_reaches_every_stream_and_the_engine_goes_on(smol, monkeypatch):
     model = smol.model
 
