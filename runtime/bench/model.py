@@ -1,5 +1,7 @@
 """End to end on one model, as llama-bench measures it: load time, pp (one step of n_prompt tokens from an
-empty cache, logits for the last), tg (n_gen single-token steps from a one-token context), weight bytes
+empty cache, logits for the last), tg (n_gen single-token steps from a one-token context, each step's token its
+greedy next token: the argmax of its row, or where the head is on a GPU the top candidate the device picks, as the
+engine's greedy decoding takes it, so that 4 bytes cross the bus rather than the vocabulary's row), weight bytes
 streamed per token against the read bandwidth, peak RSS. depth D (llama-bench's -d): both after D tokens already
 in the cache (depth_ids, prefilled untimed), as a long conversation or a code file in an editor's context.
 
@@ -75,6 +77,7 @@ def bench_llm(
     if ids is None:
         ids = prompt_ids(llm.n_vocab, n_prompt)
     last = np.array([n_prompt - 1], dtype=np.int32)
+    top1 = llm.model.supports_candidates  # the head on a GPU (Model.supports_candidates)
 
     def measure(seq) -> tuple[float, float]:  # on the engine thread, alone (LLM.exclusive)
         for c0 in range(0, depth, 512):  # the depth's tokens, once: pp and tg then write only past them
@@ -89,8 +92,10 @@ def bench_llm(
             zero = np.zeros(1, dtype=np.int32)
             t0 = time.perf_counter()
             for i in range(n_gen):
-                logits = seq.step(tok, depth + i, zero)
-                tok[0] = int(np.argmax(logits[0]))
+                if top1:
+                    tok[0] = int(seq.step(tok, depth + i, zero, top_k=1).ids[0, 0])
+                else:
+                    tok[0] = int(np.argmax(seq.step(tok, depth + i, zero)[0]))
             tg = min(tg, time.perf_counter() - t0)
             if between:
                 between(rep)

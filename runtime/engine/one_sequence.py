@@ -4,6 +4,7 @@
     ids = seq.check(ids, extra=1)                     # int64 [n]; ValueError naming what is wrong
     logits = seq.step(ids, start=0, logits_rows=np.array([n - 1]))   # float32 [len(logits_rows), n_vocab]
     logits = seq.step(np.array([tid]), start=n, logits_rows=np.array([0]))   # the next position, through the KV
+    top = seq.step(ids, start, rows, top_k=K)          # each row's top K candidates instead (model/candidates.py)
 
     hidden = seq.step_many([a, b], [rows_a, rows_b], hidden=True)   # whole sequences side by side, each in its own
                                                                      # blocks of the pool (embeddings)
@@ -39,11 +40,14 @@ class OneSequence:
         self.window.check(len(a), extra)
         return a
 
-    def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray, hidden: bool = False) -> np.ndarray:
+    def step(self, ids: np.ndarray, start: int, logits_rows: np.ndarray, hidden: bool = False, top_k: int = 0):
         """ids: int [n] at positions start..start+n-1; logits_rows: int32 indices into ids.
-        Returns float32 [len(logits_rows), n_vocab], or with hidden the rows' final hidden states [.., d_model]."""
+        Returns float32 [len(logits_rows), n_vocab], or with hidden the rows' final hidden states [.., d_model], or
+        with top_k the rows' Candidates (Model.forward)."""
         b = StepBatchBuilder(BLOCK_SIZE)
         b.add(ids, start, self._blocks, logits=logits_rows)
+        if top_k:
+            return self.model.forward(b.build(), top_k=top_k)
         return self.model.forward(b.build(), hidden=hidden)
 
     def step_many(
