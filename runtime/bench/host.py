@@ -3,10 +3,11 @@ sampler, the detokenizer and the stream cost per token with the forward step stu
 and with the step's candidates (localllm.model.candidates); and, with the real step, whether candidates pay on the CPU.
 
     python -m localllm.bench.host MODEL.gguf [--tokens 512] [--reps 3] [--streams 1,4,16] [--device-ms 1.0]
+                                             [--readers threads|asyncio]
 
 Stubbed: the forward returns a fixed row (or K candidates) whose argmax moves each step, so every token is a new
 one and nothing else runs; one stream, then greedy candidate replies from --streams clients admitted together (a
-reader thread each), the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md).
+reader thread each, or with --readers asyncio coroutines on one event loop, as serve reads them), the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md).
 Pipelined: the same replies over a stand-in device whose every step takes --device-ms of wall time apart from the
 host (launch returns at once, collect waits for it), the engine step by step and pipelined (engine.py), alternated:
 what pipelining leaves of the host's share. Real: greedy and top-k 40 replies of 96 tokens from the same prompt
@@ -16,6 +17,7 @@ with the engine asking for candidates and not, alternated, tokens/s after the fi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import threading
 import time
 from collections import deque
@@ -132,13 +134,27 @@ class StandInDevice:
         return self.collect()
 
 
-def _decode_together(llm: LLM, n: int, params: SamplingParams) -> float:
+READERS = ("threads", "asyncio")
+
+
+def _decode_together(llm: LLM, n: int, params: SamplingParams, readers: str = "threads") -> float:
     """Seconds from n greedy replies' requests (admitted together, from an empty prefix cache) to their last
-    tokens, a reader thread each."""
+    tokens, read by a thread each, or by a coroutine each on one event loop (readers "asyncio")."""
     llm.reset_caches()
     got = [0] * n
     prompts = [llm.tokenize(f"def quicksort_{i}(arr):") for i in range(n)]
     t0 = time.perf_counter()
+    if readers == "asyncio":
+
+        async def read(stream, i: int) -> None:
+            async for chunk in stream:
+                got[i] += len(chunk.token_ids)
+
+        async def main() -> None:
+            await asyncio.gather(*(read(s, i) for i, s in enumerate(_together(llm, prompts, params))))
+
+        asyncio.run(main())
+        return time.perf_counter() - t0
     clients = [threading.Thread(target=_read, args=(s, i, got)) for i, s in enumerate(_together(llm, prompts, params))]
     for c in clients:
         c.start()
@@ -155,7 +171,7 @@ def _stand_in(llm: LLM, ms: float, tokens: int) -> tuple[StandInDevice, Sampling
     return device, SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
 
 
-def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
+def streams(path, tokens: int, reps: int, counts: list[int], readers: str = "threads") -> dict:
     """{n: (ms per step, steps)} of n greedy candidate replies decoded together, the forward stubbed: the wall time
     from the requests to the last token over the decode steps the engine ran (each carrying all n rows: the
     requests are admitted together; a reader thread each), best of reps."""
@@ -167,13 +183,13 @@ def streams(path, tokens: int, reps: int, counts: list[int]) -> dict:
             best = (float("inf"), 0)
             for _ in range(reps):
                 device.steps = 0
-                seconds = _decode_together(llm, n, params)
+                seconds = _decode_together(llm, n, params, readers)
                 best = min(best, (seconds / device.steps * 1e3, device.steps))
             out[n] = best
     return out
 
 
-def pipelined(path, tokens: int, reps: int, counts: list[int], device_ms: float) -> dict:
+def pipelined(path, tokens: int, reps: int, counts: list[int], device_ms: float, readers: str = "threads") -> dict:
     """{(n, pipeline): (ms per step, steps)} of n greedy candidate replies decoded together over StandInDevice(ms)
     (as streams()), the engine step by step (False) and pipelined (True), alternated, best of reps."""
     out: dict = {}
@@ -185,7 +201,7 @@ def pipelined(path, tokens: int, reps: int, counts: list[int], device_ms: float)
                 for pipeline in (False, True):
                     engine.pipeline = pipeline
                     device.steps = 0
-                    ms = _decode_together(llm, n, params) / device.steps * 1e3
+                    ms = _decode_together(llm, n, params, readers) / device.steps * 1e3
                     out[(n, pipeline)] = min(out.get((n, pipeline), (float("inf"), 0)), (ms, device.steps))
     return out
 
@@ -210,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--streams", default="1,4,16", help="comma-separated counts of replies decoded together")
     p.add_argument("--device-ms", type=float, default=1.0, help="the stand-in device's time a step (pipelined)")
+    p.add_argument("--readers", choices=READERS, default="threads", help="how the replies are read (asyncio: as serve)")
     a = p.parse_args(argv)
     if a.tokens < 2 or a.reps < 1 or not a.device_ms > 0:
         p.error("--tokens must be at least 2, --reps and --device-ms positive")
@@ -222,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     print("host cost per token, forward stubbed (ms):")
     for (chain, mode), ms in stubbed(a.model, a.tokens, a.reps).items():
         print(f"  {chain:<16} {mode:<11} {ms:.3f}")
-    print("host cost per step of n greedy candidate rows, forward stubbed (ms):")
-    for n, (ms, steps) in streams(a.model, a.tokens, a.reps, counts).items():
+    print(f"host cost per step of n greedy candidate rows read by {a.readers}, forward stubbed (ms):")
+    for n, (ms, steps) in streams(a.model, a.tokens, a.reps, counts, a.readers).items():
         print(f"  {n:>3} streams  {ms:.3f} a step, {ms / n:.3f} a token ({steps} steps of {n} rows)")
     print(f"a step of n greedy candidate rows over a stand-in device of {a.device_ms} ms a step (ms):")
-    piped = pipelined(a.model, a.tokens, a.reps, counts, a.device_ms)
+    piped = pipelined(a.model, a.tokens, a.reps, counts, a.device_ms, a.readers)
     for n in counts:
         (seq_ms, steps), (pipe_ms, _) = piped[(n, False)], piped[(n, True)]
         print(

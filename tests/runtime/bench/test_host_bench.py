@@ -49,3 +49,14 @@ def test_the_stand_in_device_runs_apart_from_the_host():
     assert device.forward("c") == "c"  # after the device was idle: its 40 ms from now
     assert launched < 0.03 and first >= 0.04 and second >= 0.08
     assert time.perf_counter() - t0 >= second + 0.04 and device.steps == 3
+
+
+@pytest.mark.model
+def test_replies_read_by_asyncio_coroutines_decode_together():
+    """--readers asyncio: the replies read on one event loop, as serve reads them; every step carries all n rows,
+    step by step and pipelined, and each step takes the stand-in device's time at least."""
+    path = model_file("smollm2-135m-instruct-q4_1")
+    assert host.streams(path, 24, 1, [3], "asyncio")[3][1] == 24
+    piped = host.pipelined(path, 24, 1, [1, 3], 2.0, "asyncio")
+    assert sorted(piped) == [(1, False), (1, True), (3, False), (3, True)]
+    assert all(steps == 24 and ms >= 2.0 for ms, steps in piped.values()), piped
