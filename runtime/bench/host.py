@@ -7,7 +7,8 @@ and with the step's candidates (localllm.model.candidates); and, with the real s
 
 Stubbed: the forward returns a fixed row (or K candidates) whose argmax moves each step, so every token is a new
 one and nothing else runs; one stream, then greedy candidate replies from --streams clients admitted together (a
-reader thread each, or with --readers asyncio coroutines on one event loop, as serve reads them), the host's time per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md).
+reader thread each, or with --readers asyncio coroutines on one event loop, as serve reads them), the host's time
+per step of that many rows (what a GPU step of N rows has beside it, docs/cuda.md).
 Pipelined: the same replies over a stand-in device whose every step takes --device-ms of wall time apart from the
 host (launch returns at once, collect waits for it), the engine step by step and pipelined (engine.py), alternated:
 what pipelining leaves of the host's share. Real: greedy and top-k 40 replies of 96 tokens from the same prompt
@@ -174,7 +175,7 @@ def _stand_in(llm: LLM, ms: float, tokens: int) -> tuple[StandInDevice, Sampling
 def streams(path, tokens: int, reps: int, counts: list[int], readers: str = "threads") -> dict:
     """{n: (ms per step, steps)} of n greedy candidate replies decoded together, the forward stubbed: the wall time
     from the requests to the last token over the decode steps the engine ran (each carrying all n rows: the
-    requests are admitted together; a reader thread each), best of reps."""
+    requests are admitted together; read as `readers` says: _decode_together), best of reps."""
     out = {}
     # a pool that holds every reply whole (the context is the pool's size): none is preempted and recomputed
     with LLM(path, ctx_size=max(counts) * (tokens + 64), parallel=max(counts), speculative="off") as llm:

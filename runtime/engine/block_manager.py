@@ -35,7 +35,8 @@ class BlockTable(NamedTuple):
     A named tuple: one is made per sequence per step (a frozen dataclass cost 3-4 us of the step's host time).
     array: block_ids as a read-only int32 array, made when the blocks change (once per block_size tokens), so that a
     step's [S, max_blocks] table is a copy per row, not a conversion of every id every step (16 rows of 64 blocks:
-    39 us -> 8 us, Zen 3; a long context's rows grow with it)."""
+    39 us -> 8 us, Zen 3; a long context's rows grow with it). With the array in it a table is neither hashable nor
+    comparable with ==: compare block_ids."""
 
     block_ids: tuple[int, ...]
     num_slots: int

@@ -243,7 +243,7 @@ class Engine:
 
     # -- engine thread ------------------------------------------------------------------------------------
     def _retire(self, req: Request) -> None:
-        """A request is over: the drafter learns what it generated and gives back its draft KV."""
+        """A request is over: the drafter queues what it generated for the shared table and gives back its draft KV."""
         self.drafter.close(req.seq.seq_id, req.seq.token_ids, req.seq.num_prompt_tokens)
 
     def _run(self) -> None:

@@ -40,13 +40,21 @@ class Wakes:
         self._owner: int | None = None
 
     def __enter__(self) -> Wakes:
+        if self._held is not None:  # a nested block would lose the outer one's wake-ups
+            raise RuntimeError("Wakes is not re-entrant")
         self._held, self._owner = {}, threading.get_ident()
         return self
 
     def __exit__(self, *exc) -> None:
         held, self._held, self._owner = self._held, None, None
-        for loop, futs in (held or {}).items():
-            _send(loop, futs)
+        failed = None
+        for loop, futs in held.items():  # every loop is sent its wake-ups, whatever another's raised
+            try:
+                _send(loop, futs)
+            except Exception as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     def wake(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
         if self._held is not None and threading.get_ident() == self._owner:

@@ -35,6 +35,9 @@ class NgramTable:
         self.max_n, self.min_n, self.max_entries = max_n, min_n, max_entries
         self._next: OrderedDict[tuple[int, ...], int] = OrderedDict()
         self._queued: deque[list] = deque()  # [tokens (a tuple), next follower's position] to learn, oldest first
+        # followers queued at most: as many as the table holds n-grams of (older ones would be evicted by the newer
+        # once learned), so that a server busier than a slice a step drops its oldest instead of growing
+        self.max_queued = max(1, max_entries // (max_n - min_n + 1))
 
     def clear(self) -> None:
         self._next.clear()
@@ -53,11 +56,22 @@ class NgramTable:
         self._learn(tuple(tokens), max(start, 1), len(tokens))
 
     def queue(self, tokens: Sequence[int], start: int = 0) -> None:
-        """learn(tokens, start), deferred to learn_queued() (the tokens are copied: the caller may change its list)."""
+        """learn(tokens, start), deferred to learn_queued() (the tokens are copied: the caller may change its list).
+        Past max_queued followers waiting, the oldest are dropped unlearned."""
         lo = max(start, 1)
         if lo < len(tokens):
             keep = max(lo - self.max_n, 0)  # the n-grams before lo are context only
             self._queued.append([tuple(tokens[keep:]), lo - keep])
+            over = self.num_queued - self.max_queued
+            while over > 0:  # the oldest followers go first
+                item = self._queued[0]
+                tokens_, i = item
+                drop = min(over, len(tokens_) - i)
+                if drop == len(tokens_) - i:
+                    self._queued.popleft()
+                else:
+                    item[1] = i + drop
+                over -= drop
 
     def learn_queued(self, limit: int | None = None) -> int:
         """Learns up to `limit` queued followers (None: every one), in the order queue() took them; the number."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -138,13 +139,14 @@ def test_asyncio_consumers_on_one_loop_are_woken_once_a_step(smol, monkeypatch):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     expected = run_alone(smol, PROMPTS[:3], [params] * 3)
     steps, wakes = [0], [0]
-    forward = smol.model.forward
+    engine = smol._engine_open()
+    update = engine._update
 
-    def counted(*a, **kw):
+    def counted(*a, **kw):  # once a step, step by step or pipelined
         steps[0] += 1
-        return forward(*a, **kw)
+        return update(*a, **kw)
 
-    monkeypatch.setattr(smol.model, "forward", counted)
+    monkeypatch.setattr(engine, "_update", counted)
 
     async def consume(stream) -> list[int]:
         return [t async for chunk in stream for t in chunk.token_ids]
@@ -163,6 +165,21 @@ def test_asyncio_consumers_on_one_loop_are_woken_once_a_step(smol, monkeypatch):
 
     assert asyncio.run(main()) == expected
     assert 0 < wakes[0] <= steps[0], (wakes, steps)
+
+
+def test_what_a_reply_generated_is_learned_while_the_engine_is_idle(smol):
+    """A reply's tokens are queued for the shared n-gram table when it ends; with nothing else to do the engine
+    learns them all, a slice at a time, and a text that repeats the reply then drafts its continuation."""
+    smol.reset_caches()
+    chunks = list(smol.generate(PROMPTS[2], temperature=0, max_tokens=300, ignore_eos=True))
+    reply = [t for c in chunks for t in c.token_ids]
+    table = smol._engine_open().drafter.table
+    deadline = time.monotonic() + 30
+    while table.num_queued and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert table.num_queued == 0
+    n, drafts = smol._engine_open().inspect(lambda _: table.draft(reply[100:108], 4))
+    assert n == table.max_n and drafts == reply[108:112]
 
 
 def test_a_failed_step_reaches_every_stream_and_the_engine_goes_on(smol, monkeypatch):

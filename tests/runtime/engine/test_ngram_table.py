@@ -59,6 +59,7 @@ def test_drafts_chain_the_latest_follower_of_the_longest_match(texts, query, k):
 )
 def test_queued_texts_learned_in_slices_are_the_texts_learned_at_once(texts, slices, max_entries):
     at_once, queued = NgramTable(max_n=4, min_n=2, max_entries=max_entries), NgramTable(4, 2, max_entries)
+    queued.max_queued = 1000  # none dropped here (the bound has its own test)
     for tokens, start in texts:
         at_once.learn(tokens, start)
         queued.queue(tokens, start)
@@ -71,6 +72,17 @@ def test_queued_texts_learned_in_slices_are_the_texts_learned_at_once(texts, sli
     queued.learn_queued()
     assert queued.num_queued == 0 and queued.learn_queued() == 0
     assert list(queued._next.items()) == list(at_once._next.items())  # the same entries in the same LRU order
+
+
+def test_the_queue_is_bounded_and_drops_the_oldest_followers():
+    table = NgramTable(max_n=3, min_n=2, max_entries=8)  # n-grams of 4 followers at most: max_queued 4
+    assert table.max_queued == 4
+    table.queue([1, 2, 3, 4, 5, 6])
+    table.queue([7, 8, 9])
+    assert table.num_queued == 4  # of 5 + 2 followers, the oldest 3 (2, 3, 4) went unlearned
+    assert table.learn_queued() == 4
+    assert table.draft([1, 2], 1) == (0, []) and table.draft([3, 4], 3) == (2, [5, 6])
+    assert table.draft([7, 8], 1) == (2, [9])
 
 
 def test_the_drafter_learns_ended_requests_a_slice_per_proposal():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from localllm.engine.output import Chunk
 from localllm.engine.stream import RequestStream, Wakes
 
@@ -65,6 +66,22 @@ def test_a_wake_up_from_another_thread_or_without_wakes_goes_at_once():
         s2._deliver(Chunk("y", [2]))
         assert a.calls == [[f1], [f2]]
     assert a.calls == [[f1], [f2]]  # nothing was held
+
+
+def test_a_nested_block_is_refused_and_every_loop_is_sent_its_wake_ups():
+    a, wakes = Loop(), Wakes()
+
+    class Closing(Loop):
+        def call_soon_threadsafe(self, fn, arg):
+            raise OSError("the loop's wake-up pipe is gone")
+
+    (s1, _), (s2, f2) = waiting(Closing(), wakes), waiting(a, wakes)
+    with pytest.raises(OSError), wakes:
+        with pytest.raises(RuntimeError, match="re-entrant"), wakes:
+            pass
+        s1._deliver(Chunk("x", [1]))
+        s2._deliver(Chunk("y", [2]))
+    assert f2.done()  # the loop after the one that failed still got its wake-up
 
 
 def test_wake_ups_held_by_a_block_that_raised_still_go():
