@@ -4,6 +4,7 @@ Schemas whose every completed reply validates (jsonschema), on qwen2.5-coder-0.5
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import jsonschema
@@ -110,6 +111,22 @@ _LEAVES = st.one_of(
 )
 
 
+RFC3339_DATES = jsonschema.FormatChecker()
+
+
+@RFC3339_DATES.checks("date", raises=ValueError)
+def _full_date(value) -> bool:
+    """RFC 3339's full-date, which JSON Schema's "date" names: four digits of year, 0000 included (jsonschema's own
+    check, Python's date.fromisoformat, refuses year 0; in the proleptic Gregorian calendar it is a leap year, as
+    2000 is)."""
+    if not isinstance(value, str):
+        return True
+    if not (len(value) == 10 and value[:4].isdigit() and value[:4].isascii()):
+        return False
+    datetime.date.fromisoformat(("2000" if value[:4] == "0000" else value[:4]) + value[4:])
+    return True
+
+
 def _schemas():
     def extend(children):
         objects = st.dictionaries(_NAMES, children, min_size=1, max_size=3).map(
@@ -133,4 +150,4 @@ def test_random_schemas_give_replies_that_validate(llm, schema):
     if finish == "length":  # cut short: not valid output, and said so
         return
     assert finish == "stop"
-    jsonschema.validate(json.loads(text), schema, format_checker=jsonschema.FormatChecker())
+    jsonschema.validate(json.loads(text), schema, format_checker=RFC3339_DATES)
