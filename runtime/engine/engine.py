@@ -460,9 +460,11 @@ class Engine:
             logits[:, self._n_tokens :] = -np.inf
         return out, logits
 
-    def _verify(self, out, logits, active: dict) -> tuple[list[int | None], dict]:
+    def _verify(self, out, logits, active: dict, firsts: list[int] | None = None) -> tuple[list[int | None], dict]:
         """Each sampled sequence's verified run: the tokens per logits row (None past a run) and {s: run}. Rows of a
-        sequence that ended while the step ran are skipped (None)."""
+        sequence that ended while the step ran are skipped (None). A plain greedy request's row without drafts takes
+        the row's first candidate, or argmax (firsts: the step's, where already found; else found here once for
+        every row), as its sampling would (Request.plain_greedy): no per-row slice, sampler or checks."""
         tokens: list[int | None] = []
         runs: dict[int, list[int]] = {}
         rows = out.batch.logits_rows
@@ -476,10 +478,14 @@ class Engine:
                 tokens += [None] * (k + 1)
                 j += k + 1
                 continue
-            drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist() if k else []
-            run = req.verify(logits[j : j + k + 1], drafts)
-            if k:
-                self.drafter.observe(seq.seq_id, k, accepted_prefix(run, drafts))
+            if not k and req.plain_greedy:
+                firsts = self._firsts(logits) if firsts is None else firsts
+                run = [firsts[j]]
+            else:
+                drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist() if k else []
+                run = req.verify(logits[j : j + k + 1], drafts)
+                if k:
+                    self.drafter.observe(seq.seq_id, k, accepted_prefix(run, drafts))
             runs[s] = run
             tokens += run + [None] * (k + 1 - len(run))
             j += k + 1
@@ -487,10 +493,10 @@ class Engine:
 
     @staticmethod
     def _greedy(out, active: dict, gone_ok: bool = False) -> bool:
-        """Whether every row of the step is a greedy request's (Sampler.candidates_needed() == 1: its token is the
-        row's first candidate, or argmax); gone_ok: rows of requests that ended meanwhile do not count."""
+        """Whether every row of the step is a plain greedy request's (Request.plain_greedy: its token is the row's
+        first candidate, or argmax); gone_ok: rows of requests that ended meanwhile do not count."""
         reqs = [active.get(out.seqs[s].seq_id) for s in out.sampled_seqs]
-        return all(r.candidates_needed() == 1 if r is not None else gone_ok for r in reqs)
+        return all(r.plain_greedy if r is not None else gone_ok for r in reqs)
 
     @staticmethod
     def _firsts(logits) -> list[int]:
@@ -533,10 +539,8 @@ class Engine:
             self.steps_ahead_greedy += 1
             early = True
         self.steps_ahead += early
-        tokens, runs = self._verify(out, logits, active)
+        tokens, runs = self._verify(out, logits, active, firsts)
         if nxt is not None:
-            if early and any(runs[s][-1] != firsts[j] for j, s in enumerate(out.sampled_seqs) if s in runs):
-                raise RuntimeError("a greedy row sampled a token other than its first candidate")
             # the drafter asked as the next step would ask it: each sequence with its token appended for the
             # proposal's while (update appends the same token for good)
             ahead_ids = {seq.seq_id for seq in nxt.seqs}

@@ -65,6 +65,9 @@ class Request:
         self.finished = False
         self._logprobs = logprobs
         self._run_logprobs: deque[TokenLogprob] = deque()  # of the verified run's tokens not emitted yet
+        # a row's token is its first candidate, or argmax, and nothing else reads it (greedy; no penalties, bias,
+        # logprobs or grammar): the engine takes a draftless row's token without verify() (Engine._verify)
+        self.plain_greedy = self.candidates_needed() == 1
 
     def scheduled(self, now: float) -> None:
         """Called for every step the request is in; the first one starts the prefill clock."""

@@ -167,6 +167,24 @@ def test_asyncio_consumers_on_one_loop_are_woken_once_a_step(smol, monkeypatch):
     assert 0 < wakes[0] <= steps[0], (wakes, steps)
 
 
+def test_a_plain_greedy_row_takes_the_token_its_sampling_would(smol):
+    """A plain greedy request's draftless rows take each row's argmax without the sampler (Engine._verify); a greedy
+    request with logprobs goes through the sampler. Side by side in steps of other rows, their tokens agree."""
+    plain = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    sampled = SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=24, ignore_eos=True)
+    ids = [smol.tokenize(p) for p in PROMPTS[:3]]
+    streams = [
+        smol.submit(ids[0], plain, speculative="off"),
+        smol.submit(ids[0], plain, logprobs=1, speculative="off"),
+        smol.submit(ids[1], plain, speculative="off"),
+        smol.submit(ids[1], plain, logprobs=0, speculative="off"),
+        smol.submit(ids[2], sampled, speculative="off"),
+    ]
+    got = [tokens(s) for s in streams]
+    assert got[0] == got[1] and got[2] == got[3] and got[0] != got[2]
+    assert all(len(t) == 24 for t in got)
+
+
 def test_what_a_reply_generated_is_learned_while_the_engine_is_idle(smol):
     """A reply's tokens are queued for the shared n-gram table when it ends; with nothing else to do the engine
     learns them all, a slice at a time, and a text that repeats the reply then drafts its continuation."""
