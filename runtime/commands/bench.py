@@ -60,7 +60,14 @@ def register(sub) -> None:
         "models", nargs="*", help=f"for `kernels`: store names or .gguf paths (default: {' '.join(DEFAULT_MODELS)})"
     )
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="bench MODEL: prompt tokens (default 512)")
-    p.add_argument("-g", "--n-gen", type=int, default=128, help="bench MODEL: generated tokens (default 128)")
+    p.add_argument(
+        "-n",  # llama-bench's; spelt out so that argparse does not read it as an abbreviation of -ngl (--gpu-layers)
+        "-g",
+        "--n-gen",
+        type=int,
+        default=128,
+        help="bench MODEL: generated tokens, as llama-bench's -n (default 128)",
+    )
     p.add_argument(
         "-d",
         "--depth",

@@ -181,6 +181,20 @@ def test_bench_depth_puts_pp_and_tg_after_that_many_tokens():
     assert r.returncode == 1 and "--depth" in r.stderr
 
 
+def test_bench_reads_n_as_llama_benchs_n_gen_not_as_gpu_layers():
+    """-n is llama-bench's generated tokens; argparse had taken it for an abbreviation of -ngl (--gpu-layers)."""
+    import argparse
+
+    from localllm.commands import bench
+
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "m.gguf", "-n", "4"])
+    assert (args.n_gen, args.gpu_layers) == (4, None)
+    args = parser.parse_args(["bench", "m.gguf", "-ngl", "3", "-g", "5"])
+    assert (args.n_gen, args.gpu_layers) == (5, 3)
+
+
 def test_bench_parallel_and_multi_turn_json():
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm(
