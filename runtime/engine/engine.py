@@ -566,6 +566,7 @@ class Engine:
                 self.steps_ahead += 1
         with self._wakes:
             self._update(out, tokens, active)
+        self.drafter.learn(LEARN_PER_STEP)  # what ended requests generated: after the output, beside a launched step
 
     def _update(self, out, tokens: list[int | None], active: dict) -> None:
         """The step's tokens to the scheduler and out to the streams; finished requests retire."""

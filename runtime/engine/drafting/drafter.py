@@ -12,8 +12,9 @@
 Per sequence, a proposer and a pacer (pacer.py: how many drafts, when to rest):
 - "ngram": prompt lookup over the sequence's own tokens and the table of what earlier requests generated
   (ngram.py, ngram_table.py); free to propose. What a request generated is queued for the table when it ends and
-  learned LEARN_PER_STEP tokens at a time, before each proposal (and by the engine while it is idle), so that many
-  replies ending together do not hold up the others' next step.
+  learned LEARN_PER_STEP tokens at a time by the engine, after each step's output (beside the device's next step
+  where the engine pipelines) and while it is idle, so that many replies ending together do not hold up the
+  others' next step.
 - "draft": a small model of the same vocabulary (draft_model.py), batched over every sequence that uses it, at most
   8 drafts. An n-gram match of 2+ tokens drafts first that step when ngrams_first (free, and on edits of given text
   longer and surer than what a small model guesses; measured on a copy task: 8 draft-model steps instead of 38),
@@ -34,7 +35,7 @@ MODES = ("ngram", "off", "draft")
 DRAFT_MODEL_MAX = 8  # the most drafts the model proposes per step
 DRAFT_MODEL_START = 4
 NGRAMS_BEFORE_MODEL_MIN_N = 2  # an n-gram match must be this long to draft instead of the model
-LEARN_PER_STEP = 128  # queued tokens the shared table learns before a proposal: about 0.45 ms (Zen 3)
+LEARN_PER_STEP = 128  # queued tokens the shared table learns after a step: about 0.45 ms (Zen 3)
 
 
 def accepted_prefix(run: Sequence[int], drafts: Sequence[int]) -> int:
@@ -100,7 +101,6 @@ class Drafter:
         """items: (seq_id, its tokens) of each sequence decoding this step. Returns the drafts of those that have
         some; one batched round of the draft model serves every sequence it drafts for."""
         out: dict[Hashable, list[int]] = {}
-        self.learn(LEARN_PER_STEP)
         by_model: list[tuple[Hashable, Sequence[int], int]] = []
         for seq_id, tokens in items:
             st = self._seqs.get(seq_id)

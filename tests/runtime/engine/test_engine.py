@@ -200,6 +200,20 @@ def test_what_a_reply_generated_is_learned_while_the_engine_is_idle(smol):
     assert n == table.max_n and drafts == reply[108:112]
 
 
+def test_what_a_reply_generated_is_learned_a_slice_a_step_while_others_run(smol):
+    """The engine learns queued tokens after each step's output, not only when idle: a short reply that ends beside
+    a long one is in the table two steps later, while the long one still runs."""
+    smol.reset_caches()
+    table = smol._engine_open().drafter.table
+    long = smol.submit(smol.tokenize(PROMPTS[2]), SamplingParams(temperature=0, ignore_eos=True, max_tokens=400))
+    short = smol.submit(smol.tokenize(PROMPTS[0]), SamplingParams(temperature=0, ignore_eos=True, max_tokens=8))
+    assert len(tokens(short)) == 8
+    for _ in range(3):  # steps after the one that ended it
+        assert next(long).finish_reason is None
+    assert table.num_queued == 0
+    long.close()
+
+
 def test_a_failed_step_reaches_every_stream_and_the_engine_goes_on(smol, monkeypatch):
     model = smol.model
 

@@ -85,7 +85,7 @@ def test_the_queue_is_bounded_and_drops_the_oldest_followers():
     assert table.draft([7, 8], 1) == (2, [9])
 
 
-def test_the_drafter_learns_ended_requests_a_slice_per_proposal():
+def test_the_drafter_learns_ended_requests_in_slices():
     from localllm.engine.drafting.drafter import LEARN_PER_STEP, Drafter
 
     d = Drafter()
@@ -94,9 +94,11 @@ def test_the_drafter_learns_ended_requests_a_slice_per_proposal():
     d.close("a", list(range(10)) + ended, 10)
     assert d.table.num_queued == len(ended)  # nothing learned at the end itself
     d.open("b", "ngram")
+    assert d.propose([("b", [7, 1000, 1001, 1002])]) == {}  # nor by a proposal
     for left in (2, 1, 0):
-        d.propose([("b", [1, 2, 3])])
+        assert d.learn(LEARN_PER_STEP) == LEARN_PER_STEP  # the engine's, once a step
         assert d.table.num_queued == left * LEARN_PER_STEP
+    assert d.learn(LEARN_PER_STEP) == 0
     # b now repeats the ended reply: it drafts what followed there
     assert d.propose([("b", [7, 1000, 1001, 1002])]) == {"b": [1003, 1004]}  # the pacer's start: 2 drafts
 
