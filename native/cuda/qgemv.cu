@@ -31,6 +31,18 @@ int mmq_from_env() {
   return from;
 }
 
+// LOCALLLM_CUDA_XSUM=0: the decode kernel's blocks of several rows find the activations' int8 sums in every warp, as
+// before they were shared (qgemv_kernel.cuh, qgemv_row); the same bits, for measuring the difference on a card
+bool shared_sums_from_env() {
+  static const bool on = [] {
+    const char* env = std::getenv("LOCALLLM_CUDA_XSUM");
+    if (!env || !*env || std::string(env) == "1") return true;
+    if (std::string(env) == "0") return false;
+    throw std::invalid_argument(std::string("LOCALLLM_CUDA_XSUM must be 0 or 1, got ") + env);
+  }();
+  return on;
+}
+
 template <int T>
 void launch_mmq(const QgemvMat& M, const QuantX& x, int n, cudaStream_t stream) {
   const dim3 grid((M.m + MMQ_ROWS - 1) / MMQ_ROWS, (n + MMQ_COLS - 1) / MMQ_COLS);
@@ -127,8 +139,11 @@ void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, cons
   }
   const int nc = qgemv_row_group(n);
   const dim3 grid(blocks, (n + nc - 1) / nc), block(32, QGEMV_WARPS);
-  if (nc == QGEMV_WIDE_N) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n, then);
-  else LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n, then);
+  const bool shared = shared_sums_from_env();
+  if (nc == QGEMV_WIDE_N && shared) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n, then);
+  else if (nc == QGEMV_WIDE_N) LLL_LAUNCH((qgemv_kernel<QGEMV_WIDE_N, false>), grid, block, 0, stream)(ms, xs, n, then);
+  else if (shared) LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n, then);
+  else LLL_LAUNCH((qgemv_kernel<QGEMV_MAX_N, false>), grid, block, 0, stream)(ms, xs, n, then);
   check_launch("qgemv");
 }
 

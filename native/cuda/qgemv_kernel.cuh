@@ -4,7 +4,8 @@
 // row's int8 values by __dp4a (exact int32 sums), turns the sums into the step's term (step_term), and the warp's
 // xor-shuffle tree at offsets 1, 2, 4, 8, 16 sums the chunk's 32 terms pairwise in step order (8 activation rows at
 // once where a block has several: chunk_sums); the chunk sums are added to the output in chunk order. That is the
-// order of mmq_kernel.cuh, so the two give the same bits.
+// order of mmq_kernel.cuh, so the two give the same bits. A block of several activation rows finds each (row, step)'s
+// sums of int8 activations once for its four weight rows, in shared memory (qgemv_row).
 #pragma once
 #include <cstdint>
 
@@ -59,10 +60,19 @@ __device__ __forceinline__ float chunk_sums(float (&v)[R], int lane) {
 // 32 beyond (each step's weights decoded once for 32 rows), 1 for a block of one row. The rows' chunk sums meet R at
 // a time (chunk_sums); every activation row's output takes the same operations whichever NC, R, slot, neighbours
 // and launch it has.
-template <int T, int NC, int R>
-__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const QuantX& x, int c0, int nc) {
+// The types whose terms read the sums of a step's int8 activations (x0, x1: all but Q8_0) take them, in blocks of
+// several rows (NC > 1), from shared memory: the block's warps find each (row, step)'s once per chunk, a quarter of
+// the rows each, where every warp had found all of them for its own weight row (8 of a row's 16 __dp4a a step).
+// The sums are exact integers, so the bits are those of the sums found in place. Then every warp of the block must
+// run the chunks' barriers: `active` is false for a warp past the matrix's rows, which computes nothing else.
+// xsum: the block's shared [2][NC][32] ints (x0 and x1 of row c, step base + lane), when NC > 1 and XS (false: each
+// warp finds its rows' sums itself, as before; LOCALLLM_CUDA_XSUM=0 launches that, for measuring the difference)
+template <int T, int NC, int R, bool XS>
+__device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, bool active, const QuantX& x, int c0, int nc,
+                                          int (*xsum)[NC][32]) {
   static_assert(NC % R == 0, "whole groups of R rows");
   constexpr int G = NC / R;
+  constexpr bool SHARED_SUMS = XS && NC > 1 && T != (int)QType::Q8_0;
   const int steps = x.k / 32, lane = threadIdx.x;
   const int8_t* xq = x.q + (size_t)c0 * x.k;
   const float* xd = x.d + (size_t)c0 * steps;
@@ -70,8 +80,28 @@ __device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const Quan
   float acc[G];  // group g's row g R + lane % R
 #pragma unroll
   for (int g = 0; g < G; ++g) acc[g] = 0.0f;
-  for (int base = 0; base < steps; base += 32) {
+  for (int base = 0; base < steps; base += 32) {  // block-uniform: every warp meets the barriers
     const int s = base + lane;
+    if constexpr (SHARED_SUMS) {
+      for (int c = threadIdx.y; c < nc; c += QGEMV_WARPS) {
+        int x0 = 0, x1 = 0;
+        if (s < steps) {
+          const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            x0 = __dp4a(0x01010101, v[j], x0);
+            x1 = __dp4a(0x01010101, v[j + 4], x1);
+          }
+        }
+        xsum[0][c][lane] = x0;
+        xsum[1][c][lane] = x1;
+      }
+      __syncthreads();
+    }
+    if (!active) {
+      if constexpr (SHARED_SUMS) __syncthreads();
+      continue;
+    }
     int u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     StepScales sc{0.0f, 0.0f};
     if (s < steps) decode_step<T>(r, s, u, sc);
@@ -89,17 +119,24 @@ __device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const Quan
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             s0 = __dp4a(u[j], v[j], s0);
-            x0 = __dp4a(0x01010101, v[j], x0);
             s1 = __dp4a(u[j + 4], v[j + 4], s1);
-            x1 = __dp4a(0x01010101, v[j + 4], x1);
+            if constexpr (!SHARED_SUMS && T != (int)QType::Q8_0) {
+              x0 = __dp4a(0x01010101, v[j], x0);
+              x1 = __dp4a(0x01010101, v[j + 4], x1);
+            }
+          }
+          if constexpr (SHARED_SUMS) {
+            x0 = xsum[0][c][lane];
+            x1 = xsum[1][c][lane];
           }
           t[i] = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
         }
       }
       acc[g] = __fadd_rn(acc[g], chunk_sums<R>(t, lane));
     }
+    if constexpr (SHARED_SUMS) __syncthreads();  // the sums are read: the next chunk's may be written
   }
-  if (lane < R) {
+  if (active && lane < R) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const int c = g * R + lane;
@@ -112,12 +149,18 @@ __device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, const Quan
   }
 }
 
-// a weight row against this block's activation rows: a block of one row alone, the others 8 rows at a time
-template <int T, int NC>
-__device__ __forceinline__ void qgemv_rows(const QgemvMat& M, int row, const QuantX& x, int n) {
+// a weight row against this block's activation rows: a block of one row alone, the others 8 rows at a time; every
+// warp of the block calls it (active: its row is one of the matrix's), so that the barriers of several rows' blocks
+// are met by all
+template <int T, int NC, bool XS>
+__device__ __forceinline__ void qgemv_rows(const QgemvMat& M, int row, bool active, const QuantX& x, int n,
+                                           int (*xsum)[NC][32]) {
   const int c0 = blockIdx.y * NC, nc = min(NC, n - c0);
-  if (nc == 1) qgemv_row<T, 1, 1>(M, row, x, c0, 1);
-  else qgemv_row<T, NC, 8>(M, row, x, c0, nc);
+  if (nc == 1) {
+    if (active) qgemv_row<T, 1, 1, false>(M, row, true, x, c0, 1, nullptr);
+  } else {
+    qgemv_row<T, NC, 8, XS>(M, row, active, x, c0, nc, xsum);
+  }
 }
 
 // The follow-up (QgemvThen) after a block's rows are stored: the block counts itself into its piece, and the last of
@@ -166,22 +209,22 @@ __device__ __forceinline__ void qgemv_then(int b, int m, const float* y0, const 
 // Thread block (blockIdx.x, blockIdx.y), QGEMV_WARPS warps: rows QGEMV_WARPS b + threadIdx.y of the matrix whose
 // blocks hold blockIdx.x (b counted from its first), against the activation rows of blockIdx.y; the type's step
 // functions picked per block (uniform, so no divergence); then the follow-up, if any
-template <int NC>
+template <int NC, bool XS = true>
 __global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats, QuantX x, int n, QgemvThen then) {
   int i = 0;
   while (i + 1 < mats.count && (int)blockIdx.x >= mats.end[i]) ++i;
   const QgemvMat& M = mats.m[i];
   const int b = (int)blockIdx.x - (i ? mats.end[i - 1] : 0), row = b * QGEMV_WARPS + threadIdx.y;
-  if (row < M.m) {
-    switch ((QType)M.type) {
-      case QType::Q4_0: qgemv_rows<(int)QType::Q4_0, NC>(M, row, x, n); break;
-      case QType::Q4_1: qgemv_rows<(int)QType::Q4_1, NC>(M, row, x, n); break;
-      case QType::Q5_0: qgemv_rows<(int)QType::Q5_0, NC>(M, row, x, n); break;
-      case QType::Q8_0: qgemv_rows<(int)QType::Q8_0, NC>(M, row, x, n); break;
-      case QType::Q4_K: qgemv_rows<(int)QType::Q4_K, NC>(M, row, x, n); break;
-      case QType::Q6_K: qgemv_rows<(int)QType::Q6_K, NC>(M, row, x, n); break;
-      default: break;  // refused on the host
-    }
+  const bool active = row < M.m;
+  __shared__ int xsum[XS ? 2 : 1][NC][32];  // the activations' int8 sums of a chunk (qgemv_row), one for every type
+  switch ((QType)M.type) {  // block-uniform
+    case QType::Q4_0: qgemv_rows<(int)QType::Q4_0, NC, XS>(M, row, active, x, n, xsum); break;
+    case QType::Q4_1: qgemv_rows<(int)QType::Q4_1, NC, XS>(M, row, active, x, n, xsum); break;
+    case QType::Q5_0: qgemv_rows<(int)QType::Q5_0, NC, XS>(M, row, active, x, n, xsum); break;
+    case QType::Q8_0: qgemv_rows<(int)QType::Q8_0, NC, XS>(M, row, active, x, n, xsum); break;
+    case QType::Q4_K: qgemv_rows<(int)QType::Q4_K, NC, XS>(M, row, active, x, n, xsum); break;
+    case QType::Q6_K: qgemv_rows<(int)QType::Q6_K, NC, XS>(M, row, active, x, n, xsum); break;
+    default: break;  // refused on the host
   }
   if (then.kind != QgemvThen::NONE) qgemv_then<NC>(b, mats.m[0].m, mats.m[0].y, mats.m[1].y, n, then);
 }
