@@ -302,7 +302,8 @@ py::tuple cuda_top_k_py(const py::array& x_in, int n_valid, int k, bool sliced) 
 py::array_t<float> cuda_emulated_product_py(int type_id, const py::array& w, int k, const py::array& x_in,
                                             const std::string& kernel, const std::optional<py::array>& bias_in,
                                             const std::optional<py::array>& y_in) {
-  if (kernel != "qgemv" && kernel != "mmq") throw std::invalid_argument("kernel must be 'qgemv' or 'mmq', got '" + kernel + "'");
+  if (kernel != "qgemv" && kernel != "mmq" && kernel != "qgemv-own-sums")
+    throw std::invalid_argument("kernel must be 'qgemv', 'qgemv-own-sums' or 'mmq', got '" + kernel + "'");
   const KernelTable& kt = *kernel_context().kernels;
   auto x = checked_product(kt, type_id, w, k, x_in);
   const int m = (int)w.shape(0), n = (int)x.shape(0);
@@ -323,7 +324,8 @@ py::array_t<float> cuda_emulated_product_py(int type_id, const py::array& w, int
   const float* xp = x.data();
   float* yp = y.mutable_data();
   py::gil_scoped_release release;
-  emulated_int8_product(type_id, wp, row_bytes, m, k, xp, n, yp, bp, y_in.has_value(), kernel == "mmq");
+  emulated_int8_product(type_id, wp, row_bytes, m, k, xp, n, yp, bp, y_in.has_value(), kernel == "mmq",
+                        kernel == "qgemv-own-sums");
   return y;
 }
 
@@ -381,7 +383,8 @@ void bind_cuda(py::module_& m, py::module_& testing) {
   testing.def("cuda_emulated_product", &cuda_emulated_product_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("x"), py::arg("kernel"), py::arg("bias") = py::none(), py::arg("y_in") = py::none(),
               "y[n, m] = x[n, k] @ W[m, k]^T (+ bias) (+ y_in) by the CUDA int8 products' source run on the CPU (the "
-              "warp emulator): kernel 'qgemv' (decode) or 'mmq' (tensor-core tiles); no device needed");
+              "warp emulator): kernel 'qgemv' (decode), 'qgemv-own-sums' (decode as LOCALLLM_CUDA_XSUM=0 launches it) or "
+              "'mmq' (tensor-core tiles); no device needed");
   testing.def("cuda_emulated_then", &cuda_emulated_then_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("x"), py::kw_only(), py::arg("up") = py::none(), py::arg("silu") = true,
               py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("y_in") = py::none(),

@@ -44,7 +44,7 @@ struct Mats {
 };
 
 // the decode kernel over these matrices, launched as qgemv_multi launches it
-void run_qgemv(Mats mats, const cuda::QuantX& xs, int n, const cuda::QgemvThen& then) {
+void run_qgemv(Mats mats, const cuda::QuantX& xs, int n, const cuda::QgemvThen& then, bool own_sums = false) {
   using namespace cuda;
   QgemvMats ms{};
   ms.count = (int)mats.count;
@@ -57,15 +57,17 @@ void run_qgemv(Mats mats, const cuda::QuantX& xs, int n, const cuda::QgemvThen& 
   const int nc = qgemv_row_group(n);
   const emu::Dim3 grid{(unsigned)blocks, (unsigned)((n + nc - 1) / nc), 1};
   emu::launch(grid, {32, QGEMV_WARPS, 1}, [&] {
-    if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N>(ms, xs, n, then);
-    else qgemv_kernel<QGEMV_MAX_N>(ms, xs, n, then);
+    if (nc == QGEMV_WIDE_N && !own_sums) qgemv_kernel<QGEMV_WIDE_N>(ms, xs, n, then);
+    else if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N, false>(ms, xs, n, then);
+    else if (!own_sums) qgemv_kernel<QGEMV_MAX_N>(ms, xs, n, then);
+    else qgemv_kernel<QGEMV_MAX_N, false>(ms, xs, n, then);
   });
 }
 
 }  // namespace
 
 void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
-                           float* y, const float* bias, bool add_to_y, bool mmq) {
+                           float* y, const float* bias, bool add_to_y, bool mmq, bool own_sums) {
   using namespace cuda;
   check_shape(type_id, m, k, n);
   const Quantized q = quantize(x, n, k);
@@ -85,7 +87,7 @@ void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int 
     });
     return;
   }
-  run_qgemv({&M, 1}, xs, n, QgemvThen{});
+  run_qgemv({&M, 1}, xs, n, QgemvThen{}, own_sums);
 }
 
 void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t row_bytes, int m, int k,

@@ -10,9 +10,10 @@ namespace lll {
 
 // y [n][m] = x [n][k] . W^T (+ bias [m] when given; + y's own values when add_to_y) for W of m rows of row_bytes of
 // a type the device's int8 products take (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K): quantize_x, then the decode
-// kernel (qgemv) at the geometry qgemv.cu gives n rows, or the tile kernel (mmq) when mmq
+// kernel (qgemv) at the geometry qgemv.cu gives n rows, or the tile kernel (mmq) when mmq; own_sums: the decode
+// kernel as LOCALLLM_CUDA_XSUM=0 launches it (each warp finds the activations' sums itself, qgemv_kernel.cuh)
 void emulated_int8_product(int type_id, const uint8_t* w, size_t row_bytes, int m, int k, const float* x, int n,
-                           float* y, const float* bias, bool add_to_y, bool mmq);
+                           float* y, const float* bias, bool add_to_y, bool mmq, bool own_sums = false);
 
 // The decode kernel with a follow-up in its tail (QgemvThen, cuda/qmat.cuh), launched at qgemv's geometry for n
 // rows whatever n: with w2 (gate W, up w2, both m rows of row_bytes, one launch), y and y2 the two products, then

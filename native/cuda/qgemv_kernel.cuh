@@ -98,41 +98,39 @@ __device__ __forceinline__ void qgemv_row(const QgemvMat& M, int row, bool activ
       }
       __syncthreads();
     }
-    if (!active) {
-      if constexpr (SHARED_SUMS) __syncthreads();
-      continue;
-    }
-    int u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    StepScales sc{0.0f, 0.0f};
-    if (s < steps) decode_step<T>(r, s, u, sc);
+    if (active) {  // a warp past the matrix's rows only helps with the sums; every warp meets the barrier below
+      int u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      StepScales sc{0.0f, 0.0f};
+      if (s < steps) decode_step<T>(r, s, u, sc);
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      if (g * R >= nc) break;
-      float t[R];
+      for (int g = 0; g < G; ++g) {
+        if (g * R >= nc) break;
+        float t[R];
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int c = g * R + i;
-        t[i] = 0.0f;  // a short last chunk's missing terms, and the rows past nc
-        if (c < nc && s < steps) {
-          const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
-          int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+        for (int i = 0; i < R; ++i) {
+          const int c = g * R + i;
+          t[i] = 0.0f;  // a short last chunk's missing terms, and the rows past nc
+          if (c < nc && s < steps) {
+            const int* v = reinterpret_cast<const int*>(xq + (size_t)c * x.k + 32 * s);
+            int s0 = 0, s1 = 0, x0 = 0, x1 = 0;
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            s0 = __dp4a(u[j], v[j], s0);
-            s1 = __dp4a(u[j + 4], v[j + 4], s1);
-            if constexpr (!SHARED_SUMS && T != (int)QType::Q8_0) {
-              x0 = __dp4a(0x01010101, v[j], x0);
-              x1 = __dp4a(0x01010101, v[j + 4], x1);
+            for (int j = 0; j < 4; ++j) {
+              s0 = __dp4a(u[j], v[j], s0);
+              s1 = __dp4a(u[j + 4], v[j + 4], s1);
+              if constexpr (!SHARED_SUMS && T != (int)QType::Q8_0) {
+                x0 = __dp4a(0x01010101, v[j], x0);
+                x1 = __dp4a(0x01010101, v[j + 4], x1);
+              }
             }
+            if constexpr (SHARED_SUMS) {
+              x0 = xsum[0][c][lane];
+              x1 = xsum[1][c][lane];
+            }
+            t[i] = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
           }
-          if constexpr (SHARED_SUMS) {
-            x0 = xsum[0][c][lane];
-            x1 = xsum[1][c][lane];
-          }
-          t[i] = step_term<T>(s0, s1, x0, x1, sc, xd[(size_t)c * steps + s]);
         }
+        acc[g] = __fadd_rn(acc[g], chunk_sums<R>(t, lane));
       }
-      acc[g] = __fadd_rn(acc[g], chunk_sums<R>(t, lane));
     }
     if constexpr (SHARED_SUMS) __syncthreads();  // the sums are read: the next chunk's may be written
   }

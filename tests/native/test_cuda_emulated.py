@@ -64,6 +64,9 @@ def test_mmq_gives_the_decode_kernels_bits_at_every_n(qt):
     # qgemv's blocks of 2 to 8 rows and of 9 to 32 meet their rows' chunk sums 8 at a time (chunk_sums), a block of
     # one row alone
     cases = [("qgemv", 0, 2), ("qgemv", 2, 7), ("qgemv", 39, 2), ("qgemv", 136, 4), ("qgemv", 0, 9), ("qgemv", 3, 40)]
+    # blocks of several rows share the activations' int8 sums (qgemv_kernel.cuh); LOCALLLM_CUDA_XSUM=0's kernel
+    # finds them in each warp: the same bits
+    cases += [("qgemv-own-sums", 2, 7), ("qgemv-own-sums", 3, 40)]
     for kernel, start, n in cases + [("mmq", 0, 1), ("mmq", 3, 5), ("mmq", 0, 140)]:
         y = product(qt, rows, k, x[start : start + n], kernel)
         bad = [c for c in alone if start <= c < start + n and np.any(y[c - start] != alone[c])]
