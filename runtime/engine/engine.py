@@ -463,8 +463,8 @@ class Engine:
     def _verify(self, out, logits, active: dict, firsts: list[int] | None = None) -> tuple[list[int | None], dict]:
         """Each sampled sequence's verified run: the tokens per logits row (None past a run) and {s: run}. Rows of a
         sequence that ended while the step ran are skipped (None). A plain greedy request's row without drafts takes
-        the row's first candidate, or argmax (firsts: the step's, where already found; else found here once for
-        every row), as its sampling would (Request.plain_greedy): no per-row slice, sampler or checks."""
+        the row's first candidate, or argmax (firsts: every row's, where the step already found them; else that row's
+        alone), as its sampling would (Request.plain_greedy): no per-row slice, sampler or checks."""
         tokens: list[int | None] = []
         runs: dict[int, list[int]] = {}
         rows = out.batch.logits_rows
@@ -479,8 +479,7 @@ class Engine:
                 j += k + 1
                 continue
             if not k and req.plain_greedy:
-                firsts = self._firsts(logits) if firsts is None else firsts
-                run = [firsts[j]]
+                run = [self._first(logits, j) if firsts is None else firsts[j]]
             else:
                 drafts = out.batch.token_ids[rows[j] + 1 : rows[j] + 1 + k].tolist() if k else []
                 run = req.verify(logits[j : j + k + 1], drafts)
@@ -497,6 +496,11 @@ class Engine:
         first candidate, or argmax); gone_ok: rows of requests that ended meanwhile do not count."""
         reqs = [active.get(out.seqs[s].seq_id) for s in out.sampled_seqs]
         return all(r.plain_greedy if r is not None else gone_ok for r in reqs)
+
+    @staticmethod
+    def _first(logits, j: int) -> int:
+        """Row j's first candidate, or the argmax of its whole row."""
+        return int(logits.ids[j, 0]) if isinstance(logits, Candidates) else int(np.argmax(logits[j]))
 
     @staticmethod
     def _firsts(logits) -> list[int]:
