@@ -56,12 +56,9 @@ void run_qgemv(Mats mats, const cuda::QuantX& xs, int n, const cuda::QgemvThen& 
   }
   const int nc = qgemv_row_group(n);
   const emu::Dim3 grid{(unsigned)blocks, (unsigned)((n + nc - 1) / nc), 1};
-  emu::launch(grid, {32, QGEMV_WARPS, 1}, [&] {
-    if (nc == QGEMV_WIDE_N && !own_sums) qgemv_kernel<QGEMV_WIDE_N>(ms, xs, n, then);
-    else if (nc == QGEMV_WIDE_N) qgemv_kernel<QGEMV_WIDE_N, false>(ms, xs, n, then);
-    else if (!own_sums) qgemv_kernel<QGEMV_MAX_N>(ms, xs, n, then);
-    else qgemv_kernel<QGEMV_MAX_N, false>(ms, xs, n, then);
-  });
+  const auto kernel =
+      nc == QGEMV_WIDE_N ? qgemv_kernel_for<QGEMV_WIDE_N>(!own_sums) : qgemv_kernel_for<QGEMV_MAX_N>(!own_sums);
+  emu::launch(grid, {32, QGEMV_WARPS, 1}, [&] { kernel(ms, xs, n, then); });
 }
 
 }  // namespace

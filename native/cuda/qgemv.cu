@@ -140,10 +140,8 @@ void qgemv_multi(const QgemvMat* mats, int n_mats, int k, const int8_t* xq, cons
   const int nc = qgemv_row_group(n);
   const dim3 grid(blocks, (n + nc - 1) / nc), block(32, QGEMV_WARPS);
   const bool shared = shared_sums_from_env();
-  if (nc == QGEMV_WIDE_N && shared) LLL_LAUNCH(qgemv_kernel<QGEMV_WIDE_N>, grid, block, 0, stream)(ms, xs, n, then);
-  else if (nc == QGEMV_WIDE_N) LLL_LAUNCH((qgemv_kernel<QGEMV_WIDE_N, false>), grid, block, 0, stream)(ms, xs, n, then);
-  else if (shared) LLL_LAUNCH(qgemv_kernel<QGEMV_MAX_N>, grid, block, 0, stream)(ms, xs, n, then);
-  else LLL_LAUNCH((qgemv_kernel<QGEMV_MAX_N, false>), grid, block, 0, stream)(ms, xs, n, then);
+  const auto kernel = nc == QGEMV_WIDE_N ? qgemv_kernel_for<QGEMV_WIDE_N>(shared) : qgemv_kernel_for<QGEMV_MAX_N>(shared);
+  LLL_LAUNCH(kernel, grid, block, 0, stream)(ms, xs, n, then);
   check_launch("qgemv");
 }
 

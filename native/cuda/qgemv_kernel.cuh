@@ -227,4 +227,11 @@ __global__ void __launch_bounds__(32 * QGEMV_WARPS) qgemv_kernel(QgemvMats mats,
   if (then.kind != QgemvThen::NONE) qgemv_then<NC>(b, mats.m[0].m, mats.m[0].y, mats.m[1].y, n, then);
 }
 
+// the decode kernel for blocks of NC activation rows, the activations' sums shared by the block's warps or found by
+// each (shared_sums false: LOCALLLM_CUDA_XSUM=0)
+template <int NC>
+inline auto qgemv_kernel_for(bool shared_sums) {
+  return shared_sums ? &qgemv_kernel<NC, true> : &qgemv_kernel<NC, false>;
+}
+
 }  // namespace lll::cuda

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,3 +131,30 @@ def test_qgemv_refuses_what_it_does_not_run():
     q41 = np.pad(random_rows(T.Q4_1, 4, 64, np.random.default_rng(0)), ((0, 0), (0, 2)))[:, :40]
     with pytest.raises(ValueError, match="4-byte aligned rows"):
         native.testing.cuda_qgemv(int(T.Q4_1), q41, 64, np.ones((1, 64), np.float32))
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_bad_xsum_setting_is_refused_naming_it():
+    """LOCALLLM_CUDA_XSUM (the decode kernel's shared activation sums: 1, the default, or 0) is read at the first
+    product of several rows; any other value is refused with its name. In a process of its own: the value is read
+    once."""
+    code = (
+        "import numpy as np\n"
+        "from gguf import GGMLQuantizationType as T\n"
+        "from localllm import native\n"
+        "from quant_blocks import random_rows\n"
+        "rows = random_rows(T.Q4_0, 4, 64, np.random.default_rng(0))\n"
+        "try:\n"
+        "    native.testing.cuda_qgemv(int(T.Q4_0), rows, 64, np.ones((3, 64), np.float32), 'qgemv')\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    models = os.path.join(os.path.dirname(__file__), "..", "..", "models")  # quant_blocks
+    env = {
+        **os.environ,
+        "LOCALLLM_CUDA_XSUM": "yes",
+        "PYTHONPATH": os.pathsep.join([models, os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "LOCALLLM_CUDA_XSUM must be 0 or 1, got yes" in r.stdout, (r.stdout, r.stderr)
