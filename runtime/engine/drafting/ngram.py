@@ -9,8 +9,8 @@ as tokens arrive, so a proposal costs O(max_n) dict look-ups whatever the sequen
 last n tokens never match themselves: an n-gram enters the index only once its follower exists.
 
 Shared table (ngram_table.py): what other requests of the model generated (the engine's NgramTable, fed what
-requests generated once they end, a slice a step) drafts instead where it matches a longer suffix than the sequence's own tokens do. How many drafts
-and when is the pacer's (pacer.py).
+requests generated once they end, a slice a step) drafts instead where it matches a longer suffix than the
+sequence's own tokens do. How many drafts and when is the pacer's (pacer.py).
 """
 
 from __future__ import annotations
