@@ -34,9 +34,23 @@ def _available() -> dict[str, tuple[str, str]]:
     return {n: v for n, v in COMMANDS.items() if importlib.util.find_spec(v[0]) is not None}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, except that a single-dash option of several letters (`-ngl`, llama.cpp's spelling) is matched only
+    whole. argparse matches single-dash prefixes even with allow_abbrev=False, so in a command without a `-n` of its
+    own (`serve`, `perplexity`) `-n 512`, llama-server's token limit, was read as `-ngl 512` without a word."""
+
+    def _get_option_tuples(self, option_string):
+        return [
+            t
+            for t in super()._get_option_tuples(option_string)
+            # t[1]: the option string matched (argparse's tuples are 3 or 4 long by version, that one is second)
+            if t[1].startswith("--") or len(t[1]) <= 2 or t[1] == option_string
+        ]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="localllm", description="Run LLMs locally from GGUF files.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p = Parser(prog="localllm", description="Run LLMs locally from GGUF files.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     argv = sys.argv[1:]
     wanted = next((a for a in argv if not a.startswith("-")), None)

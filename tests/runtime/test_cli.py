@@ -195,6 +195,22 @@ def test_bench_reads_n_as_llama_benchs_n_gen_not_as_gpu_layers():
     assert (args.n_gen, args.gpu_layers) == (5, 3)
 
 
+@pytest.mark.parametrize("command", ["serve", "perplexity"])
+def test_a_prefix_of_ngl_is_not_read_as_ngl(command, monkeypatch):
+    """`-n 512` (llama-server's token limit) in a command without a -n of its own is refused, not read as
+    `-ngl 512`: argparse matches single-dash prefixes whatever allow_abbrev says; cli.Parser matches -ngl whole."""
+    from localllm import cli
+
+    positionals = ["m.gguf"] if command == "serve" else ["m.gguf", "text.txt"]
+    monkeypatch.setattr(sys, "argv", ["localllm", command, *positionals, "-n", "512"])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args()
+    monkeypatch.setattr(sys, "argv", ["localllm", command, *positionals, "-ngl", "3"])
+    assert cli.build_parser().parse_args().gpu_layers == 3
+    monkeypatch.setattr(sys, "argv", ["localllm", command, *positionals, "--gpu", "4"])  # long prefixes still match
+    assert cli.build_parser().parse_args().gpu_layers == 4
+
+
 def test_bench_parallel_and_multi_turn_json():
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm(
