@@ -385,6 +385,9 @@ void bind_cuda(py::module_& m, py::module_& testing) {
               "y[n, m] = x[n, k] @ W[m, k]^T (+ bias) (+ y_in) by the CUDA int8 products' source run on the CPU (the "
               "warp emulator): kernel 'qgemv' (decode), 'qgemv-own-sums' (decode as LOCALLLM_CUDA_XSUM=0 launches it) or "
               "'mmq' (tensor-core tiles); no device needed");
+  testing.def("emulated_barrier_case", &emulated_barrier_case, py::arg("name"),
+              "the warp emulator's rules on a two-warp kernel (emulated_products.h): 'aligned', 'early-exit', "
+              "'divergent', 'deadlock', 'exit-in-collective'; the last three raise");
   testing.def("cuda_emulated_then", &cuda_emulated_then_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("x"), py::kw_only(), py::arg("up") = py::none(), py::arg("silu") = true,
               py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("y_in") = py::none(),

@@ -111,4 +111,56 @@ void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t
     if (counters[i]) throw std::logic_error("emulated qgemv follow-up: counter " + std::to_string(i) + " left at " + std::to_string(counters[i]));
 }
 
+int emulated_barrier_case(const char* name) {
+  const std::string c = name;
+  static int cell[64];
+  int total = 0;
+  auto run = [&](auto body) { emu::launch({1, 1, 1}, {64, 1, 1}, body); };
+  if (c == "aligned") {
+    run([&] {
+      const int t = (int)emu::thread_idx().x;
+      cell[t] = t;
+      for (int round = 0; round < 2; ++round) {
+        __syncthreads();
+        const int other = cell[63 - t];
+        __syncthreads();
+        cell[t] = other + 1;
+      }
+      __syncthreads();
+      if (t == 0)
+        for (int i = 0; i < 64; ++i) total += cell[i];
+    });
+  } else if (c == "early-exit") {
+    run([&] {
+      const int t = (int)emu::thread_idx().x;
+      if (t >= 32) return;
+      cell[t] = 1;
+      __syncthreads();
+      if (t == 0)
+        for (int i = 0; i < 32; ++i) total += cell[i];
+    });
+  } else if (c == "divergent") {
+    run([&] {
+      if (emu::thread_idx().x < 32) {
+        __syncthreads();
+      } else {
+        __syncthreads();
+      }
+    });
+  } else if (c == "deadlock") {
+    run([&] {
+      if (emu::thread_idx().x >= 48) __syncwarp();  // half of warp 1 waits for the half that never comes
+      __syncthreads();
+    });
+  } else if (c == "exit-in-collective") {
+    run([&] {
+      if (emu::lane() >= 16) return;
+      (void)__shfl_xor_sync(0xFFFFFFFFu, 1, 1);
+    });
+  } else {
+    throw std::invalid_argument("emulated barrier case: unknown case '" + c + "'");
+  }
+  return total;
+}
+
 }  // namespace lll

@@ -24,4 +24,12 @@ void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t
                         const float* x, int n, float* y, float* y2, bool silu, const float* norm_w, float eps,
                         float* out, int8_t* xq_out, float* xd_out);
 
+// The warp emulator's own rules, on small kernels of two warps that __syncthreads as cuda/emulated.cuh maps it (for
+// tests): "aligned" (every thread at one barrier, twice; returns the sum the threads exchanged through shared
+// memory), "early-exit" (one warp returns before a barrier the other waits at: released, as PTX's exit does),
+// "divergent" (the warps meet one barrier instance at two places in the source), "deadlock" (half a warp waits in
+// __syncwarp while the other threads wait at a barrier), "exit-in-collective" (half a warp leaves while the other
+// half waits in a shuffle). The last three throw the emulator's std::logic_error.
+int emulated_barrier_case(const char* name);
+
 }  // namespace lll

@@ -80,6 +80,8 @@ struct Block {
   std::vector<unsigned char> scratch;  // [warp][lane][MAX_EXCHANGE]
   std::vector<std::max_align_t> shared;  // dynamic shared memory
   Barrier block_barrier;
+  const char* block_site_file = nullptr;  // where the threads waiting at block_barrier called __syncthreads
+  int block_site_line = 0;
   int live = 0;
   unsigned long progress = 0;  // arrivals and exits: a scheduler pass without any is a deadlock
   Fiber* current = nullptr;
@@ -136,6 +138,7 @@ void wait(Barrier& bar, int size) {
   // a block barrier the exited thread no longer holds up
   if (b.block_barrier.arrived && b.block_barrier.arrived >= b.live) {
     b.block_barrier.arrived = 0;
+    b.block_site_file = nullptr;
     ++b.block_barrier.generation;
   }
   if (b.warp_barriers[f.warp].arrived && !b.error)
@@ -191,9 +194,21 @@ const Dim3& block_dim() { return me(), g_block->dim; }
 const Dim3& grid_dim() { return me(), g_block->grid; }
 int lane() { return me().lane; }
 
-void sync_block() {
+void sync_block(const char* file, int line) {
   me();
-  wait(g_block->block_barrier, g_block->live);
+  Block& b = *g_block;
+  if (!b.block_barrier.arrived) {
+    b.block_site_file = file;
+    b.block_site_line = line;
+  } else if (line != b.block_site_line || std::strcmp(file, b.block_site_file) != 0) {
+    if (!b.error)
+      b.error = std::make_exception_ptr(std::logic_error(
+          "warp emulator: threads of a block met __syncthreads at different places (" + std::string(b.block_site_file) +
+          ":" + std::to_string(b.block_site_line) + " and " + file + ":" + std::to_string(line) +
+          "): CUDA leaves that undefined"));
+    for (;;) yield();  // the scheduler stops at the error and never resumes this fiber
+  }
+  wait(b.block_barrier, b.live);
 }
 
 void warp_exchange(const void* mine, size_t bytes, void* all) {
@@ -252,6 +267,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
         b.shared.assign((smem + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
         b.live = (int)threads;
         b.block_barrier = {};
+        b.block_site_file = nullptr;
         for (Barrier& w : b.warp_barriers) w = {};
         for (size_t i = 0; i < threads; ++i) {
           Fiber& f = b.fibers[i];

@@ -7,9 +7,15 @@
 // (the block's live threads) or a warp collective (the 32 lanes of its warp: __shfl_xor_sync, mma), which
 // exchanges each lane's value through the warp's scratch. Blocks run one after another, so a kernel's __shared__
 // arrays can be static. Semantics, not speed, and not everything CUDA allows: warps are whole (blockDim a multiple
-// of 32), every lane of a warp reaches each collective, no atomics, no dynamic shared memory. A kernel that
-// deadlocks (threads waiting at different barriers) or exits with lanes still in a collective is a
-// std::logic_error; an exception a thread throws ends the launch and is rethrown by launch().
+// of 32), every lane of a warp reaches each collective, no atomics, no dynamic shared memory. A thread's exit
+// releases a block barrier that only exited threads held up, as PTX's exit does. A std::logic_error, where a
+// card's behaviour would be undefined or a hang:
+// - a deadlock (threads waiting at barriers that others never reach);
+// - an exit with lanes of the thread's warp still in a collective;
+// - threads meeting one __syncthreads at different places in the source (file and line): CUDA's __syncthreads is
+//   PTX's barrier.sync.aligned, which every thread of the block must execute at the same instruction, so a barrier
+//   in code that threads reach by different paths is undefined even where a card happens to release it.
+// An exception a thread throws ends the launch and is rethrown by launch().
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -28,8 +34,9 @@ const Dim3& grid_dim();
 // the running thread's lane in its warp (linear thread index % 32)
 int lane();
 
-// __syncthreads: wait until every live thread of the block has reached it
-void sync_block();
+// __syncthreads at file:line (the call site, for the aligned-barrier check): wait until every live thread of the
+// block has reached it
+void sync_block(const char* file = __builtin_FILE(), int line = __builtin_LINE());
 // A warp collective: every lane of the running thread's warp gives `bytes` bytes (at most 64) of `mine`; each gets
 // all 32 lanes' in `all` (lane i's at all + i * bytes)
 void warp_exchange(const void* mine, size_t bytes, void* all);

@@ -139,7 +139,10 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   for (int i = 0; i < 4; ++i) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
   return r;
 }
-inline void __syncthreads() { ::lll::emu::sync_block(); }
+// the call site travels to the emulator, which refuses threads meeting one barrier at different places
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::lll::emu::sync_block(file, line);
+}
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::lll::emu::sync_warp(); }
 // the warp collectives: every lane of the warp takes part (the backend's kernels pass full masks)
 template <class T>

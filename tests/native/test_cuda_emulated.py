@@ -173,3 +173,29 @@ def test_a_follow_up_is_refused_where_it_cannot_run():
         then(T.Q8_0, rows, 64, x, norm=np.ones(48, np.float32))
     with pytest.raises(ValueError, match="one of them"):
         then(T.Q8_0, rows[:32], 64, x)
+
+
+def test_the_emulator_runs_barriers_as_a_card_does():
+    """Two warps of 32 threads: a value passed through shared memory across barriers arrives, and a warp that
+    returned before a barrier does not hold up the other (PTX's exit releases it)."""
+    # round 1: cell[t] = 64 - t, round 2: cell[t] = t + 2 -> sum over t < 64
+    assert native.testing.emulated_barrier_case("aligned") == sum(t + 2 for t in range(64))
+    assert native.testing.emulated_barrier_case("early-exit") == 32
+
+
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        # __syncthreads is barrier.sync.aligned: one instruction for every thread of the block
+        ("divergent", r"met __syncthreads at different places \(.*emulated_products\.cpp:\d+ and .*:\d+\)"),
+        ("deadlock", "deadlock"),
+        ("exit-in-collective", "exited while its warp's lanes wait in a collective"),
+    ],
+)
+def test_the_emulator_refuses_what_a_card_leaves_undefined(case, match):
+    """What would hang a card or leave its result undefined is an error naming it, not a kernel that happens to
+    pass here: the emulator runs every kernel of the tests under these rules."""
+    with pytest.raises(RuntimeError, match=match):
+        native.testing.emulated_barrier_case(case)
+    with pytest.raises(ValueError, match="unknown case 'nope'"):
+        native.testing.emulated_barrier_case("nope")
