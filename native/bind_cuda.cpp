@@ -14,6 +14,7 @@
 #include "bindings.h"
 #include "cuda/cuda_api.h"
 #include "emulated_products.h"
+#include "warp_emulator.h"
 #include "kernel_context.h"
 #include "kv_format.h"
 #include "matmul.h"
@@ -387,7 +388,10 @@ void bind_cuda(py::module_& m, py::module_& testing) {
               "'mmq' (tensor-core tiles); no device needed");
   testing.def("emulated_barrier_case", &emulated_barrier_case, py::arg("name"),
               "the warp emulator's rules on a two-warp kernel (emulated_products.h): 'aligned', 'early-exit', "
-              "'divergent', 'deadlock', 'exit-in-collective'; the last three raise");
+              "'divergent', 'deadlock', 'exit-in-collective' (these three raise), 'racy'");
+  testing.def("emulator_reverse", &emu::set_reverse, py::arg("reverse"),
+              "run the warp emulator's blocks, and each block's threads, in reverse order (True) or forward; returns "
+              "whether they were reversed");
   testing.def("cuda_emulated_then", &cuda_emulated_then_py, py::arg("type_id"), py::arg("w"), py::arg("k"),
               py::arg("x"), py::kw_only(), py::arg("up") = py::none(), py::arg("silu") = true,
               py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("y_in") = py::none(),

@@ -157,6 +157,13 @@ int emulated_barrier_case(const char* name) {
       if (emu::lane() >= 16) return;
       (void)__shfl_xor_sync(0xFFFFFFFFu, 1, 1);
     });
+  } else if (c == "racy") {
+    for (int& v : cell) v = -1;
+    run([&] {  // reads a neighbour's cell with no barrier between its write and the read
+      const int t = (int)emu::thread_idx().x;
+      cell[t] = t;
+      total += cell[(t + 1) % 64];
+    });
   } else {
     throw std::invalid_argument("emulated barrier case: unknown case '" + c + "'");
   }

@@ -29,7 +29,9 @@ void emulated_int8_then(int type_id, const uint8_t* w, const uint8_t* w2, size_t
 // memory), "early-exit" (one warp returns before a barrier the other waits at: released, as PTX's exit does),
 // "divergent" (the warps meet one barrier instance at two places in the source), "deadlock" (half a warp waits in
 // __syncwarp while the other threads wait at a barrier), "exit-in-collective" (half a warp leaves while the other
-// half waits in a shuffle). The last three throw the emulator's std::logic_error.
+// half waits in a shuffle). Those three throw the emulator's std::logic_error. "racy": each thread reads its
+// neighbour's shared cell with no barrier after the neighbour's write; returns the sum read, which depends on the
+// order the threads run in (emu::set_reverse).
 int emulated_barrier_case(const char* name);
 
 }  // namespace lll

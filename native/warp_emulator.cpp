@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -95,6 +96,19 @@ struct Block {
 };
 
 Block* g_block = nullptr;
+
+int g_reverse = -1;  // -1: not yet read from LOCALLLM_EMULATOR_ORDER (read at the first launch, so that a bad value
+                     // is an error there, not at the module's load)
+
+bool reverse_order() {
+  if (g_reverse < 0) {
+    const char* env = std::getenv("LOCALLLM_EMULATOR_ORDER");
+    if (env && *env && std::strcmp(env, "forward") != 0 && std::strcmp(env, "reverse") != 0)
+      throw std::invalid_argument(std::string("LOCALLLM_EMULATOR_ORDER must be forward or reverse, got '") + env + "'");
+    g_reverse = env && std::strcmp(env, "reverse") == 0;
+  }
+  return g_reverse;
+}
 
 Fiber& me() {
   if (!g_block || !g_block->current) throw std::logic_error("warp emulator: called outside a launch");
@@ -243,8 +257,15 @@ void warp_exchange_one(const void* mine, size_t bytes, int src, void* theirs) {
   wait(b.warp_barriers[f.warp], WARP);
 }
 
+bool set_reverse(bool reverse) {
+  const bool was = reverse_order();
+  g_reverse = reverse;
+  return was;
+}
+
 void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem) {
   if (g_block) throw std::logic_error("warp emulator: a launch inside a launch");
+  const bool reverse = reverse_order();
   const size_t threads = (size_t)block.x * block.y * block.z;
   if (!threads || threads % WARP || threads > 1024)
     throw std::invalid_argument("warp emulator: a block is 32 to 1024 threads, whole warps, got " + std::to_string(threads));
@@ -260,33 +281,35 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
   struct Reset {
     ~Reset() { g_block = nullptr; }
   } reset;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        b.index = {x, y, z};
-        b.shared.assign((smem + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
-        b.live = (int)threads;
-        b.block_barrier = {};
-        b.block_site_file = nullptr;
-        for (Barrier& w : b.warp_barriers) w = {};
-        for (size_t i = 0; i < threads; ++i) {
-          Fiber& f = b.fibers[i];
-          f.thread = {(unsigned)(i % block.x), (unsigned)(i / block.x % block.y), (unsigned)(i / ((size_t)block.x * block.y))};
-          f.warp = (int)(i / WARP);
-          f.lane = (int)(i % WARP);
-          f.done = false;
-          start(b, f);
-        }
-        while (b.live && !b.error) {
-          const unsigned long before = b.progress;
-          for (Fiber& f : b.fibers)
-            if (!f.done && !b.error) resume(b, f);
-          if (b.progress == before && b.live && !b.error)
-            b.error = std::make_exception_ptr(
-                std::logic_error("warp emulator: deadlock (threads wait at barriers that others never reach)"));
-        }
-        if (b.error) std::rethrow_exception(b.error);
+  const size_t blocks = (size_t)grid.x * grid.y * grid.z;
+  for (size_t n = 0; n < blocks; ++n) {
+    const size_t i = reverse ? blocks - 1 - n : n;
+    b.index = {(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / ((size_t)grid.x * grid.y))};
+    b.shared.assign((smem + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
+    b.live = (int)threads;
+    b.block_barrier = {};
+    b.block_site_file = nullptr;
+    for (Barrier& w : b.warp_barriers) w = {};
+    for (size_t t = 0; t < threads; ++t) {
+      Fiber& f = b.fibers[t];
+      f.thread = {(unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / ((size_t)block.x * block.y))};
+      f.warp = (int)(t / WARP);
+      f.lane = (int)(t % WARP);
+      f.done = false;
+      start(b, f);
+    }
+    while (b.live && !b.error) {
+      const unsigned long before = b.progress;
+      for (size_t t = 0; t < threads; ++t) {
+        Fiber& f = b.fibers[reverse ? threads - 1 - t : t];
+        if (!f.done && !b.error) resume(b, f);
       }
+      if (b.progress == before && b.live && !b.error)
+        b.error = std::make_exception_ptr(
+            std::logic_error("warp emulator: deadlock (threads wait at barriers that others never reach)"));
+    }
+    if (b.error) std::rethrow_exception(b.error);
+  }
 }
 
 }  // namespace lll::emu

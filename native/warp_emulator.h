@@ -48,8 +48,15 @@ void sync_warp();
 // the block's dynamic shared memory (launch's smem bytes, 16-byte aligned; zeroed before each block)
 void* dynamic_shared();
 
-// Runs body once per thread of every block of the grid, block by block in x, y, z order, with smem bytes of
-// dynamic shared memory per block.
+// Runs body once per thread of every block of the grid, block by block in x, y, z order (the reverse order under
+// set_reverse), with smem bytes of dynamic shared memory per block.
 void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem = 0);
+
+// The order blocks run in, and the order a block's threads run between barriers: forward (x, y, z; thread 0 first)
+// or reversed. A card promises neither, so a kernel must give the same bits both ways: a read of what another
+// thread writes between the same two barriers, or a "last block" that assumes which block ends last, shows as a
+// difference. Starts reversed where LOCALLLM_EMULATOR_ORDER=reverse (read at the first launch: forward or reverse,
+// anything else an error there); returns whether it was reversed.
+bool set_reverse(bool reverse);
 
 }  // namespace lll::emu

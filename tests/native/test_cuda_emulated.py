@@ -166,6 +166,29 @@ def test_the_norm_in_the_residual_products_tail(qt):
             assert np.array_equal(out[c], alone[c][2][0]) and np.array_equal(xq[c], alone[c][3][0]), f"n={n} row {c}"
 
 
+@pytest.mark.parametrize("tail", ["act", "norm"])
+def test_the_tails_give_the_same_bits_whichever_block_ends_last(tail, reversed_order):
+    """The tails run in the block that finds itself last on its piece's counter: with blocks run in reverse, another
+    block is last, and every output (products, the activation or norm, its quantization) has the same bits."""
+    rng = np.random.default_rng(9)
+    m, k, n = 320, 256, 9
+    rows, up = random_rows(T.Q4_0, m, k, rng), random_rows(T.Q4_0, m, k, rng)
+    x = activations(rng, n, k)
+    kw = (
+        {"up": up}
+        if tail == "act"
+        else {
+            "norm": (1 + rng.standard_normal(m) / 4).astype(np.float32),
+            "y_in": rng.standard_normal((n, m)).astype(np.float32),
+        }
+    )
+    reverse = then(T.Q4_0, rows, k, x, **kw)
+    native.testing.emulator_reverse(False)
+    forward = then(T.Q4_0, rows, k, x, **kw)
+    for a, b in zip(reverse, forward):
+        assert (a is None and b is None) or np.array_equal(a, b)
+
+
 def test_a_follow_up_is_refused_where_it_cannot_run():
     rows = random_rows(T.Q8_0, 48, 64, np.random.default_rng(0))
     x = np.ones((1, 64), np.float32)
@@ -181,6 +204,38 @@ def test_the_emulator_runs_barriers_as_a_card_does():
     # round 1: cell[t] = 64 - t, round 2: cell[t] = t + 2 -> sum over t < 64
     assert native.testing.emulated_barrier_case("aligned") == sum(t + 2 for t in range(64))
     assert native.testing.emulated_barrier_case("early-exit") == 32
+
+
+@pytest.fixture
+def reversed_order():
+    """The emulator runs blocks, and each block's threads, in reverse order for the test (forward after)."""
+    was = native.testing.emulator_reverse(True)
+    yield
+    native.testing.emulator_reverse(was)
+
+
+def test_a_race_shows_as_a_difference_between_the_orders(reversed_order):
+    """A read of what another thread writes between the same two barriers depends on which thread runs first: the
+    reverse order is how the tests see it (a card promises neither order)."""
+    reverse = native.testing.emulated_barrier_case("racy")  # thread t reads t + 1's cell after t + 1 wrote it
+    native.testing.emulator_reverse(False)
+    forward = native.testing.emulated_barrier_case("racy")  # before: the -1 every cell starts with
+    assert (forward, reverse) == (-63, sum(range(1, 64)) - 1)
+
+
+@pytest.mark.parametrize("kernel", KERNELS + ["qgemv-own-sums"])
+@pytest.mark.parametrize("qt", [T.Q4_K, T.Q8_0], ids=lambda t: t.name)
+def test_the_products_give_the_same_bits_in_either_order(qt, kernel, reversed_order):
+    """The decode and tile kernels share activation sums through shared memory and write through counters: with
+    blocks and threads run in reverse, the same bits as forward (a race or an order-dependent "last block" would
+    differ)."""
+    rng = np.random.default_rng(5)
+    k, m, n = 512, 96, 11
+    rows = random_rows(qt, m, k, rng)
+    x = activations(rng, n, k)
+    reverse = product(qt, rows, k, x, kernel)
+    native.testing.emulator_reverse(False)
+    assert np.array_equal(reverse, product(qt, rows, k, x, kernel))
 
 
 @pytest.mark.parametrize(
