@@ -78,6 +78,7 @@ struct Block {
   Dim3 grid, dim, index;
   std::vector<Fiber> fibers;
   std::vector<Barrier> warp_barriers;
+  std::vector<int> warp_exited;  // lanes of each warp that have exited
   std::vector<unsigned char> scratch;  // [warp][lane][MAX_EXCHANGE]
   std::vector<std::max_align_t> shared;  // dynamic shared memory
   Barrier block_barrier;
@@ -125,6 +126,9 @@ void yield() {
 #endif
 }
 
+const char* const EXITED_IN_COLLECTIVE =
+    "warp emulator: a thread exited while its warp's lanes wait in a collective (every lane takes part)";
+
 // every one of `size` participants arrives once per round
 void wait(Barrier& bar, int size) {
   Block& b = *g_block;
@@ -136,6 +140,16 @@ void wait(Barrier& bar, int size) {
     return;
   }
   while (bar.generation == gen) yield();
+}
+
+// a warp collective's round: every lane of the warp, none of which may have exited (in either order a card runs
+// them: a lane that left before the others arrive is the same error as one leaving while they wait)
+void warp_wait(Block& b, int warp) {
+  if (b.warp_exited[warp]) {
+    if (!b.error) b.error = std::make_exception_ptr(std::logic_error(EXITED_IN_COLLECTIVE));
+    for (;;) yield();  // the scheduler stops at the error and never resumes this fiber
+  }
+  wait(b.warp_barriers[warp], WARP);
 }
 
 [[noreturn]] void fiber_main() {
@@ -155,8 +169,8 @@ void wait(Barrier& bar, int size) {
     b.block_site_file = nullptr;
     ++b.block_barrier.generation;
   }
-  if (b.warp_barriers[f.warp].arrived && !b.error)
-    b.error = std::make_exception_ptr(std::logic_error("warp emulator: a thread exited while its warp's lanes wait in a collective"));
+  ++b.warp_exited[f.warp];
+  if (b.warp_barriers[f.warp].arrived && !b.error) b.error = std::make_exception_ptr(std::logic_error(EXITED_IN_COLLECTIVE));
   for (;;) yield();  // the scheduler never resumes a finished fiber
 }
 
@@ -231,14 +245,14 @@ void warp_exchange(const void* mine, size_t bytes, void* all) {
   if (bytes > (size_t)MAX_EXCHANGE) throw std::logic_error("warp emulator: more than 64 bytes a lane in one collective");
   unsigned char* w = b.scratch.data() + (size_t)f.warp * WARP * MAX_EXCHANGE;
   std::memcpy(w + (size_t)f.lane * MAX_EXCHANGE, mine, bytes);
-  wait(b.warp_barriers[f.warp], WARP);  // every lane has written
+  warp_wait(b, f.warp);  // every lane has written
   for (int l = 0; l < WARP; ++l) std::memcpy((unsigned char*)all + l * bytes, w + (size_t)l * MAX_EXCHANGE, bytes);
-  wait(b.warp_barriers[f.warp], WARP);  // every lane has read, so the scratch may be written again
+  warp_wait(b, f.warp);  // every lane has read, so the scratch may be written again
 }
 
 void sync_warp() {
   Fiber& f = me();
-  wait(g_block->warp_barriers[f.warp], WARP);
+  warp_wait(*g_block, f.warp);
 }
 
 void* dynamic_shared() {
@@ -252,9 +266,9 @@ void warp_exchange_one(const void* mine, size_t bytes, int src, void* theirs) {
   if (bytes > (size_t)MAX_EXCHANGE) throw std::logic_error("warp emulator: more than 64 bytes a lane in one collective");
   unsigned char* w = b.scratch.data() + (size_t)f.warp * WARP * MAX_EXCHANGE;
   std::memcpy(w + (size_t)f.lane * MAX_EXCHANGE, mine, bytes);
-  wait(b.warp_barriers[f.warp], WARP);
+  warp_wait(b, f.warp);
   std::memcpy(theirs, w + (size_t)(src & (WARP - 1)) * MAX_EXCHANGE, bytes);
-  wait(b.warp_barriers[f.warp], WARP);
+  warp_wait(b, f.warp);
 }
 
 bool set_reverse(bool reverse) {
@@ -275,6 +289,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
   b.body = &body;
   b.fibers.resize(threads);
   b.warp_barriers.resize(threads / WARP);
+  b.warp_exited.resize(threads / WARP);
   b.scratch.resize(threads * MAX_EXCHANGE);
   for (Fiber& f : b.fibers) f.stack.reset(new char[STACK_BYTES]);
   g_block = &b;
@@ -290,6 +305,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
     b.block_barrier = {};
     b.block_site_file = nullptr;
     for (Barrier& w : b.warp_barriers) w = {};
+    for (int& e : b.warp_exited) e = 0;
     for (size_t t = 0; t < threads; ++t) {
       Fiber& f = b.fibers[t];
       f.thread = {(unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / ((size_t)block.x * block.y))};
