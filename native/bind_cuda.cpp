@@ -14,10 +14,10 @@
 #include "bindings.h"
 #include "cuda/cuda_api.h"
 #include "emulated_products.h"
-#include "warp_emulator.h"
 #include "kernel_context.h"
 #include "kv_format.h"
 #include "matmul.h"
+#include "warp_emulator.h"
 
 namespace py = pybind11;
 

@@ -129,6 +129,14 @@ void yield() {
 const char* const EXITED_IN_COLLECTIVE =
     "warp emulator: a thread exited while its warp's lanes wait in a collective (every lane takes part)";
 
+// the launch's error (the first one stands); the running fiber is parked: the scheduler stops at the error and never
+// resumes it
+[[noreturn]] void fail(const std::string& what) {
+  Block& b = *g_block;
+  if (!b.error) b.error = std::make_exception_ptr(std::logic_error(what));
+  for (;;) yield();
+}
+
 // every one of `size` participants arrives once per round
 void wait(Barrier& bar, int size) {
   Block& b = *g_block;
@@ -145,10 +153,7 @@ void wait(Barrier& bar, int size) {
 // a warp collective's round: every lane of the warp, none of which may have exited (in either order a card runs
 // them: a lane that left before the others arrive is the same error as one leaving while they wait)
 void warp_wait(Block& b, int warp) {
-  if (b.warp_exited[warp]) {
-    if (!b.error) b.error = std::make_exception_ptr(std::logic_error(EXITED_IN_COLLECTIVE));
-    for (;;) yield();  // the scheduler stops at the error and never resumes this fiber
-  }
+  if (b.warp_exited[warp]) fail(EXITED_IN_COLLECTIVE);
   wait(b.warp_barriers[warp], WARP);
 }
 
@@ -229,12 +234,9 @@ void sync_block(const char* file, int line) {
     b.block_site_file = file;
     b.block_site_line = line;
   } else if (line != b.block_site_line || std::strcmp(file, b.block_site_file) != 0) {
-    if (!b.error)
-      b.error = std::make_exception_ptr(std::logic_error(
-          "warp emulator: threads of a block met __syncthreads at different places (" + std::string(b.block_site_file) +
-          ":" + std::to_string(b.block_site_line) + " and " + file + ":" + std::to_string(line) +
-          "): CUDA leaves that undefined"));
-    for (;;) yield();  // the scheduler stops at the error and never resumes this fiber
+    fail("warp emulator: threads of a block met __syncthreads at different places (" + std::string(b.block_site_file) +
+         ":" + std::to_string(b.block_site_line) + " and " + file + ":" + std::to_string(line) +
+         "): CUDA leaves that undefined");
   }
   wait(b.block_barrier, b.live);
 }

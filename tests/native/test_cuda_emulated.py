@@ -8,6 +8,10 @@ a card that the device computes the emulator's bits."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
@@ -221,6 +225,17 @@ def test_a_race_shows_as_a_difference_between_the_orders(reversed_order):
     native.testing.emulator_reverse(False)
     forward = native.testing.emulated_barrier_case("racy")  # before: the -1 every cell starts with
     assert (forward, reverse) == (-63, sum(range(1, 64)) - 1)
+
+
+def test_a_bad_emulator_order_is_refused_naming_it():
+    """LOCALLLM_EMULATOR_ORDER is read at the first launch (a fresh process here): a value other than forward or
+    reverse is an error there that names it, not a silent forward run."""
+    code = "from localllm import native; native.testing.emulated_barrier_case('aligned')"
+    env = {**os.environ, "LOCALLLM_EMULATOR_ORDER": "sideways"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "LOCALLLM_EMULATOR_ORDER must be forward or reverse, got 'sideways'" in r.stderr
+    env["LOCALLLM_EMULATOR_ORDER"] = "reverse"
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
 
 
 @pytest.mark.parametrize("kernel", KERNELS + ["qgemv-own-sums"])
