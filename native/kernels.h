@@ -30,9 +30,9 @@
 //     y = acc. The tile kernel and the small-N kernel (qgemv_fused, N <= 16) run one group step (group_madd, 16 rows
 //     as lanes) over weights unpacked straight into the tile layout (unpack_il); they differ only in how they
 //     reach the activations (packed panels, or the rows as they are).
-//   avx512s8 (S = 8): the avx2 order and its small-N kernels (and repacked layouts); the tile kernel runs group_madd
-//     (vpdpbusd) into set g % 8. The same bits as avx2: on a CPU whose 512-bit permutes are slow (Zen 4) the avx2
-//     decode with an AVX-512 prefill.
+//   avx512s8 (S = 8): the avx2 order, its small-N kernels (on 256-bit vpdpbusd: gemv_avx2.inc) and repacked layouts;
+//     the tile kernel runs group_madd (vpdpbusd) into set g % 8. The same bits as avx2: on a CPU whose 512-bit
+//     permutes are slow (Zen 4) the avx2 decode with an AVX-512 prefill.
 //   scalar (S = 1): the same sequence without fused multiply-adds (acc = acc + (float)isum_g * sd_g, then
 //     acc = acc + m_g * xm_g). One kernel for every N.
 // The kernels leave the S sets in acc; the caller (matmul.cpp, reduce_sets) adds them in the order above. Each path is

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -685,6 +686,14 @@ static void use_il(KernelTable& k, QType t) {
   k.qgemv_fused[(int)t] = qgemv_fused_il<Block, BW, U, G, MIN>;
 }
 
+// the avx512s8 path's small-N kernels: AVX2's, with one 256-bit vpdpbusd for each vpmaddubsw + vpmaddwd
+namespace vnni {
+constexpr int ACC_SETS = 8;  // the avx2 order
+#define LLL_GEMV_VNNI 1
+#include "gemv_avx2.inc"
+#undef LLL_GEMV_VNNI
+}  // namespace vnni
+
 }  // namespace avx512
 
 const KernelTable* kernels_avx512() {
@@ -738,8 +747,8 @@ const KernelTable* kernels_avx512() {
   return &t;
 }
 
-// AVX2's table (its order, S = 8, its small-N kernels and repacked layouts) with this file's tile path: the same
-// bits as kernels_avx2() at every N (tests/native/test_batch_invariance.py)
+// AVX2's table (its order, S = 8, its small-N kernels on vpdpbusd, its repacked layouts) with this file's tile path: the
+// same bits as kernels_avx2() at every N (tests/native/test_batch_invariance.py)
 const KernelTable* kernels_avx512s8() {
   static KernelTable t = [] {
     KernelTable k = *kernels_avx2();
@@ -755,6 +764,10 @@ const KernelTable* kernels_avx512s8() {
     k.unpack_il[(int)QType::Q4_KX] = avx512::unpack_il_q4_kx;
     k.int8_peak = a.int8_peak;
     k.int8_peak_macs = a.int8_peak_macs;
+    // small N: AVX2's kernels and weight sources, the products by 256-bit vpdpbusd (the same exact int32 sums)
+    avx512::vnni::for_each_source(
+        [&](QType t, auto src) { k.qgemv_fused[(int)t] = avx512::vnni::qgemv_fused_small<decltype(src)>; });
+    k.qgemv_chunk = avx512::vnni::qgemv_chunk_small;
     return k;
   }();
   return &t;

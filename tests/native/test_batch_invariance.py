@@ -87,7 +87,7 @@ def test_products_sharing_an_input_do_not_depend_on_n(path):
 @pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 def test_avx512s8_gives_the_avx2_bits(qt):
     """avx512s8 runs the avx2 order (native/kernels.h) with an AVX-512 tile kernel: every product at every N is the
-    avx2 path's bits, the small-N kernels (the same ones) and the tile path (another kernel) alike; rows shorter
+    avx2 path's bits, the small-N kernels (AVX2's, on vpdpbusd) and the tile path (another kernel) alike; rows shorter
     than a chunk's 8 groups included (k = 96: the sets they leave empty)."""
     if "avx512s8" not in native.available_paths():
         pytest.skip("this CPU cannot run the avx512s8 path")
@@ -97,7 +97,7 @@ def test_avx512s8_gives_the_avx2_bits(qt):
         for k in [96, 896, 4864] if bs < 256 else [256, 4864]:
             rows = random_rows(qt, 37, k, rng)
             x = activations(k, rng)
-            for n in (1, 4, 8, 9, 17, 64, 512):
+            for n in (1, 2, 3, 4, 7, 8, 9, 17, 64, 512):  # the small-N kernels' column groups of 1..4, then tiles
                 native.configure(path="avx2", threads=2)
                 want = native.matmul_raw(int(qt), rows, k, x[:n])
                 native.configure(path="avx512s8", threads=2)
