@@ -73,7 +73,9 @@ CLEAN = {
     "echo": st.booleans(),
     "options": _options(),
 }
-MODEL_LIMITS = ("has no fill-in-the-middle tokens", "exceed the context size")
+# what a valid body may still be refused for: the model has no FIM tokens; a prompt (bytes of rare characters take a
+# token each) or a text to embed (not truncated on /v1/embeddings) longer than the context of 128
+MODEL_LIMITS = ("has no fill-in-the-middle tokens", "exceed the context size", "do not fit the context")
 # fields a route cannot do without although its schema leaves them optional (a prompt to complete, a text to embed)
 NEEDED = ("model", "messages", "prompt", "input", "content", "tokens")
 
@@ -85,6 +87,8 @@ def _clean(path: str, name: str):
         first = st.fixed_dictionaries({"role": st.just("user"), "content": _text(1, 30)})
         rest = st.lists(st.fixed_dictionaries({"role": role, "content": _text(1, 30)}), max_size=2)
         return st.tuples(first, rest).map(lambda fr: [fr[0], *fr[1]])
+    if name not in CLEAN:
+        raise KeyError(f"{path} requires {name!r}: give it a clean value in CLEAN")
     return CLEAN[name]
 
 
