@@ -88,7 +88,8 @@ def test_max_models_keeps_two_resident_and_keep_alive_unloads_idle_ones():
         loaded = _resident(app)
         assert set(loaded) == {smol, gemma}
         for model in (SMOL, gemma, smol, gemma):  # both answer from the same loaded models: nothing reloads
-            r = h.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "Hi"}]})
+            body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+            r = h.post("/v1/chat/completions", json=body)
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
         assert _resident(app) == loaded
         ps = _ps(h)
