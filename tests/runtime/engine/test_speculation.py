@@ -3,9 +3,9 @@ scheduler's draft rows and rollbacks, lossless verification (seeded and in distr
 and on a real model: the same tokens with speculation on and off, greedy and seeded, alone and beside other
 sequences, with stops and limits inside an accepted run.
 
-The real-model tests run on the scalar kernels, whose products are bit-identical for every number of rows, so a
-row's logits do not depend on the drafts beside it. They assert exact equality and hold on any path whose
-products are batch-invariant (native/kernels.h); until the AVX2 path is, only the scalar one is asserted.
+The real-model tests run on the default kernel path: every path's products are bit-identical for every number of
+rows (native/kernels.h, tests/native/test_batch_invariance.py), so a row's logits do not depend on the drafts beside
+it, and the tests assert exact equality.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from conftest import model_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from localllm import native
 from localllm.engine import BlockManager, FinishReason, Scheduler, Sequence
 from localllm.engine.drafting import Drafter
 from localllm.engine.drafting.ngram import NgramIndex
@@ -290,7 +289,7 @@ def test_greedy_verification_keeps_the_argmax_run():
     assert (req.stats.draft_proposed, req.stats.draft_accepted) == (9, 5)
 
 
-# --- a real model on the scalar path
+# --- a real model, on the default kernel path
 
 SMOL = "smollm2-135m-instruct-q4_1"
 CODE = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n"
@@ -300,12 +299,8 @@ PROSE = "The history of the city begins with a small market by the river, where"
 
 @pytest.fixture(scope="module")
 def smol():
-    native.configure("scalar", 2)
-    try:
-        with LLM(model_file(SMOL), n_threads=2, ctx_size=512, parallel=4) as llm:
-            yield llm
-    finally:
-        native.configure()
+    with LLM(model_file(SMOL), n_threads=2, ctx_size=512, parallel=4) as llm:
+        yield llm
 
 
 def run(llm, prompt, speculative, **kw):
