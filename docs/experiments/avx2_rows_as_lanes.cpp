@@ -14,7 +14,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
+
+// columns 0 .. n - 1 four at a time, then three, two or one, as kernels' gemv_source takes them: f(c0, C) with C a
+// std::integral_constant
+template <class F>
+static void by_columns(int n, F f) {
+  int c = 0;
+  for (; c + 4 <= n; c += 4) f(c, std::integral_constant<int, 4>{});
+  if (n - c == 3) f(c, std::integral_constant<int, 3>{});
+  else if (n - c == 2) f(c, std::integral_constant<int, 2>{});
+  else if (n - c == 1) f(c, std::integral_constant<int, 1>{});
+}
 
 static inline __m256i pair_sums16(__m256i v0, __m256i v1) {
   return _mm256_add_epi16(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
@@ -178,11 +190,7 @@ int main(int argc, char** argv) {
     }
   std::vector<float> accA((size_t)NMAX * m * 8), accB((size_t)NMAX * m * 8);
   auto runA = [&](int n) {
-    int c = 0;
-    for (; c + 4 <= n; c += 4) per_row<4>(u.data(), s.data(), m, K, x, c, accA.data());
-    if (n - c == 3) per_row<3>(u.data(), s.data(), m, K, x, c, accA.data());
-    else if (n - c == 2) per_row<2>(u.data(), s.data(), m, K, x, c, accA.data());
-    else if (n - c == 1) per_row<1>(u.data(), s.data(), m, K, x, c, accA.data());
+    by_columns(n, [&](int c, auto C) { per_row<decltype(C)::value>(u.data(), s.data(), m, K, x, c, accA.data()); });
   };
   auto runB = [&](int n) {
     int c = 0;
@@ -190,35 +198,29 @@ int main(int argc, char** argv) {
     if (n - c == 1) rows_as_lanes<1>(w8.data(), s8.data(), m, K, x, c, accB.data());
   };
   auto runC = [&](int n) {
-    int c = 0;
-    for (; c + 4 <= n; c += 4) rows_as_lanes_mem<4>(w8.data(), s8.data(), m, K, x, c, accB.data());
-    if (n - c == 3) rows_as_lanes_mem<3>(w8.data(), s8.data(), m, K, x, c, accB.data());
-    else if (n - c == 2) rows_as_lanes_mem<2>(w8.data(), s8.data(), m, K, x, c, accB.data());
-    else if (n - c == 1) rows_as_lanes_mem<1>(w8.data(), s8.data(), m, K, x, c, accB.data());
+    by_columns(n, [&](int c, auto C) {
+      rows_as_lanes_mem<decltype(C)::value>(w8.data(), s8.data(), m, K, x, c, accB.data());
+    });
   };
   // bits
   runA(NMAX);
   runB(NMAX);
-  long bad = 0;
-  for (int c = 0; c < NMAX; ++c)
-    for (int r = 0; r < m; ++r)
-      for (int t = 0; t < 8; ++t) {
-        const float a = accA[((size_t)c * m + r) * 8 + t];
-        const float b = accB[(((size_t)c * (m / 8) + r / 8) * 8 + t) * 8 + r % 8];
-        if (std::memcmp(&a, &b, 4)) ++bad;
-      }
-  printf("m %d k %d: rows as lanes, accumulators in registers: %ld of %ld sets differ\n", m, K, bad, (long)NMAX * m * 8);
+  auto differing = [&] {  // sets of accB (rows as lanes) whose bits are not accA's (per row)
+    long bad = 0;
+    for (int c = 0; c < NMAX; ++c)
+      for (int r = 0; r < m; ++r)
+        for (int t = 0; t < 8; ++t) {
+          const float a = accA[((size_t)c * m + r) * 8 + t];
+          const float b = accB[(((size_t)c * (m / 8) + r / 8) * 8 + t) * 8 + r % 8];
+          if (std::memcmp(&a, &b, 4)) ++bad;
+        }
+    return bad;
+  };
+  printf("m %d k %d: rows as lanes, accumulators in registers: %ld of %ld sets differ\n", m, K, differing(),
+         (long)NMAX * m * 8);
   std::fill(accB.begin(), accB.end(), 0.0f);
   runC(NMAX);
-  bad = 0;
-  for (int c = 0; c < NMAX; ++c)
-    for (int r = 0; r < m; ++r)
-      for (int t = 0; t < 8; ++t) {
-        const float a = accA[((size_t)c * m + r) * 8 + t];
-        const float b = accB[(((size_t)c * (m / 8) + r / 8) * 8 + t) * 8 + r % 8];
-        if (std::memcmp(&a, &b, 4)) ++bad;
-      }
-  printf("rows as lanes, accumulators in L1: %ld differ\n", bad);
+  printf("rows as lanes, accumulators in L1: %ld differ\n", differing());
   const double mb = (double)m * K / 1e6;
   for (int n : {1, 2, 3, 4, 6, 8}) {
     const double ta = best_ms([&] { runA(n); }, 30), tb = best_ms([&] { runB(n); }, 30), tc = best_ms([&] { runC(n); }, 30);
