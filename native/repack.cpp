@@ -42,28 +42,31 @@ void repack_span(const BlockFormat& f, const uint8_t* src, int n, uint8_t* out) 
   const bool min = f.m_at >= 0, hi = f.qh_at >= 0;
   uint8_t* qs = out + 2 * n * (min ? 2 : 1);
   uint8_t* qh = qs + 16 * n;
-  std::memset(qs, 0, 16 * n);
   if (hi) std::memset(qh, 0, n == 8 ? 32 : 16);
+  // the fifth bits 8 at a time: bits -> bytes of 0 / 1 (a table), shifted to bit i (n = 4: i or 4 + i) of the plane
+  static const auto spread = [] {
+    std::array<uint64_t, 256> t{};
+    for (int v = 0; v < 256; ++v)
+      for (int k = 0; k < 8; ++k) t[v] |= (uint64_t)((v >> k) & 1) << (8 * k);
+    return t;
+  }();
+  for (int i = 0; i < n; i += 2) {  // blocks i and i + 1 (n is even) share 32 bytes of nibbles
+    // weight j < 16 of block i: the low nibble of byte j, of block i + 1: its high nibble; weight 16 + j: byte 16 + j.
+    // Through local copies (no char aliasing between source and output), so the compiler vectorizes the loop
+    uint8_t a[16], b[16], v[32];
+    std::memcpy(a, src + (size_t)i * f.bytes + f.qs_at, 16);
+    std::memcpy(b, src + (size_t)(i + 1) * f.bytes + f.qs_at, 16);
+    for (int j = 0; j < 16; ++j) {
+      v[j] = (uint8_t)((a[j] & 15) | (b[j] << 4));
+      v[16 + j] = (uint8_t)((a[j] >> 4) | (b[j] & 0xF0));
+    }
+    std::memcpy(qs + 16 * i, v, 32);
+  }
   for (int i = 0; i < n; ++i) {
     const uint8_t* b = src + (size_t)i * f.bytes;
     std::memcpy(out + 2 * i, b, 2);  // d is every type's first field
     if (min) std::memcpy(out + 2 * n + 2 * i, b + f.m_at, 2);
-    // weight j < 16: low nibble of byte j; weight 16 + j: its high nibble (loops the compiler vectorizes)
-    const uint8_t* q = b + f.qs_at;
-    uint8_t* pv = qs + 32 * (i / 2);
-    const int sh = 4 * (i & 1);
-    for (int j = 0; j < 16; ++j) {
-      pv[j] |= (uint8_t)((q[j] & 15) << sh);
-      pv[16 + j] |= (uint8_t)((q[j] >> 4) << sh);
-    }
     if (!hi) continue;
-    // the fifth bits 8 at a time: bits -> bytes of 0 / 1 (a table), shifted to bit i (n = 4: i or 4 + i) of the plane
-    static const auto spread = [] {
-      std::array<uint64_t, 256> t{};
-      for (int v = 0; v < 256; ++v)
-        for (int k = 0; k < 8; ++k) t[v] |= (uint64_t)((v >> k) & 1) << (8 * k);
-      return t;
-    }();
     for (int c = 0; c < 4; ++c) {  // weights 8c .. 8c + 7
       const uint64_t bits = spread[b[f.qh_at + c]] << (n == 8 ? i : i + 4 * (c >> 1));
       uint8_t* at = qh + (n == 8 ? 8 * c : 8 * (c & 1));
