@@ -621,6 +621,9 @@ def run_kernels(args: argparse.Namespace) -> int:
         th = max(threads)
         print(f"decode step, N sequences of one token at context 64, {th} threads: ms per step (x N = 1)", file=out)
         for p in paths:
+            if not choices[p.name]["timings"]:  # matrices alone: no model to step
+                print(f"  {p.name[:36]:<36} not a model: none", file=out, flush=True)
+                continue
             ms = steps[p.name] = step_times(p, th, sorted(set(args.step_n)), seconds=args.seconds)
             cells = "  ".join(f"N={n} {t:.2f} ({t / ms[min(ms)]:.2f}x)" for n, t in ms.items()) or "an encoder: none"
             print(f"  {p.name[:36]:<36} {cells}", file=out, flush=True)
@@ -636,11 +639,15 @@ def _path_choice(path, threads: int, bw: float, out) -> dict:
     and the path a model load chooses (cpu_path.pick; a forced path is said as such)."""
     from localllm import native
     from localllm.model import cpu_path
-    from localllm.model.architectures import spec_from_gguf
+    from localllm.model.architectures import UnsupportedModelError, spec_from_gguf
     from localllm.model.gguf import GGUFFile
 
     with GGUFFile(path) as f:
-        spec = spec_from_gguf(f)
+        try:
+            spec = spec_from_gguf(f)
+        except UnsupportedModelError as e:  # matrices alone (models/synthetic_matrices.py): timed, no model to run
+            print(f"  {path.name[:36]:<36} not a model this runtime runs ({e}): no path to choose", file=out)
+            return {"choice": None, "forced": bool(native.forced_path()), "timings": {}}
         timings = cpu_path.measure(f, spec, threads)
     choice = native.forced_path() or cpu_path.pick(timings)
     for name, t in timings.items():

@@ -246,6 +246,30 @@ def test_bench_kernels_named_tensors():
         assert "blk.0.ffn_down.weight" not in lines[0]
 
 
+def test_bench_kernels_times_a_file_of_matrices_alone(tmp_path):
+    """models/synthetic_matrices.py's files (matrices without a model's metadata, for machines the models cannot
+    reach) are timed as any model's matrices: no CPU path to choose and no decode step, said in a line each."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "models" / "synthetic_matrices.py"
+    spec = importlib.util.spec_from_file_location("synthetic_matrices", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(tmp_path)]) == 0
+    path = tmp_path / "syn-1.5b.gguf"
+    args = ("bench", "kernels", str(path), "--seconds", "0.01", "--bandwidth-mib", "64", "--stream-mib", "64")
+    r = localllm(*args, "--threads", "1", "--n", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["choices"][path.name]["choice"] is None and j["step_ms"] == {}
+    assert sorted(row["type"] for row in j["results"]) == ["Q4_K", "Q6_K"]
+    assert all(row["n1_gbs"] > 0 for row in j["results"])
+    r = localllm(*args, "--threads", "1", "--n", "1")
+    assert r.returncode == 0, r.stderr
+    assert "no path to choose" in r.stdout and "not a model: none" in r.stdout
+
+
 def test_bench_compare_without_llama_cpp_says_how_to_get_it(tmp_path):
     path = model_file("smollm2-135m-instruct-q4_1")
     r = localllm("bench", str(path), "--compare", "--llama-python", str(tmp_path / "no-python"), "-p", "8", "-g", "2")
