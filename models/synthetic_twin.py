@@ -6,6 +6,9 @@ speed; its words are nonsense.
 
     python models/synthetic_twin.py header MODEL.gguf... DIR   # DIR/MODEL.header (a few MB) + DIR/MODEL.tensors.json
     python models/synthetic_twin.py build DIR/MODEL.header OUT.gguf [--seed 0]   # the twin, full size
+    python models/synthetic_twin.py retype MODEL.gguf OUT.gguf Q4_K=Q5_K [...] [--seed 0]
+        # a twin whose tensors of one type are of another (a Q5_K_M-like file from a Q4_K_M one: the
+        # speed of quantization types no test model has); the metadata copied, tensors of whole blocks only
 
 Needs numpy and the `gguf` package (the test extra).
 """
@@ -95,6 +98,40 @@ def build(header: Path, out: Path, seed: int = 0) -> None:
                 raise ValueError(f"{t['name']}: wrote {f.tell() - t['offset']} bytes, the table says {t['nbytes']}")
 
 
+def retype(src: Path, out: Path, mapping: dict[T, T], seed: int = 0) -> None:
+    """A twin of src (its metadata and tensor shapes) with random weights, each tensor of a type in mapping
+    written in the type it maps to (ValueError where a tensor's rows are not whole blocks of that type)."""
+    import gguf
+
+    from localllm.model.gguf import GGUFFile
+
+    reader = gguf.GGUFReader(src)
+    arch = str(reader.fields["general.architecture"].contents())
+    w = gguf.GGUFWriter(str(out), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":  # the writer's own
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, field.contents(), vtype, sub)
+    rng = np.random.default_rng(seed)
+    with GGUFFile(src) as f:
+        for t in f.tensors.values():
+            qt = mapping.get(T(t.type.id), T(t.type.id))
+            bs = GGML_QUANT_SIZES[qt][0]
+            if t.row_len % bs:
+                raise ValueError(f"{t.name}: rows of {t.row_len} weights are not whole {qt.name} blocks of {bs}")
+            rows = _rows(t.name, qt, t.n_rows, t.row_len, rng, [])
+            if qt in (T.F32, T.F16):  # float tensors as arrays of their own shape (norms and biases are 1-D)
+                w.add_tensor(t.name, rows.view(np.float32 if qt == T.F32 else np.float16).reshape(t.shape))
+            else:  # the byte rows of a quantized tensor of t's shape (raw_shape: numpy order, in bytes)
+                w.add_tensor(t.name, rows, raw_shape=(*t.shape[:-1], rows.shape[-1]), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="synthetic_twin.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="verb", required=True)
@@ -104,6 +141,11 @@ def main(argv: list[str]) -> int:
     b.add_argument("header", type=Path)
     b.add_argument("out", type=Path)
     b.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("retype", help="a twin with some tensor types changed (FROM=TO)")
+    r.add_argument("src", type=Path)
+    r.add_argument("out", type=Path)
+    r.add_argument("maps", nargs="+", metavar="FROM=TO")
+    r.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     try:
         if a.verb == "header":
@@ -111,6 +153,13 @@ def main(argv: list[str]) -> int:
                 p.error("header needs MODEL.gguf... and DIR")
             for src in a.paths[:-1]:
                 print(write_header(src, a.paths[-1]))
+        elif a.verb == "retype":
+            try:
+                mapping = {T[x]: T[y] for x, y in (m.split("=", 1) for m in a.maps)}
+            except (KeyError, ValueError):
+                p.error(f"maps are FROM=TO of GGML type names (Q4_K=Q5_K), got {' '.join(a.maps)}")
+            retype(a.src, a.out, mapping, a.seed)
+            print(a.out)
         else:
             build(a.header, a.out, a.seed)
             print(a.out)

@@ -34,6 +34,33 @@ def test_a_twin_has_the_real_header_and_random_weights_that_run(tmp_path):
         assert np.all(np.isfinite(logits)) and logits.std() > 0
 
 
+@pytest.mark.model
+def test_a_retyped_twin_has_the_real_metadata_and_shapes_in_the_types_asked(tmp_path):
+    """retype: the speed of types no test model has (Q5_K_M-like from Q4_K_M): the source's metadata and tensor
+    shapes, each Q4_K tensor written as Q5_K (the rest as they were), and it runs."""
+    real = model_file(SMOL)
+    out = tmp_path / "retyped.gguf"
+    assert synthetic_twin.main(["retype", str(real), str(out), "Q4_1=Q5_K", "--seed", "1"]) == 1  # 576 % 256
+    assert synthetic_twin.main(["retype", str(real), str(out), "Q8_0=Q5_1"]) == 0
+    with GGUFFile(real) as a, GGUFFile(out) as b:
+        assert a.metadata.keys() == b.metadata.keys() and a.metadata_types == b.metadata_types
+        for key, value in a.metadata.items():
+            assert np.array_equal(np.asarray(value), np.asarray(b.metadata[key])), key
+        assert a.tensors.keys() == b.tensors.keys()
+        for name, t in a.tensors.items():
+            u = b.tensors[name]
+            assert u.dims == t.dims and u.type.name == ("Q5_1" if t.type.name == "Q8_0" else t.type.name), name
+        ids = Tokenizer.from_metadata(b.metadata, name="twin").encode("def add(a, b):")
+        logits = one_sequence(Model(b, n_blocks=2, threads=2), ids)
+        assert np.all(np.isfinite(logits)) and logits.std() > 0
+
+
+def test_a_retype_map_names_ggml_types(capsys):
+    with pytest.raises(SystemExit):
+        synthetic_twin.main(["retype", "a.gguf", "b.gguf", "Q4_K=Q9_K"])
+    assert "FROM=TO" in capsys.readouterr().err
+
+
 def test_a_bad_header_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "m.header").write_bytes(b"GGUF")
     assert synthetic_twin.main(["build", str(tmp_path / "m.header"), str(tmp_path / "out.gguf")]) == 1
