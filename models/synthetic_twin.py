@@ -102,7 +102,6 @@ def retype(src: Path, out: Path, mapping: dict[T, T], seed: int = 0) -> None:
     """A twin of src (its metadata and tensor shapes) with random weights, each tensor of a type in mapping
     written in the type it maps to (ValueError where a tensor's rows are not whole blocks of that type)."""
     import gguf
-
     from localllm.model.gguf import GGUFFile
 
     reader = gguf.GGUFReader(src)
