@@ -294,7 +294,8 @@ const KernelTable* kernels_avx2() {
     k.qgemv_chunk = avx2::qgemv_chunk_small;
     // up to 8 activation rows the fused lanes-along-k kernels beat the tile path from memory (the 1.5B's decode step,
     // N = 5, 6, 8: 152, 156, 191 ms -> 107, 127, 154, Zen 3, 2 threads); over unpack's copy only up to 4 (Q5_K, Q3_K
-    // at N = 8, in cache: 20-30% slower than the tile path)
+    // at N = 8, in cache: 20-30% slower than the tile path), a path no quantized type takes here since every one
+    // has its weight source (gemv_avx2.inc's for_each_source)
     k.gemv_max_n = 8;
     k.gemv_max_n_unpacked = 4;
     k.reduce_rows = avx2::reduce_rows_avx2;
