@@ -2,8 +2,7 @@
 models cannot reach (a borrowed machine with no network): random blocks with the real models' shapes, or the
 real models' own matrices, a few of each type, copied out of their GGUF files.
 
-    python models/synthetic_matrices.py DIR        # -> DIR/syn-0.5b.gguf (14 MB), DIR/syn-1.5b.gguf (19 MB),
-                                                   #    DIR/syn-types.gguf (27 MB: Q5_K, IQ4_XS, Q3_K, Q2_K)
+    python models/synthetic_matrices.py DIR        # -> DIR/syn-0.5b.gguf, syn-1.5b.gguf, syn-types.gguf (60 MB)
     python models/synthetic_matrices.py DIR --real MODEL.gguf [--mb-per-type 6]   # -> DIR/sub-MODEL.gguf
     localllm bench kernels DIR/syn-0.5b.gguf DIR/syn-1.5b.gguf --threads 1 2
 
@@ -48,7 +47,7 @@ SHAPES = {
         ("blk.1.ffn_down.weight", T.Q6_K, 896, 4864),
     ],
     "syn-1.5b.gguf": [("blk.0.ffn_gate.weight", T.Q4_K, 8960, 1536), ("blk.0.ffn_down.weight", T.Q6_K, 1536, 8960)],
-    # the types of other files people pull (Q5_K_M, Q3_K_M, Q2_K, IQ4_XS), at the 1.5B's ffn_gate shape
+    # the types of other files people pull (Q5_K_M, Q3_K_M, Q2_K, IQ4_XS), at the 1.5B's ffn_gate shape (27 MB)
     "syn-types.gguf": [
         (f"blk.{i}.ffn_gate.weight", t, 8960, 1536) for i, t in enumerate([T.Q5_K, T.IQ4_XS, T.Q3_K, T.Q2_K])
     ],

@@ -100,7 +100,8 @@ def build(header: Path, out: Path, seed: int = 0) -> None:
 
 def retype(src: Path, out: Path, mapping: dict[T, T], seed: int = 0) -> None:
     """A twin of src (its metadata and tensor shapes) with random weights, each tensor of a type in mapping
-    written in the type it maps to (ValueError where a tensor's rows are not whole blocks of that type)."""
+    written in the type it maps to (ValueError where a tensor's rows are not whole blocks of that type). The writer
+    holds every tensor until it writes the file: about the model's size in memory (build streams; this does not)."""
     import gguf
     from localllm.model.gguf import GGUFFile
 
@@ -108,7 +109,9 @@ def retype(src: Path, out: Path, mapping: dict[T, T], seed: int = 0) -> None:
     arch = str(reader.fields["general.architecture"].contents())
     w = gguf.GGUFWriter(str(out), arch)
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":  # the writer's own
+        # the writer's own; general.alignment too (the writer pads to its default, which a copied value could
+        # contradict); general.file_type stays the source's (a label)
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
             continue
         vtype = field.types[0]
         sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None

@@ -621,7 +621,7 @@ def run_kernels(args: argparse.Namespace) -> int:
         th = max(threads)
         print(f"decode step, N sequences of one token at context 64, {th} threads: ms per step (x N = 1)", file=out)
         for p in paths:
-            if not choices[p.name]["timings"]:  # matrices alone: no model to step
+            if choices[p.name]["choice"] is None:  # matrices alone: no model to step
                 print(f"  {p.name[:36]:<36} not a model: none", file=out, flush=True)
                 continue
             ms = steps[p.name] = step_times(p, th, sorted(set(args.step_n)), seconds=args.seconds)
