@@ -105,19 +105,18 @@ def retype(src: Path, out: Path, mapping: dict[T, T], seed: int = 0) -> None:
     import gguf
     from localllm.model.gguf import GGUFFile
 
-    reader = gguf.GGUFReader(src)
-    arch = str(reader.fields["general.architecture"].contents())
-    w = gguf.GGUFWriter(str(out), arch)
-    for key, field in reader.fields.items():
-        # the writer's own; general.alignment too (the writer pads to its default, which a copied value could
-        # contradict); general.file_type stays the source's (a label)
-        if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, field.contents(), vtype, sub)
-    rng = np.random.default_rng(seed)
-    with GGUFFile(src) as f:
+    with GGUFFile(src) as f:  # first: a corrupt or missing source is the loader's one-line error, nothing written
+        reader = gguf.GGUFReader(src)
+        w = gguf.GGUFWriter(str(out), f.metadata["general.architecture"])
+        for key, field in reader.fields.items():
+            # the writer's own; general.alignment too (the writer pads to its default, which a copied value could
+            # contradict); general.file_type stays the source's (a label)
+            if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
+                continue
+            vtype = field.types[0]
+            sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(key, field.contents(), vtype, sub)
+        rng = np.random.default_rng(seed)
         for t in f.tensors.values():
             qt = mapping.get(T(t.type.id), T(t.type.id))
             bs = GGML_QUANT_SIZES[qt][0]

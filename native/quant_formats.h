@@ -110,6 +110,19 @@ struct TypeInfo {
 // returns nullptr for a type the kernels do not compute
 const TypeInfo* type_info(int type_id);
 
+// a Q3_K super-block's 12 packed bytes -> its 16 six-bit scales sc[0..15] (0..63; the weight scale is d * (sc - 32)),
+// as ggml unpacks them
+inline void scales_q3k(const uint8_t* q, uint8_t sc[16]) {
+  uint32_t aux[4];
+  std::memcpy(aux, q, 12);
+  const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f, tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & km2) | (((tmp >> 4) & km1) << 4);
+  aux[3] = ((aux[1] >> 4) & km2) | (((tmp >> 6) & km1) << 4);
+  aux[0] = (aux[0] & km2) | (((tmp >> 0) & km1) << 4);
+  aux[1] = (aux[1] & km2) | (((tmp >> 2) & km1) << 4);
+  std::memcpy(sc, aux, 16);
+}
+
 // a K-quant super-block's 12 packed bytes of 6-bit scales and mins (Q4_K, Q5_K) -> sc[0..7] the scales, sc[8..15] the
 // mins (ggml's get_scale_min_k4); repack.h's Q4_Kx keeps them so
 inline void scales_k4(const uint8_t* q, uint8_t sc[16]) {

@@ -55,6 +55,15 @@ def test_a_retyped_twin_has_the_real_metadata_and_shapes_in_the_types_asked(tmp_
         assert np.all(np.isfinite(logits)) and logits.std() > 0
 
 
+def test_a_retype_of_a_corrupt_source_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    assert synthetic_twin.main(["retype", str(src), str(tmp_path / "out.gguf"), "Q4_K=Q5_K"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "bad.gguf" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.gguf").exists()
+
+
 def test_a_retype_map_names_ggml_types(capsys):
     with pytest.raises(SystemExit):
         synthetic_twin.main(["retype", "a.gguf", "b.gguf", "Q4_K=Q9_K"])
