@@ -143,6 +143,12 @@ struct KernelTable {
   // for k in order, one fused multiply-add a step on a path that has them (AVX2, AVX-512), a product then a sum on
   // the scalar path: the float matrices' whole order, one kernel at every N
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
+  // float path, small N (optional per type, nullptr where the tile serves every N): whole rows of k weights
+  // w + r * row_bytes, r < nr <= 16, times x [n][ldx] -> acc [n][16] written (rows nr .. 15 undefined), in
+  // fgemm_chunk's order and bits, for n <= fgemv_max_n: no tile is stored and read back
+  void (*fgemv[N_TYPE_IDS])(const uint8_t* w, size_t row_bytes, int nr, int k, int n, const float* x, size_t ldx,
+                            float* acc);
+  int fgemv_max_n;
   // x: [k] float -> xq: [k] int8, dx: [k/32] (k a multiple of 32), sum16: [k/16] (sum of xq per 16);
   // x ~= dx * xq with dx = amax / 127 of the 32-block, xq = x * (127 / amax) rounded to nearest even (0 where
   // 127 / amax overflows); for finite x, every path the same bytes (NaN or infinite x: unspecified bytes)

@@ -182,6 +182,20 @@ static inline void reduce_sets16(const float* a, int S, int nr, float* y) {
   std::memcpy(y, t, sizeof(float) * nr);
 }
 
+// contiguous ranges of n_tiles tiles for nt threads, each 1 / (2 x threads) of what is left (a quarter with two) down
+// to one tile: long ranges first (a thread streams one span of weights: prefetchers follow it), short ones at the
+// end, so the threads finish within a tile of each other and a thread the OS delays does not hold up the others.
+// Equal ranges, 8 per thread, left half of the last one's time idle at every product's end (the 0.5B: ~4% of a
+// decode step); 16 per thread measured slower on the 1.5B, its ranges too short for the prefetchers
+template <class F>
+static void for_each_range(int n_tiles, int nt, F&& f) {
+  for (int t0 = 0; t0 < n_tiles;) {
+    const int left = n_tiles - t0, len = nt == 1 ? left : (left + 2 * nt - 1) / (2 * nt);
+    f(t0, t0 + len);
+    t0 += len;
+  }
+}
+
 // whether a product of n activation rows with weights of type_id runs the small-N kernels
 static bool small_n(const KernelTable& kt, int type_id, int n) {
   if (!kt.unpack[type_id]) return false;
@@ -221,24 +235,13 @@ static void gemv_jobs(const KernelTable& kt, const MatmulJob* jobs, int n_jobs, 
     if (table_of[j] == j) tables[j].build(L, x_of(j));
   }
 
-  // tiles go out in contiguous ranges (a thread streams one span of weights: prefetchers follow it), each
-  // 1 / (2 x threads) of what is left (a quarter with two) down to one tile: long ranges first, short ones at the
-  // end, so the threads finish within a tile of each other and a thread the OS delays does not hold up the others.
-  // Equal ranges, 8 per thread, left half of the last one's time idle at every product's end (the 0.5B: ~4% of a
-  // decode step); 16 per thread measured slower on the 1.5B, its ranges too short for the prefetchers
+  // tiles go out in contiguous ranges (for_each_range)
   struct Part {
     int job, t0, t1;
   };
   std::vector<Part> parts;
-  const int nt = pool.size();
-  for (int j = 0; j < n_jobs; ++j) {
-    const int n_tiles = (jobs[j].m + TILE_M - 1) / TILE_M;
-    for (int t0 = 0; t0 < n_tiles;) {
-      const int left = n_tiles - t0, len = nt == 1 ? left : (left + 2 * nt - 1) / (2 * nt);
-      parts.push_back({j, t0, t0 + len});
-      t0 += len;
-    }
-  }
+  for (int j = 0; j < n_jobs; ++j)
+    for_each_range((jobs[j].m + TILE_M - 1) / TILE_M, pool.size(), [&](int t0, int t1) { parts.push_back({j, t0, t1}); });
   struct Plan {  // per product, looked up once per call (a tile runs for a few microseconds)
     const TypeInfo* ti;
     QuantLayout L;
@@ -459,25 +462,47 @@ static void gemm_quant(const KernelTable& kt, const TypeInfo& ti, const uint8_t*
   });
 }
 
+// float weights (F32, F16, BF16): each output sums over k in order (kernels.h, fgemm_chunk). Up to fgemv_max_n
+// activation rows the small-N kernel converts whole rows in registers, 16-row tiles in contiguous ranges as
+// gemv_jobs hands them out; more, 16-row tiles of CHUNK_K weights converted once into a tile (tile_f) that every
+// column reads (fgemm_chunk). The same bits either way.
 static void matmul_float(const KernelTable& kt, const TypeInfo& ti, const uint8_t* w, size_t row_bytes, int m, int k,
                          const float* x, int n, float* y, ThreadPool& pool) {
-  const auto tile_f = kt.tile_f[(int)ti.type];
   const int n_tiles = (m + TILE_M - 1) / TILE_M;
-  const size_t scratch_bytes = padded(sizeof(float) * TILE_M * CHUNK_K) + padded(sizeof(float) * TILE_M * n);
+  const size_t acc_n = (size_t)TILE_M * n;  // [n][16]
+  auto outputs = [&](const float* acc, int r0, int nr) {
+    for (int c = 0; c < n; ++c) std::memcpy(y + (size_t)c * m + r0, acc + (size_t)c * TILE_M, sizeof(float) * nr);
+  };
+  const auto fgemv = kt.fgemv[(int)ti.type];
+  if (fgemv && n <= kt.fgemv_max_n) {
+    std::vector<std::pair<int, int>> parts;
+    for_each_range(n_tiles, pool.size(), [&](int t0, int t1) { parts.emplace_back(t0, t1); });
+    pool.run((int)parts.size(), [&](int p, int) {
+      thread_local Arena arena;
+      float* acc = (float*)arena.reserve(sizeof(float) * acc_n);
+      for (int t = parts[p].first; t < parts[p].second; ++t) {
+        const int r0 = t * TILE_M, nr = std::min(TILE_M, m - r0);
+        fgemv(w + (size_t)r0 * row_bytes, row_bytes, nr, k, n, x, (size_t)k, acc);
+        outputs(acc, r0, nr);
+      }
+    });
+    return;
+  }
+  const auto tile_f = kt.tile_f[(int)ti.type];
+  const size_t scratch_bytes = padded(sizeof(float) * TILE_M * CHUNK_K) + padded(sizeof(float) * acc_n);
   pool.run(n_tiles, [&](int tile, int) {
     thread_local Arena arena;
     uint8_t* cur = arena.reserve(scratch_bytes);
     float* wt = carve<float>(cur, TILE_M * CHUNK_K);
-    float* acc = carve<float>(cur, (size_t)TILE_M * n);
+    float* acc = carve<float>(cur, acc_n);
     const int r0 = tile * TILE_M, nr = std::min(TILE_M, m - r0);
-    std::memset(acc, 0, sizeof(float) * TILE_M * n);
+    std::memset(acc, 0, sizeof(float) * acc_n);
     for (int k0 = 0; k0 < k; k0 += CHUNK_K) {
       const int kc = std::min(CHUNK_K, k - k0);
       tile_f(w + (size_t)r0 * row_bytes + (size_t)k0 * ti.type_size, row_bytes, nr, kc, wt);
       kt.fgemm_chunk(wt, kc, n, x + k0, (size_t)k, acc);
     }
-    for (int c = 0; c < n; ++c)
-      for (int r = 0; r < nr; ++r) y[(size_t)c * m + r0 + r] = acc[c * TILE_M + r];
+    outputs(acc, r0, nr);
   });
 }
 

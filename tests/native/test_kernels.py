@@ -122,8 +122,8 @@ def test_matmul_matches_float64(qt, path, threads):
     bs = GGML_QUANT_SIZES[qt][0]
     # 896 (the 0.5B's rows): three spans of 8 blocks and a tail of 4, which the AVX2 kernels unroll apart
     ks = [32, 256, 896, 4864, 8960] if bs == 32 else [256, 4864, 8960]
-    if bs == 1:
-        ks = [32, 256, 896, 4864, 8960]
+    if bs == 1:  # 7 and 901: rows whose last k % 8 weights the small-N float kernel takes one at a time
+        ks = [7, 32, 256, 896, 901, 4864, 8960]
     for k in ks:
         rows = random_rows(qt, 33, k, rng)
         w64 = ref_weights(qt, rows, k)
