@@ -141,7 +141,7 @@ struct KernelTable {
   int gemv_max_n_unpacked;  // the same for a type without a fused kernel (qgemv_chunk over unpack's copy)
   // float path: w: [kc][16] (row r at w[k*16 + r]); x: [n][ldx] float; acc: [n][16]; acc[c][r] += w[k][r] * x[c][k]
   // for k in order, one fused multiply-add a step on a path that has them (AVX2, AVX-512), a product then a sum on
-  // the scalar path: the float matrices' whole order, one kernel at every N
+  // the scalar path: the float matrices' whole order (fgemv takes the same steps at small N)
   void (*fgemm_chunk)(const float* w, int kc, int n, const float* x, size_t ldx, float* acc);
   // float path, small N (optional per type, nullptr where the tile serves every N): whole rows of k weights
   // w + r * row_bytes, r < nr <= 16, times x [n][ldx] -> acc [n][16] written (rows nr .. 15 undefined), in

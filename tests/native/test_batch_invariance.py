@@ -49,12 +49,17 @@ def activations(k: int, rng: np.random.Generator) -> np.ndarray:
 @pytest.mark.parametrize("qt", TYPES, ids=lambda t: t.name)
 def test_row_results_do_not_depend_on_n_or_threads(qt, path):
     """y[c] computed among N rows (N = 1..17, 64, 512) equals y[c] computed alone, with 1 and 2 threads, for
-    m = 37 weight rows (two whole 16-row tiles and a part, whose last 8-row block is partial too)."""
+    m = 37 weight rows (two whole 16-row tiles and a part, whose last 8-row block is partial too; floats also 45)."""
     rng = np.random.default_rng(500 + int(qt))
     bs = GGML_QUANT_SIZES[qt][0]
-    # float types also k = 901: the small-N float kernel (N <= 2) takes a row's last k % 8 weights one at a time
-    for k in ([896, 901, 4864] if bs == 1 else [896, 4864]) if bs < 256 else [4864]:
-        rows = random_rows(qt, 37, k, rng)
+    # float types also k = 7 and 901 (the small-N float kernel, N <= 2, takes a row's last k % 8 weights one at a
+    # time) and m = 45 (a last tile of 13 rows: its second 8-row half partly filled)
+    for k, m in (
+        [(7, 45), (896, 37), (901, 45), (4864, 37)]
+        if bs == 1
+        else [(k, 37) for k in ([896, 4864] if bs < 256 else [4864])]
+    ):
+        rows = random_rows(qt, m, k, rng)
         x = activations(k, rng)
         native.configure(path=path, threads=1)
         alone = {c: native.matmul_raw(int(qt), rows, k, x[c : c + 1])[0] for c in ALONE}
